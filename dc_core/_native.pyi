@@ -85,14 +85,18 @@ class Collector:
         the innermost open scope of this thread (all frames if none)."""
 
     # --- scopes (per thread) -------------------------------------------
-    def enter(self, frames: Sequence[int], parent: int = -1, capture: bool = False) -> int:
+    def enter(
+        self, frames: Sequence[int], parent: int = -1, capture: bool = False, user_depth: int = -1
+    ) -> int:
         """Open a scope and return its node.
 
         The node is ``path(base, frames)`` where ``base`` is ``parent`` if
         ``parent >= 0``, else the node of this thread's innermost open scope,
         else the root. With ``capture``, the Python frames of
         ``python_frames()`` are inserted between ``base`` and ``frames``.
-        The scope records its start time and the current user depth."""
+        The scope records its start time and its user depth: the current user
+        depth when ``user_depth`` is -1, else ``user_depth`` (0 for scopes such
+        as phases under which captures start at the outermost frame)."""
     def exit(self) -> int:
         """Close this thread's innermost scope; returns its inclusive elapsed
         ns. With no open scope it returns -1 and does nothing."""
