@@ -1,0 +1,26 @@
+"""Which Python files are the profiler's own, so captures leave them out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+_PACKAGES = ("dc_core", "dc_torch", "dc_jax", "dc_lightning", "dc_hf")
+
+
+def profiler_files() -> list[str]:
+    """Every module file of DeepContext's packages except demo workloads,
+    which are user code as far as the profile is concerned."""
+    root = Path(__file__).resolve().parent.parent
+    files = []
+    for package in _PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if "demo" not in path.relative_to(root / package).parts[0]:
+                files.append(str(path))
+    return files
+
+
+def skip_profiler_files(collector: Any, extra: tuple[str, ...] = ()) -> None:
+    """Register the profiler's own files (and ``extra`` prefixes) as skipped."""
+    for prefix in (*profiler_files(), *extra):
+        collector.skip_prefix(prefix)

@@ -1,0 +1,197 @@
+"""One window of one rank: the tree plus steps, system samples and environment.
+
+`encode` / `decode` convert to and from the versioned protobuf message in
+`profile.proto`. A decoded file that is corrupt or from a newer schema raises
+`ProfileError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from . import profile_pb2
+from .tree import KINDS, Frame, Tree
+
+SCHEMA_VERSION = 1
+
+#: Units of the system-monitor series.
+SERIES_UNITS = {
+    "cpu_percent": "%",
+    "rss_bytes": "bytes",
+    "mem_used_percent": "%",
+    "disk_read_bytes": "bytes",
+    "disk_write_bytes": "bytes",
+    "net_rx_bytes": "bytes",
+    "net_tx_bytes": "bytes",
+    "gpu_util_percent": "%",
+    "gpu_mem_bytes": "bytes",
+}
+
+
+class ProfileError(Exception):
+    """A profile file that cannot be read; ``file`` names it."""
+
+    def __init__(self, file: str | Path, message: str) -> None:
+        super().__init__(f"{file}: {message}")
+        self.file = str(file)
+        self.message = message
+
+
+@dataclass
+class Series:
+    """One system-monitor time series (``device`` -1 = whole process/system)."""
+
+    name: str
+    device: int
+    t_ns: list[int]
+    values: list[float]
+
+    @property
+    def unit(self) -> str:
+        return SERIES_UNITS.get(self.name, "1")
+
+
+@dataclass
+class Profile:
+    """A profiled window of one rank. ``steps`` is ``(start, end_exclusive)``."""
+
+    tree: Tree
+    steps: tuple[int, int]
+    step_times_ns: list[int] = field(default_factory=list)
+    run: str = "."
+    rank: int = 0
+    host: str = ""
+    framework: str = "python"
+    mode: str = "lightweight"
+    system: list[Series] = field(default_factory=list)
+    drops: dict[str, int] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    start_unix_ns: int = 0
+    duration_ns: int = 0
+    init_ns: int = -1
+    world_size: int = 1
+    source: str = ""  # the file this profile was read from
+
+    def series(self, name: str) -> list[Series]:
+        return [s for s in self.system if s.name == name]
+
+
+def encode(profile: Profile) -> bytes:
+    """Serialise a profile to the protobuf wire format."""
+    strings: dict[str, int] = {"": 0}
+
+    def sid(text: str) -> int:
+        index = strings.get(text)
+        if index is None:
+            index = strings[text] = len(strings)
+        return index
+
+    tree = profile.tree
+    msg = profile_pb2.Profile(
+        version=SCHEMA_VERSION,
+        run=profile.run,
+        rank=profile.rank,
+        host=profile.host,
+        framework=profile.framework,
+        mode=profile.mode,
+        step_start=profile.steps[0],
+        step_end=profile.steps[1],
+        step_times_ns=profile.step_times_ns,
+        start_unix_ns=profile.start_unix_ns,
+        duration_ns=profile.duration_ns,
+        init_ns=profile.init_ns,
+        world_size=profile.world_size,
+    )
+    msg.tree.parent.extend(tree.parent)
+    msg.tree.frame.extend(tree.frame)
+    for f in tree.frames:
+        msg.tree.frames.add(
+            kind=KINDS.index(f.kind), name=sid(f.name), file=sid(f.file), line=max(f.line, 0),
+            detail=sid(f.detail), backward=f.backward,
+        )
+    for name, column in tree.excl.items():
+        msg.tree.metrics.add(name=name, unit=tree.units.get(name, "1"), values=column)
+    for s in profile.system:
+        msg.system.add(name=s.name, unit=s.unit, device=s.device, t_ns=s.t_ns, values=s.values)
+    msg.drops.update(profile.drops)
+    msg.env.update({k: str(v) for k, v in profile.env.items()})
+    for finding in profile.findings:
+        msg.findings.add(
+            rule=finding["rule"], severity=finding["severity"], message=finding["message"],
+            suggestion=finding.get("suggestion", ""), path=finding.get("path", []),
+            evidence_json=json.dumps(finding.get("evidence", {}), sort_keys=True),
+            node=finding.get("node", -1),
+        )
+    msg.strings.extend(strings)  # dicts keep insertion order = index order
+    return msg.SerializeToString()
+
+
+def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
+    """Parse a profile; raises `ProfileError` for corrupt data or a newer schema."""
+    msg = profile_pb2.Profile()
+    try:
+        msg.ParseFromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise ProfileError(source, f"corrupt profile ({exc})") from None
+    if msg.version == 0:
+        raise ProfileError(source, "not a DeepContext profile (no schema version)")
+    if msg.version > SCHEMA_VERSION:
+        raise ProfileError(
+            source, f"schema version {msg.version} is newer than this DeepContext reads ({SCHEMA_VERSION}); upgrade"
+        )
+    strings = list(msg.strings)
+    t = msg.tree
+    n = len(t.parent)
+    try:
+        frames = [
+            Frame(KINDS[f.kind], strings[f.name], strings[f.file], f.line, strings[f.detail], f.backward)
+            for f in t.frames
+        ]
+        if n == 0 or len(t.frame) != n or t.parent[0] != -1:
+            raise ValueError("tree columns are inconsistent")
+        if any(not 0 <= fr < len(frames) for fr in t.frame) or any(
+            not -1 <= p < n for p in t.parent
+        ):
+            raise ValueError("tree refers outside its frames or nodes")
+        if any(len(m.values) != n for m in t.metrics):
+            raise ValueError("a metric column has the wrong length")
+    except (IndexError, ValueError) as exc:
+        raise ProfileError(source, f"corrupt profile ({exc})") from None
+    tree = Tree(
+        frames=frames,
+        parent=list(t.parent),
+        frame=list(t.frame),
+        excl={m.name: list(m.values) for m in t.metrics},
+        units={m.name: m.unit for m in t.metrics},
+    )
+    return Profile(
+        tree=tree,
+        steps=(msg.step_start, msg.step_end),
+        step_times_ns=list(msg.step_times_ns),
+        run=msg.run,
+        rank=msg.rank,
+        host=msg.host,
+        framework=msg.framework,
+        mode=msg.mode,
+        system=[Series(s.name, s.device, list(s.t_ns), list(s.values)) for s in msg.system],
+        drops=dict(msg.drops),
+        env=dict(msg.env),
+        findings=[
+            {
+                "rule": f.rule, "severity": f.severity, "message": f.message, "suggestion": f.suggestion,
+                "path": list(f.path), "evidence": json.loads(f.evidence_json or "{}"), "node": f.node,
+            }
+            for f in msg.findings
+        ],
+        start_unix_ns=msg.start_unix_ns,
+        duration_ns=msg.duration_ns,
+        init_ns=msg.init_ns,
+        world_size=msg.world_size or 1,
+        source=str(source),
+    )

@@ -1,0 +1,341 @@
+"""The session: the state machine every integration drives.
+
+Integrations call ``step_begin(step)`` / ``step_end(step)`` / ``phase(name)`` /
+``close()``. The session opens and closes windows per the config, starts the
+collector's sampler and monitor inside them, asks the framework adapter to
+install its hooks, and writes one profile per window.
+
+Failure policy: an exception raised by the profiler itself is logged once,
+the session disables itself (hooks removed, threads stopped), what was already
+collected is still written, and training goes on. The user's own exceptions
+pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from . import collector as collector_mod
+from .config import ProfilerConfig, resolve
+from .environment import detect_host, detect_rank, environment
+from .logdir import write_profile
+from .ownfiles import skip_profiler_files
+from .snapshot import profile_from_snapshot
+from .tree import KINDS
+from .windows import WindowSchedule
+
+KIND_PHASE = KINDS.index("phase")
+
+logger = logging.getLogger("deepcontext")
+
+_ACTIVE: list["Session"] = []  # the one explicit registry of live sessions
+
+
+def active_sessions() -> list["Session"]:
+    """Sessions created and not yet closed, oldest first."""
+    return list(_ACTIVE)
+
+
+class Adapter(Protocol):
+    """What a framework adapter provides; every method is optional."""
+
+    framework: str
+
+    def install(self, session: "Session") -> None: ...  # window opens: hook
+    def uninstall(self, session: "Session") -> None: ...  # window closes: unhook, ingest device activity
+    def environment(self) -> dict[str, str]: ...
+
+
+def _guarded(method: Callable) -> Callable:
+    """Run a session method fail-open: profiler errors disable the session."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Session", *args: Any, **kwargs: Any) -> Any:
+        if self.disabled:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the profiler must never stop training
+            self.fail(exc, method.__name__)
+            return None
+
+    return wrapper
+
+
+class _Phase:
+    __slots__ = ("session", "name", "depth")
+
+    def __init__(self, session: "Session", name: str) -> None:
+        self.session, self.name, self.depth = session, name, -1
+
+    def __enter__(self) -> "_Phase":
+        self.depth = self.session._enter_phase(self.name)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.depth is not None and self.depth >= 0:
+            self.session._leave_phase(self.depth)
+        return False  # never swallow the user's exception
+
+
+class _NoPhase:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+_NO_PHASE = _NoPhase()
+
+
+class Session:
+    """Drives windows, the collector and the adapter for one profiled process.
+
+    Args:
+        config: What to profile (resolved with ``overrides`` and
+            ``DEEPCONTEXT_CONFIG``; invalid values raise ``ValueError`` here).
+        framework: Name recorded in profiles ("torch", "jax", "python").
+        adapter: Framework hooks installed while a window is open.
+        default_phase: Phase a step's work belongs to unless marked otherwise.
+        rank, host: Override the detected rank/host.
+        clock: Monotonic ns clock (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        config: ProfilerConfig | None = None,
+        *,
+        framework: str = "python",
+        adapter: Adapter | None = None,
+        default_phase: str = "other",
+        rank: int | None = None,
+        host: str | None = None,
+        world_size: int | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+        **overrides: Any,
+    ) -> None:
+        self.config = resolve(config, **overrides)
+        self.framework = framework
+        self.adapter = adapter
+        self.default_phase = default_phase
+        self.rank = detect_rank() if rank is None else rank
+        self.world_size = world_size or int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.host = host or detect_host()
+        self.clock = clock
+        self.disabled = not self.config.enabled
+        self.closed = False
+        self.written: list[Path] = []
+        self.window: tuple[int, int] | None = None  # (start, end_exclusive) while open
+        self._schedule = WindowSchedule(self.config.steps, self.config.time_range, clock())
+        self._created_ns = clock()
+        self._first_step_ns: int | None = None
+        self._pid = os.getpid()
+        self._failed_once = False
+        self._collector: Any = None
+        self._frames: dict[tuple, int] = {}
+        self._step_times: list[int] = []
+        self._step_start_ns = 0
+        self._last_step = -1
+        self._window_t0 = 0
+        self._window_unix = 0
+        if not self.disabled:
+            _ACTIVE.append(self)
+
+    # --- collector access for adapters -----------------------------------
+    @property
+    def collector(self) -> Any:
+        if self._collector is None:
+            self._collector = collector_mod.create_collector(
+                prefer_native=self.config.native, max_nodes=self.config.max_nodes
+            )
+            skip_profiler_files(self._collector)
+        return self._collector
+
+    @property
+    def in_window(self) -> bool:
+        return self.window is not None
+
+    def frame(self, kind: int, name: str, file: str = "", line: int = 0, detail: str = "", flags: int = 0) -> int:
+        """Interned frame id (cached on the Python side for the hot path)."""
+        key = (kind, name, file, line, detail, flags)
+        fid = self._frames.get(key)
+        if fid is None:
+            fid = self._frames[key] = self.collector.intern(kind, name, file, line, detail, flags)
+        return fid
+
+    def phase_frame(self, name: str) -> int:
+        return self.frame(KIND_PHASE, name)
+
+    # --- driving -----------------------------------------------------------
+    def step_begin(self, step: int) -> None:
+        """Call at the start of training step ``step``."""
+        if self.disabled or (self.window is None and not self._schedule.may_open(step)):
+            return  # outside a window: one compare, nothing else
+        self._step_begin(step)
+
+    @_guarded
+    def _step_begin(self, step: int) -> None:
+        now = self.clock()
+        if self._first_step_ns is None:
+            self._first_step_ns = now
+        if self.window is None:
+            window = self._schedule.open_at(step, now)
+            if window is None:
+                return
+            self._open(window, now)
+        self._last_step = step
+        self._step_start_ns = now
+        self.collector.unwind(0)
+        self.collector.enter([self.phase_frame(self.default_phase)], 0)
+
+    def step_end(self, step: int) -> None:
+        """Call at the end of training step ``step``."""
+        if self.window is None or self.disabled:
+            return
+        self._step_end(step)
+
+    @_guarded
+    def _step_end(self, step: int) -> None:
+        now = self.clock()
+        self.collector.unwind(0)
+        self._step_times.append(now - self._step_start_ns)
+        self._last_step = step
+        if self._schedule.should_close(step, now, self._window_t0):
+            self._close_window(step + 1)
+
+    def phase(self, name: str) -> Any:
+        """Context manager marking work as phase ``name`` (e.g. "optimizer")."""
+        if self.window is None or self.disabled:
+            return _NO_PHASE
+        return _Phase(self, name)
+
+    @_guarded
+    def _enter_phase(self, name: str) -> int:
+        depth = self.collector.depth()
+        self.collector.enter([self.phase_frame(name)], 0)
+        return depth
+
+    @_guarded
+    def _leave_phase(self, depth: int) -> None:
+        if self.window is not None:
+            self.collector.unwind(depth)
+
+    def close(self) -> None:
+        """Flush an open window (with the steps it saw) and release everything."""
+        if self.closed:
+            return
+        self.closed = True
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if self.window is not None and not self.disabled and os.getpid() == self._pid:
+            try:
+                self._close_window(self._last_step + 1)
+            except Exception as exc:  # noqa: BLE001
+                self.fail(exc, "close")
+
+    # --- windows -------------------------------------------------------------
+    def _open(self, window: tuple[int, int], now: int) -> None:
+        if os.getpid() != self._pid:  # a forked child never profiles on its parent's behalf
+            self.disabled = True
+            return
+        c = self.collector
+        c.reset()
+        self.window = window
+        self._step_times = []
+        self._window_t0 = now
+        self._window_unix = time.time_ns()
+        if self.adapter is not None and hasattr(self.adapter, "install"):
+            self.adapter.install(self)
+        if self.config.cpu_sampling_hz > 0:
+            c.start_sampler(self.config.cpu_sampling_hz, self.config.mode == "comprehensive")
+        if self.config.system_interval_ms > 0:
+            c.start_monitor(self.config.system_interval_ms)
+
+    def _stop_collecting(self) -> None:
+        c = self._collector
+        if c is not None:
+            c.stop_sampler()
+            c.stop_monitor()
+        if self.adapter is not None and hasattr(self.adapter, "uninstall"):
+            self.adapter.uninstall(self)
+
+    def _close_window(self, end: int) -> None:
+        start = self.window[0] if self.window else end
+        try:
+            self._stop_collecting()
+        finally:
+            self.window = None
+        self.collector.unwind(0)
+        self._write((start, max(end, start + 1)))
+        self.collector.reset()
+
+    def _write(self, steps: tuple[int, int]) -> Path | None:
+        env = environment(self.framework, self.config.mode)
+        if self.adapter is not None and hasattr(self.adapter, "environment"):
+            env.update(self.adapter.environment())
+        profile = profile_from_snapshot(
+            self.collector.snapshot(),
+            self.collector.monitor_samples(),
+            steps=steps,
+            step_times_ns=self._step_times,
+            window_t0=self._window_t0,
+            run=self.config.run or ".",
+            rank=self.rank,
+            host=self.host,
+            framework=self.framework,
+            mode=self.config.mode,
+            env=env,
+            start_unix_ns=self._window_unix,
+            duration_ns=self.clock() - self._window_t0,
+            init_ns=(self._first_step_ns - self._created_ns) if self._first_step_ns else -1,
+            world_size=self.world_size,
+        )
+        _analyze(profile, self.config)
+        try:
+            path = write_profile(profile, self.config.logdir, self.config.run)
+        except OSError as exc:
+            logger.warning("DeepContext could not write its profile under %s: %s", self.config.logdir, exc)
+            return None
+        self.written.append(path)
+        logger.info("DeepContext wrote %s", path)
+        return path
+
+    # --- failure ---------------------------------------------------------------
+    def fail(self, exc: BaseException, where: str) -> None:
+        """Log once, disable, keep what was collected; never raises."""
+        if self._failed_once:
+            return
+        self._failed_once = True
+        self.disabled = True
+        logger.error("DeepContext disabled itself after an internal error in %s: %r", where, exc, exc_info=exc)
+        try:
+            if self.window is not None:
+                steps = (self.window[0], max(self._last_step + 1, self.window[0] + 1))
+                try:
+                    self._stop_collecting()
+                finally:
+                    self.window = None
+                self._write(steps)
+        except Exception:  # noqa: BLE001 - nothing more can be saved
+            logger.debug("DeepContext could not save the partial window", exc_info=True)
+        finally:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
+
+
+def _analyze(profile: Any, config: ProfilerConfig) -> None:
+    """Attach findings when the analyzer is present; analysis never blocks writing."""
+    try:
+        from .analyzer import analyze
+    except ImportError:
+        return
+    try:
+        profile.findings = analyze(profile, config.analyzer)
+    except Exception:  # noqa: BLE001
+        logger.warning("DeepContext analyzer failed; the profile is written without findings", exc_info=True)

@@ -1,0 +1,254 @@
+"""The calling context tree: frames (what), nodes (where), metric columns (how much).
+
+A `Tree` is flat: ``parent[i]`` and ``frame[i]`` per node, ``excl[metric][i]``
+per node. Inclusive values are derived (and cached), never stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Sequence
+
+KINDS = ("root", "python", "module", "operator", "native", "kernel", "phase", "compiled")
+PHASES = ("forward", "backward", "optimizer", "dataloader", "compile", "other")
+
+UNITS = {
+    "cpu_time_ns": "ns",
+    "device_time_ns": "ns",
+    "count": "1",
+    "samples": "1",
+    "alloc_bytes": "bytes",
+    "flops": "1",
+}
+TIME_METRICS = ("cpu_time_ns", "device_time_ns")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Identity of a context: kind, name and, where they apply, source and detail."""
+
+    kind: str
+    name: str
+    file: str = ""
+    line: int = 0
+    detail: str = ""
+    backward: bool = False
+
+    def label(self) -> str:
+        """A one-line human label, e.g. ``model.py:88 attention`` or ``blocks.3.attn (MHA)``."""
+        if self.kind == "python":
+            short = self.file.rsplit("/", 1)[-1] if self.file else "?"
+            text = f"{short}:{self.line} {self.name}"
+        elif self.detail:
+            text = f"{self.name} ({self.detail})"
+        else:
+            text = self.name or self.kind
+        return text + (" [backward]" if self.backward else "")
+
+
+ROOT = Frame("root", "")
+
+
+@dataclass
+class Tree:
+    """A calling context tree with exclusive metric columns.
+
+    Attributes:
+        frames: Distinct frames; nodes refer to them by index.
+        parent: Parent node per node (``-1`` for the root, node 0).
+        frame: Frame index per node.
+        excl: Exclusive value per node, per metric name.
+        units: Unit per metric name.
+    """
+
+    frames: list[Frame] = field(default_factory=lambda: [ROOT])
+    parent: list[int] = field(default_factory=lambda: [-1])
+    frame: list[int] = field(default_factory=lambda: [0])
+    excl: dict[str, list[int]] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._children: list[list[int]] | None = None
+        self._incl: dict[str, list[int]] = {}
+        self._frame_ids = {f: i for i, f in enumerate(self.frames)}
+        self._child_of: dict[tuple[int, int], int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(self.excl)
+
+    # --- building -------------------------------------------------------
+    def intern(self, frame: Frame) -> int:
+        index = self._frame_ids.get(frame)
+        if index is None:
+            index = self._frame_ids[frame] = len(self.frames)
+            self.frames.append(frame)
+        return index
+
+    def child(self, parent: int, frame: Frame) -> int:
+        """Find or insert the node for ``frame`` under ``parent``."""
+        if self._child_of is None:
+            self._child_of = {(p, f): i for i, (p, f) in enumerate(zip(self.parent, self.frame))}
+        key = (parent, self.intern(frame))
+        node = self._child_of.get(key)
+        if node is None:
+            node = self._child_of[key] = len(self.parent)
+            self.parent.append(parent)
+            self.frame.append(key[1])
+            for column in self.excl.values():
+                column.append(0)
+            self._invalidate()
+        return node
+
+    def add(self, node: int, metric: str, value: int) -> None:
+        column = self.excl.get(metric)
+        if column is None:
+            column = self.excl[metric] = [0] * len(self.parent)
+            self.units.setdefault(metric, UNITS.get(metric, "1"))
+        column[node] += value
+        self._incl.pop(metric, None)
+
+    def _invalidate(self) -> None:
+        self._children = None
+        self._incl.clear()
+
+    # --- reading --------------------------------------------------------
+    def node_frame(self, node: int) -> Frame:
+        return self.frames[self.frame[node]]
+
+    def children(self, node: int) -> list[int]:
+        if self._children is None:
+            kids: list[list[int]] = [[] for _ in self.parent]
+            for i, p in enumerate(self.parent):
+                if p >= 0:
+                    kids[p].append(i)
+            self._children = kids
+        return self._children[node]
+
+    def value(self, node: int, metric: str) -> int:
+        column = self.excl.get(metric)
+        return column[node] if column is not None else 0
+
+    def inclusive(self, metric: str) -> list[int]:
+        """Inclusive column: a node's value plus all of its descendants'."""
+        cached = self._incl.get(metric)
+        if cached is not None:
+            return cached
+        column = list(self.excl.get(metric, [0] * len(self.parent)))
+        # Children always have larger indices than their parents in trees built
+        # top-down; fall back to a topological order otherwise.
+        order = range(len(self.parent) - 1, 0, -1)
+        if any(p >= i for i, p in enumerate(self.parent) if i):
+            order = reversed(list(self.preorder()))
+        for i in order:
+            p = self.parent[i]
+            if p >= 0:
+                column[p] += column[i]
+        self._incl[metric] = column
+        return column
+
+    def path(self, node: int) -> list[int]:
+        """Nodes from the root's first child down to ``node``."""
+        out = []
+        while node > 0:
+            out.append(node)
+            node = self.parent[node]
+        return out[::-1]
+
+    def path_frames(self, node: int) -> list[Frame]:
+        return [self.node_frame(n) for n in self.path(node)]
+
+    def preorder(self, start: int = 0) -> Iterator[int]:
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(self.children(node)))
+
+    def find(self, *labels: str) -> int | None:
+        """Node reached by following children whose name or label matches, or None."""
+        node = 0
+        for label in labels:
+            for kid in self.children(node):
+                frame = self.node_frame(kid)
+                if label in (frame.name, frame.label()):
+                    node = kid
+                    break
+            else:
+                return None
+        return node
+
+    def find_all(self, predicate) -> list[int]:
+        return [n for n in range(len(self.parent)) if predicate(self.node_frame(n))]
+
+    def total(self, metric: str) -> int:
+        return sum(self.excl.get(metric, ()))
+
+
+def _parse_label(label: str) -> tuple[Frame, dict[str, int]]:
+    """``"kind:name @metric=value,metric=value"`` → frame and metrics."""
+    text, _, metric_text = label.partition(" @")
+    metrics = {}
+    for item in filter(None, metric_text.split(",")):
+        key, _, value = item.partition("=")
+        metrics[key.strip()] = int(value)
+    kind, sep, name = text.partition(":")
+    backward = False
+    if not sep or kind not in KINDS:
+        name = text
+        kind = "phase" if text in PHASES else "operator" if "::" in text else "python"
+    if name.endswith(" [backward]"):
+        name, backward = name[: -len(" [backward]")], True
+    file, line = "", 0
+    if kind == "python" and "|" in name:  # "python:func|file.py:12"
+        name, where = name.split("|", 1)
+        file, _, line_text = where.rpartition(":")
+        line = int(line_text)
+    return Frame(kind, name, file, line, backward=backward), metrics
+
+
+def tree_from_lists(*specs: str | Sequence) -> Tree:
+    """Build a tree from a literal shorthand, for tests and examples.
+
+    Each spec is a label or ``(label, *children)``. A label is
+    ``[kind:]name[ [backward]][ @metric=value,...]``; without a kind, phases,
+    ``ns::op`` operators and Python functions are recognised by name. Example:
+    ``tree_from_lists(("forward", ("model", "aten::mm @cpu_time_ns=100")))``.
+    """
+    tree = Tree()
+
+    def build(parent: int, spec: str | Sequence) -> None:
+        label, kids = (spec, ()) if isinstance(spec, str) else (spec[0], spec[1:])
+        frame, metrics = _parse_label(label)
+        node = tree.child(parent, frame)
+        for metric, value in metrics.items():
+            tree.add(node, metric, value)
+        for kid in kids:
+            build(node, kid)
+
+    for spec in specs:
+        build(0, spec)
+    return tree
+
+
+def from_columns(
+    frames: Sequence[Frame],
+    parent: Iterable[int],
+    frame: Iterable[int],
+    excl: Mapping[str, Iterable[int]],
+    units: Mapping[str, str] | None = None,
+) -> Tree:
+    """Build a tree from flat columns (a collector snapshot or a profile file)."""
+    parent, frame = list(parent), list(frame)
+    columns = {name: list(values) for name, values in excl.items()}
+    columns = {name: values for name, values in columns.items() if len(values) == len(parent)}
+    return Tree(
+        frames=list(frames),
+        parent=parent,
+        frame=frame,
+        excl=columns,
+        units={name: (units or {}).get(name, UNITS.get(name, "1")) for name in columns},
+    )
