@@ -192,7 +192,7 @@ class Session:
         self._last_step = step
         self._step_start_ns = now
         self.collector.unwind(0)
-        self.collector.enter([self.phase_frame(self.default_phase)], 0)
+        self.collector.enter([self.phase_frame(self.default_phase)], 0, False, 0)
 
     def step_end(self, step: int) -> None:
         """Call at the end of training step ``step``."""
@@ -218,7 +218,7 @@ class Session:
     @_guarded
     def _enter_phase(self, name: str) -> int:
         depth = self.collector.depth()
-        self.collector.enter([self.phase_frame(name)], 0)
+        self.collector.enter([self.phase_frame(name)], 0, False, 0)
         return depth
 
     @_guarded

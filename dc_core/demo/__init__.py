@@ -1,0 +1,1 @@
+"""Embedded demo workloads (user code as far as profiles are concerned)."""

@@ -1,0 +1,156 @@
+"""Profiles → the machine-readable report (the ``--json`` shape) and the rows
+the terminal report prints. Pure functions; no I/O."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from .profile import Profile, ProfileError
+from .tree import Frame, Tree
+from .processors import flatten
+from .views import bottom_up
+
+REPORT_VERSION = 1
+METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc_bytes", "flops")
+
+
+def default_metric(tree: Tree) -> str:
+    """The most telling metric this tree has (device time on GPUs, else CPU time...)."""
+    for metric in METRIC_PREFERENCE:
+        if tree.total(metric) > 0:
+            return metric
+    return "cpu_time_ns"
+
+
+def view_tree(tree: Tree, view: str) -> Tree:
+    """The tree for ``view``: ``top-down`` (as is), ``bottom-up`` (callers), ``flat``."""
+    if view == "top-down":
+        return tree
+    if view == "bottom-up":
+        return bottom_up(tree)
+    if view == "flat":
+        return flatten(tree)
+    raise ValueError(f"view must be top-down, bottom-up or flat, got {view!r}")
+
+
+def node_json(tree: Tree, node: int = 0, depth: int | None = None, min_fraction: float = 0.0,
+              metric: str | None = None) -> dict[str, Any]:
+    """One NODE of the report: frame fields, exclusive and inclusive metrics, children."""
+    metric = metric or default_metric(tree)
+    incl_cols = {m: tree.inclusive(m) for m in tree.excl}
+    limit = incl_cols.get(metric, [0])[0] * min_fraction
+
+    def build(n: int, level: int) -> dict[str, Any]:
+        f = tree.node_frame(n)
+        kids = [] if depth is not None and level >= depth else [
+            k for k in tree.children(n) if incl_cols.get(metric, [0] * len(tree))[k] >= limit
+        ]
+        kids.sort(key=lambda k: -incl_cols.get(metric, [0] * len(tree))[k])
+        return {
+            "kind": f.kind, "name": f.name, "detail": f.detail, "file": f.file, "line": f.line,
+            "backward": f.backward,
+            "excl": {m: col[n] for m, col in tree.excl.items()},
+            "incl": {m: col[n] for m, col in incl_cols.items()},
+            "children": [build(k, level + 1) for k in kids],
+        }
+
+    return build(node, 0)
+
+
+def profile_json(profile: Profile, view: str = "top-down", depth: int | None = None,
+                 min_fraction: float = 0.0, metric: str | None = None) -> dict[str, Any]:
+    tree = view_tree(profile.tree, view)
+    return {
+        "run": profile.run,
+        "rank": profile.rank,
+        "host": profile.host,
+        "framework": profile.framework,
+        "mode": profile.mode,
+        "steps": [profile.steps[0], profile.steps[1]],
+        "step_times_ns": list(profile.step_times_ns),
+        "tree": node_json(tree, 0, depth, min_fraction, metric),
+        "findings": [{k: v for k, v in f.items() if k != "node"} for f in profile.findings],
+    }
+
+
+def report_json(profiles: Iterable[Profile], errors: Iterable[ProfileError], **options: Any) -> dict[str, Any]:
+    """The whole ``deepcontext report --json`` document."""
+    return {
+        "version": REPORT_VERSION,
+        "profiles": [profile_json(p, **options) for p in profiles],
+        "errors": [{"file": e.file, "message": e.message} for e in errors],
+    }
+
+
+@dataclass
+class Row:
+    """One printed line of the tree report."""
+
+    depth: int
+    frame: Frame
+    incl: int
+    excl: int
+    percent: float
+
+
+def tree_rows(tree: Tree, metric: str, depth: int | None = None, min_fraction: float = 0.0,
+              limit: int = 200) -> list[Row]:
+    """Rows of the top-down report: heaviest first, at most ``limit``."""
+    incl = tree.inclusive(metric)
+    excl = tree.excl.get(metric, [0] * len(tree))
+    total = incl[0] or 1
+    rows: list[Row] = []
+    stack = [(k, 0) for k in sorted(tree.children(0), key=lambda k: incl[k])]
+    while stack and len(rows) < limit:
+        node, level = stack.pop()
+        if incl[node] < total * min_fraction or (incl[node] == 0 and excl[node] == 0):
+            continue
+        rows.append(Row(level, tree.node_frame(node), incl[node], excl[node], 100.0 * incl[node] / total))
+        if depth is None or level + 1 < depth:
+            stack.extend((k, level + 1) for k in sorted(tree.children(node), key=lambda k: incl[k]))
+    return rows
+
+
+@dataclass
+class RankStats:
+    rank: int
+    host: str
+    steps: int
+    median_ns: float
+    p95_ns: float
+    max_ns: int
+
+
+def rank_step_stats(profiles: Sequence[Profile]) -> list[RankStats]:
+    """Per-rank step-time statistics over every window of that rank."""
+    by_rank: dict[int, list[Profile]] = {}
+    for p in profiles:
+        by_rank.setdefault(p.rank, []).append(p)
+    out = []
+    for rank, items in sorted(by_rank.items()):
+        times = sorted(t for p in items for t in p.step_times_ns)
+        if not times:
+            continue
+        p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
+        out.append(RankStats(rank, items[0].host, len(times), statistics.median(times), p95, times[-1]))
+    return out
+
+
+def format_value(value: float, metric: str) -> str:
+    """Human units: 1.23 ms, 4.5 MiB, 1.2k."""
+    if metric.endswith("_ns"):
+        for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+            if abs(value) >= scale:
+                return f"{value / scale:.2f} {unit}"
+        return f"{value:.0f} ns"
+    if metric.endswith("bytes"):
+        for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if abs(value) >= scale:
+                return f"{value / scale:.1f} {unit}"
+        return f"{value:.0f} B"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{unit}"
+    return f"{value:.0f}"
