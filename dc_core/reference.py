@@ -1,0 +1,376 @@
+"""Pure-Python reference collector: the executable specification of ``_native.pyi``.
+
+Same constants, same methods, same semantics as ``dc_core._native.Collector``;
+``tests/core/test_collector.py`` runs one suite against both. It favours clear
+code over speed: it is what runs where the extension is not built, and what the
+C++ collector is checked against.
+
+Two things differ by necessity, not by contract:
+
+* The C++ collector relies on the GIL alone. Here every Python-level
+  read-modify-write could be interrupted by a thread switch, so shared state
+  (frames, tree, metrics, scope registry) is guarded by one lock.
+* This module's own frames are never part of a call path (the C++ collector has
+  no Python frames of its own), and the sampler ignores ``native=True``: it
+  records Python frames only.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import weakref
+from array import array
+from dataclasses import dataclass
+from types import FrameType
+from typing import Sequence
+
+from dc_core import sysmon
+from dc_core.worker import Worker, WorkerThread
+
+KIND_ROOT = 0
+KIND_PYTHON = 1
+KIND_MODULE = 2
+KIND_OPERATOR = 3
+KIND_NATIVE = 4
+KIND_KERNEL = 5
+KIND_PHASE = 6
+KIND_COMPILED = 7
+
+FLAG_BACKWARD = 1
+
+METRIC_CPU_TIME = 0
+METRIC_COUNT = 1
+METRIC_SAMPLES = 2
+
+_FRAME_COLUMNS = ("kind", "name", "file", "line", "detail", "flags")
+
+
+def now_ns() -> int:
+    """Monotonic clock (CLOCK_MONOTONIC) in nanoseconds; the clock of every scope."""
+    return time.monotonic_ns()
+
+
+_OWN_FILE = now_ns.__code__.co_filename
+
+
+@dataclass
+class _Scope:
+    node: int
+    start_ns: int
+    user_depth: int
+    nested_ns: int = 0  # inclusive time of the scopes closed directly inside this one
+
+
+class _Stack(list):
+    """One thread's open scopes (a list subclass so the registry can hold it weakly)."""
+
+
+def _outermost_first(frame: FrameType | None) -> list[FrameType]:
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    frames.reverse()
+    return frames
+
+
+class Collector:
+    """See ``dc_core/_native.pyi`` for the contract of every method."""
+
+    def __init__(self, max_nodes: int = 500_000, max_samples: int = 100_000) -> None:
+        if max_nodes < 1:
+            raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
+        if max_samples < 0:
+            raise ValueError(f"max_samples must be >= 0, got {max_samples}")
+        self._max_nodes = max_nodes
+        self._max_samples = max_samples
+        self._lock = threading.RLock()
+        # identity
+        self._strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self._frames = {column: array("q") for column in _FRAME_COLUMNS}
+        self._frame_ids: dict[tuple, int] = {}
+        self._skip: tuple[str, ...] = ()
+        self._metric_names: list[str] = []
+        self._metric_units: list[str] = []
+        self._metric_ids: dict[str, int] = {}
+        # tree and metric values (one column per metric, one entry per node)
+        self._parent = array("q")
+        self._node_frame = array("q")
+        self._children: dict[tuple[int, int], int] = {}
+        self._values: list[array] = []
+        # scopes: each thread finds its stack through a thread-local; the
+        # registry (thread id -> stack) lets the sampler and reset() reach all
+        # of them, and forgets a thread's stack when the thread ends.
+        self._local = threading.local()
+        self._stacks: weakref.WeakValueDictionary[int, _Stack] = weakref.WeakValueDictionary()
+        # background threads and what they collect
+        self._sampler: Worker | None = None
+        self._monitor: Worker | None = None
+        self._monitor_rows: list[dict] = []
+        self._drops = {"nodes": 0, "samples": 0, "monitor": 0}
+
+        self.intern(KIND_ROOT, "")
+        self._new_node(-1, 0)
+        for name, unit in (("cpu_time_ns", "ns"), ("count", "1"), ("samples", "1")):
+            self.metric(name, unit)
+
+    # --- identity -------------------------------------------------------
+    def intern(
+        self, kind: int, name: str, file: str = "", line: int = 0, detail: str = "", flags: int = 0
+    ) -> int:
+        key = (kind, name, file, line, detail, flags)
+        with self._lock:
+            frame = self._frame_ids.get(key)
+            if frame is None:
+                frame = self._frame_ids[key] = len(self._frames["kind"])
+                values = (kind, self._string(name), self._string(file), line, self._string(detail), flags)
+                for column, value in zip(_FRAME_COLUMNS, values):
+                    self._frames[column].append(value)
+            return frame
+
+    def _string(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"expected str, got {type(text).__name__}")
+        index = self._string_ids.get(text)
+        if index is None:
+            index = self._string_ids[text] = len(self._strings)
+            self._strings.append(text)
+        return index
+
+    def skip_prefix(self, prefix: str) -> None:
+        with self._lock:
+            if prefix not in self._skip:
+                self._skip += (prefix,)
+
+    def metric(self, name: str, unit: str) -> int:
+        with self._lock:
+            metric = self._metric_ids.get(name)
+            if metric is not None:
+                if self._metric_units[metric] != unit:
+                    raise ValueError(
+                        f"metric {name!r} is registered with unit "
+                        f"{self._metric_units[metric]!r}, not {unit!r}"
+                    )
+                return metric
+            metric = self._metric_ids[name] = len(self._metric_names)
+            self._metric_names.append(name)
+            self._metric_units.append(unit)
+            self._values.append(array("q", [0]) * len(self._parent))
+            return metric
+
+    # --- tree -----------------------------------------------------------
+    def _new_node(self, parent: int, frame: int) -> int:
+        node = len(self._parent)
+        self._parent.append(parent)
+        self._node_frame.append(frame)
+        for column in self._values:
+            column.append(0)
+        return node
+
+    def _check(self, what: str, index: int, size: int) -> None:
+        if not 0 <= index < size:
+            raise IndexError(f"{what} {index} out of range [0, {size})")
+
+    def child(self, parent: int, frame: int) -> int:
+        with self._lock:
+            self._check("node", parent, len(self._parent))
+            self._check("frame", frame, len(self._frames["kind"]))
+            node = self._children.get((parent, frame))
+            if node is None:
+                if len(self._parent) >= self._max_nodes:
+                    self._drops["nodes"] += 1
+                    return parent
+                node = self._children[(parent, frame)] = self._new_node(parent, frame)
+            return node
+
+    def path(self, parent: int, frames: Sequence[int]) -> int:
+        with self._lock:
+            node = parent
+            for frame in frames:
+                node = self.child(node, frame)
+            return node
+
+    def add(self, node: int, metric: int, value: int) -> None:
+        with self._lock:
+            self._check("metric", metric, len(self._values))
+            self._check("node", node, len(self._parent))
+            self._values[metric][node] += value
+
+    def node_count(self) -> int:
+        return len(self._parent)
+
+    # --- Python call paths --------------------------------------------
+    def _skipped(self, file: str) -> bool:
+        return file == _OWN_FILE or file.startswith(self._skip)
+
+    def _user_depth(self, frame: FrameType | None) -> int:
+        """Depth (outermost frame = 1) of the innermost non-skipped frame; 0 if none."""
+        stack = _outermost_first(frame)
+        for depth in range(len(stack), 0, -1):
+            if not self._skipped(stack[depth - 1].f_code.co_filename):
+                return depth
+        return 0
+
+    def _python_ids(self, frame: FrameType | None, floor: int) -> list[int]:
+        """Interned non-skipped frames of ``frame``'s stack deeper than ``floor``, outermost first."""
+        ids = []
+        for depth, f in enumerate(_outermost_first(frame), start=1):
+            code = f.f_code
+            if depth > floor and not self._skipped(code.co_filename):
+                name = getattr(code, "co_qualname", code.co_name)  # co_qualname: 3.11+
+                ids.append(self.intern(KIND_PYTHON, name, code.co_filename, f.f_lineno or 0))
+        return ids
+
+    def python_frames(self) -> list[int]:
+        with self._lock:
+            scopes = self._stack()
+            floor = scopes[-1].user_depth if scopes else 0
+            return self._python_ids(sys._getframe(), floor)
+
+    # --- scopes (per thread) -------------------------------------------
+    def _stack(self) -> _Stack:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = _Stack()
+            self._stacks[threading.get_ident()] = stack
+        return stack
+
+    def enter(
+        self, frames: Sequence[int], parent: int = -1, capture: bool = False, user_depth: int = -1
+    ) -> int:
+        with self._lock:
+            scopes = self._stack()
+            base = parent if parent >= 0 else (scopes[-1].node if scopes else 0)
+            self._check("node", base, len(self._parent))
+            here = sys._getframe()
+            if capture:
+                floor = scopes[-1].user_depth if scopes else 0
+                frames = self._python_ids(here, floor) + list(frames)
+            node = self.path(base, frames)
+            if user_depth < 0:
+                user_depth = self._user_depth(here)
+            scopes.append(_Scope(node, now_ns(), user_depth))
+            return node
+
+    def exit(self) -> int:
+        end = now_ns()
+        with self._lock:
+            scopes = self._stack()
+            if not scopes:
+                return -1
+            scope = scopes.pop()
+            elapsed = end - scope.start_ns
+            self._values[METRIC_COUNT][scope.node] += 1
+            self._values[METRIC_CPU_TIME][scope.node] += elapsed - scope.nested_ns
+            if scopes:
+                scopes[-1].nested_ns += elapsed
+            return elapsed
+
+    def top(self) -> int:
+        scopes = self._stack()
+        return scopes[-1].node if scopes else 0
+
+    def depth(self) -> int:
+        return len(self._stack())
+
+    def unwind(self, depth: int) -> None:
+        while self.depth() > max(depth, 0):
+            self.exit()
+
+    # --- CPU sampler ----------------------------------------------------
+    def start_sampler(self, hz: float, native: bool = False) -> None:
+        if not hz > 0:
+            raise ValueError(f"hz must be > 0, got {hz}")
+        if self.sampler_running():
+            return
+        self.stop_sampler()
+        self._sampler = Worker("deepcontext-sampler", 1.0 / hz, self._sample)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        own = {t.ident for t in threading.enumerate() if isinstance(t, WorkerThread)}
+        for thread_id, frame in sys._current_frames().items():
+            if thread_id in own:
+                continue
+            with self._lock:
+                scopes = self._stacks.get(thread_id)
+                scope = scopes[-1] if scopes else None
+                base, floor = (scope.node, scope.user_depth) if scope else (0, 0)
+                node = self.path(base, self._python_ids(frame, floor))
+                self._values[METRIC_SAMPLES][node] += 1
+
+    def stop_sampler(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()  # joins: never call it holding the lock the tick takes
+            with self._lock:
+                self._drops["samples"] += sampler.missed
+
+    def sampler_running(self) -> bool:
+        return self._sampler is not None and self._sampler.running
+
+    # --- system monitor ------------------------------------------------
+    def start_monitor(self, interval_ms: int) -> None:
+        if not interval_ms > 0:
+            raise ValueError(f"interval_ms must be > 0, got {interval_ms}")
+        if self._monitor is not None and self._monitor.running:
+            return
+        self.stop_monitor()
+        reader = sysmon.ProcReader()
+        self._monitor = Worker("deepcontext-monitor", interval_ms / 1000.0, lambda: self._record(reader))
+        self._monitor.start()
+
+    def _record(self, reader: sysmon.ProcReader) -> None:
+        row = reader.sample()
+        with self._lock:
+            if len(self._monitor_rows) < self._max_samples:
+                self._monitor_rows.append(row)
+            else:
+                self._drops["monitor"] += 1
+
+    def stop_monitor(self) -> None:
+        monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            monitor.stop()
+
+    def monitor_samples(self) -> dict[str, list]:
+        with self._lock:
+            rows = list(self._monitor_rows)
+        return {
+            column: [list(r[column]) if isinstance(r[column], list) else r[column] for r in rows]
+            for column in sysmon.COLUMNS
+        }
+
+    # --- output ---------------------------------------------------------
+    def snapshot(self) -> dict:
+        with self._lock:
+            drops = dict(self._drops)
+            if self._sampler is not None:
+                drops["samples"] += self._sampler.missed
+            return {
+                "parent": array("q", self._parent),
+                "frame": array("q", self._node_frame),
+                "metrics": {n: array("q", v) for n, v in zip(self._metric_names, self._values)},
+                "units": dict(zip(self._metric_names, self._metric_units)),
+                "frames": {column: array("q", values) for column, values in self._frames.items()},
+                "strings": list(self._strings),
+                "drops": drops,
+            }
+
+    def reset(self) -> None:
+        self.stop_sampler()
+        self.stop_monitor()
+        with self._lock:
+            del self._parent[1:]
+            del self._node_frame[1:]
+            self._children.clear()
+            for column in self._values:
+                del column[1:]
+                column[0] = 0
+            for scopes in list(self._stacks.values()):
+                scopes.clear()
+            self._monitor_rows.clear()
+            self._drops = dict.fromkeys(self._drops, 0)

@@ -1,0 +1,139 @@
+"""System-monitor readings from ``/proc``: one sample = one row of the monitor columns.
+
+Used by the reference collector's monitor thread and reusable by the session
+(e.g. to record one sample at window boundaries). Linux only; on other systems,
+or where a ``/proc`` file is unreadable, the affected values read as zero so a
+monitor never fails because of one missing counter. GPU columns are always
+empty here: NVML is the native collector's job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+#: Column names of ``Collector.monitor_samples()``, in contract order.
+COLUMNS = (
+    "t_ns",
+    "cpu_percent",
+    "rss_bytes",
+    "mem_used_percent",
+    "disk_read_bytes",
+    "disk_write_bytes",
+    "net_rx_bytes",
+    "net_tx_bytes",
+    "gpu_util_percent",
+    "gpu_mem_bytes",
+)
+
+_PROC = Path("/proc")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def read_cpu_times(proc: Path = _PROC) -> list[tuple[int, int]]:
+    """Per-core ``(busy, total)`` jiffies from ``/proc/stat``, in core order."""
+    cores = []
+    for line in _read(proc / "stat").splitlines():
+        name, _, rest = line.partition(" ")
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        # user nice system idle iowait irq softirq steal; guest time is already
+        # included in user/nice, so it is not added again.
+        fields = [int(v) for v in rest.split()[:8]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        total = sum(fields)
+        cores.append((total - idle, total))
+    return cores
+
+
+def cpu_percent(before: list[tuple[int, int]], after: list[tuple[int, int]]) -> list[float]:
+    """Per-core utilisation (0–100 %) between two ``read_cpu_times`` readings."""
+    out = []
+    for (busy0, total0), (busy1, total1) in zip(before, after):
+        d_total = total1 - total0
+        d_busy = busy1 - busy0
+        out.append(min(100.0, max(0.0, 100.0 * d_busy / d_total)) if d_total > 0 else 0.0)
+    return out
+
+
+def rss_bytes(proc: Path = _PROC) -> int:
+    """Resident set size of this process."""
+    fields = _read(proc / "self" / "statm").split()
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE") if len(fields) > 1 else 0
+
+
+def mem_used_percent(proc: Path = _PROC) -> float:
+    """System memory in use (total − available) as a percentage of total."""
+    info = {}
+    for line in _read(proc / "meminfo").splitlines():
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if parts:
+            info[key] = int(parts[0])
+    total = info.get("MemTotal", 0)
+    if total <= 0:
+        return 0.0
+    available = info.get("MemAvailable", info.get("MemFree", total))
+    return 100.0 * (total - available) / total
+
+
+def disk_bytes(proc: Path = _PROC) -> tuple[int, int]:
+    """Cumulative ``(read_bytes, write_bytes)`` this process caused at the block layer."""
+    values = {}
+    for line in _read(proc / "self" / "io").splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().isdigit():
+            values[key] = int(value)
+    return values.get("read_bytes", 0), values.get("write_bytes", 0)
+
+
+def net_bytes(proc: Path = _PROC) -> tuple[int, int]:
+    """Cumulative ``(rx_bytes, tx_bytes)`` over all interfaces except loopback."""
+    rx = tx = 0
+    for line in _read(proc / "net" / "dev").splitlines()[2:]:
+        iface, _, counters = line.partition(":")
+        fields = counters.split()
+        if iface.strip() == "lo" or len(fields) < 9:
+            continue
+        rx += int(fields[0])
+        tx += int(fields[8])
+    return rx, tx
+
+
+class ProcReader:
+    """Takes monitor samples; CPU % is measured since the previous sample.
+
+    The first ``sample()`` measures since construction, so construct the reader
+    when monitoring starts.
+    """
+
+    def __init__(self, proc: Path = _PROC) -> None:
+        self._proc = proc
+        self._cpu = read_cpu_times(proc)
+
+    def sample(self) -> dict:
+        """One row: a dict with every name in ``COLUMNS``."""
+        cpu = read_cpu_times(self._proc)
+        percent = cpu_percent(self._cpu, cpu)
+        self._cpu = cpu
+        read, write = disk_bytes(self._proc)
+        rx, tx = net_bytes(self._proc)
+        return {
+            "t_ns": time.monotonic_ns(),
+            "cpu_percent": percent,
+            "rss_bytes": rss_bytes(self._proc),
+            "mem_used_percent": mem_used_percent(self._proc),
+            "disk_read_bytes": read,
+            "disk_write_bytes": write,
+            "net_rx_bytes": rx,
+            "net_tx_bytes": tx,
+            "gpu_util_percent": [],
+            "gpu_mem_bytes": [],
+        }
