@@ -1,0 +1,106 @@
+"""The collector facade: the native collector when it is built, else the reference one.
+
+Both implement ``dc_core/_native.pyi``. Integrations and the session get their
+collector from ``create_collector`` and never import either implementation.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from types import ModuleType
+from typing import Any
+
+from dc_core import reference
+
+# The contract's constants (identical in both implementations), so callers need
+# not know which collector they hold.
+from dc_core.reference import (  # noqa: F401  (re-exported)
+    FLAG_BACKWARD,
+    KIND_COMPILED,
+    KIND_KERNEL,
+    KIND_MODULE,
+    KIND_NATIVE,
+    KIND_OPERATOR,
+    KIND_PHASE,
+    KIND_PYTHON,
+    KIND_ROOT,
+    METRIC_COUNT,
+    METRIC_CPU_TIME,
+    METRIC_SAMPLES,
+    now_ns,
+)
+
+logger = logging.getLogger(__name__)
+
+#: The profiler's own packages; their frames are left out of call paths.
+PROFILER_PACKAGES = ("dc_core", "dc_torch", "dc_jax", "dc_lightning", "dc_hf")
+
+#: Frame kind names, indexed by kind: ``NAMES[KIND_OPERATOR] == "operator"``.
+NAMES = ("root", "python", "module", "operator", "native", "kernel", "phase", "compiled")
+#: The inverse of ``NAMES``: ``KINDS["operator"] == KIND_OPERATOR``.
+KINDS = {name: kind for kind, name in enumerate(NAMES)}
+
+
+def kind_name(kind: int) -> str:
+    """Name of a frame kind, e.g. ``kind_name(3) == "operator"``."""
+    return NAMES[kind]
+
+
+def kind_id(name: str) -> int:
+    """Frame kind of a name, e.g. ``kind_id("operator") == 3``; ``KeyError`` if unknown."""
+    return KINDS[name]
+
+
+@functools.cache
+def _native_module() -> tuple[ModuleType | None, str]:
+    """The extension module, or ``None`` and why it did not import (tried once)."""
+    try:
+        from dc_core import _native
+    except ImportError as error:
+        return None, f"{type(error).__name__}: {error}"
+    return _native, ""
+
+
+@functools.cache
+def _warn_fallback(reason: str) -> None:
+    # Cached so that a job creating a collector per window warns once, not per window.
+    logger.warning(
+        "native collector unavailable (%s); using the pure-Python reference collector", reason
+    )
+
+
+def native_available() -> bool:
+    """Whether ``dc_core._native`` (the C++ collector) imports."""
+    return _native_module()[0] is not None
+
+
+def create_collector(prefer_native: bool = True, **kwargs: Any) -> Any:
+    """A new collector with the ``dc_core/_native.pyi`` interface.
+
+    Args:
+        prefer_native: use the C++ collector when it imports (the default);
+            ``False`` always gives the pure-Python reference collector.
+        **kwargs: passed to the constructor (``max_nodes``, ``max_samples``).
+
+    Returns:
+        A ``dc_core._native.Collector`` if ``prefer_native`` and the extension
+        imports, else a ``dc_core.reference.Collector`` (after one warning
+        through ``logging`` when the native one was wanted but unavailable).
+    """
+    if prefer_native:
+        native, reason = _native_module()
+        if native is not None:
+            return native.Collector(**kwargs)
+        _warn_fallback(reason)
+    return reference.Collector(**kwargs)
+
+
+def skip_profiler_files(collector: Any) -> None:
+    """Leave the profiler's own frames (all ``PROFILER_PACKAGES``) out of ``collector``'s call paths."""
+    # The packages are installed side by side, so their paths derive from this
+    # one without importing the adapters (which would import their frameworks).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for package in PROFILER_PACKAGES:
+        collector.skip_prefix(os.path.join(root, package) + os.sep)
