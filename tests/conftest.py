@@ -1,0 +1,81 @@
+"""Fixtures shared by every test: collectors of both implementations, and a
+guard that fails a test which leaves a collector's sampler or monitor running."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from dc_core import collector as collector_mod
+from dc_core import reference
+from dc_core.worker import WorkerThread
+
+IMPLEMENTATIONS = ("native", "reference")
+
+
+def _collector_class(implementation: str) -> type:
+    if implementation == "reference":
+        return reference.Collector
+    if os.environ.get("CI") == "true":
+        # In CI the extension is built: failing to import it is a failure, not a skip.
+        from dc_core import _native
+    else:
+        _native = pytest.importorskip("dc_core._native")
+    return _native.Collector
+
+
+def _leftovers(collectors: list, threads_before: set) -> list[str]:
+    found = [f"{c!r}: sampler running" for c in collectors if c.sampler_running()]
+    # The reference collector's sampler and monitor are Python threads, seen
+    # however their collector was made. A native monitor cannot be seen: the
+    # contract has no monitor_running(); the teardown below still stops it.
+    found += [
+        f"thread {t.name!r} still running"
+        for t in threading.enumerate()
+        if isinstance(t, WorkerThread) and t not in threads_before
+    ]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def collectors_created(monkeypatch: pytest.MonkeyPatch):
+    """Every collector made during the test (by ``create_collector`` or the
+    ``make_collector`` fixture); after the test, none may still be sampling."""
+    created: list = []
+    real_create = collector_mod.create_collector
+
+    def create_collector(*args, **kwargs):
+        made = real_create(*args, **kwargs)
+        created.append(made)
+        return made
+
+    monkeypatch.setattr(collector_mod, "create_collector", create_collector)
+    threads_before = set(threading.enumerate())
+    yield created
+    leftovers = _leftovers(created, threads_before)
+    for c in created:  # so that one leak does not spill into the next tests
+        c.stop_sampler()
+        c.stop_monitor()
+    if leftovers:
+        pytest.fail("test left a collector running: " + "; ".join(leftovers), pytrace=False)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def make_collector(request: pytest.FixtureRequest, collectors_created: list):
+    """A factory ``make_collector(**kwargs)`` for the parametrized implementation."""
+    cls = _collector_class(request.param)
+
+    def make(**kwargs):
+        made = cls(**kwargs)
+        collectors_created.append(made)
+        return made
+
+    return make
+
+
+@pytest.fixture
+def collector(make_collector):
+    """A fresh collector, once per implementation (``native``, ``reference``)."""
+    return make_collector()

@@ -1,0 +1,618 @@
+"""The collector contract (``dc_core/_native.pyi``), run against both implementations.
+
+Every test taking ``collector`` or ``make_collector`` runs twice: ``[native]``
+(the C++ extension; skipped while it is not built, a failure in CI) and
+``[reference]`` (the pure-Python executable specification).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+import textwrap
+import threading
+import time
+from typing import NamedTuple
+
+import pytest
+
+from dc_core import collector as collector_mod
+from dc_core import reference
+from tests.conftest import _leftovers
+
+# A "framework" file: frames from it are what skip_prefix is for. Compiled
+# under a made-up path so the test decides exactly which frames it holds.
+LIB_FILE = "/virtual/framework/lib.py"
+_lib: dict = {}
+exec(  # noqa: S102
+    compile(
+        textwrap.dedent(
+            """
+            def call(fn, *args):
+                return fn(*args)
+            """
+        ),
+        LIB_FILE,
+        "exec",
+    ),
+    _lib,
+)
+lib_call = _lib["call"]
+
+
+# --- decoding a snapshot --------------------------------------------------
+
+
+class Frame(NamedTuple):
+    kind: int
+    name: str
+    file: str
+    line: int
+    detail: str
+    flags: int
+
+
+class Snap:
+    """A snapshot decoded for assertions: frames by id, nodes by path of frame names."""
+
+    def __init__(self, collector) -> None:
+        self.raw = collector.snapshot()
+
+    def frame(self, frame_id: int) -> Frame:
+        f, strings = self.raw["frames"], self.raw["strings"]
+        return Frame(
+            f["kind"][frame_id],
+            strings[f["name"][frame_id]],
+            strings[f["file"][frame_id]],
+            f["line"][frame_id],
+            strings[f["detail"][frame_id]],
+            f["flags"][frame_id],
+        )
+
+    def node_frame(self, node: int) -> Frame:
+        return self.frame(self.raw["frame"][node])
+
+    def path(self, node: int) -> tuple[str, ...]:
+        """Frame names from the root's child down to ``node`` (``()`` for the root)."""
+        names = []
+        while node > 0:
+            names.append(self.node_frame(node).name)
+            node = self.raw["parent"][node]
+        return tuple(reversed(names))
+
+    def value(self, metric: str, node: int) -> int:
+        return self.raw["metrics"][metric][node]
+
+    def tree(self) -> dict[tuple[str, ...], dict[str, int]]:
+        """``{path: {metric: value}}`` for every non-root node, non-zero metrics only."""
+        return {
+            self.path(node): {m: v[node] for m, v in self.raw["metrics"].items() if v[node]}
+            for node in range(1, len(self.raw["parent"]))
+        }
+
+    def subtree_samples(self, node: int) -> int:
+        parent, samples = self.raw["parent"], self.raw["metrics"]["samples"]
+        total = 0
+        for n in range(len(parent)):
+            m = n
+            while m > node:
+                m = parent[m]
+            if m == node:
+                total += samples[n]
+        return total
+
+
+def spin(seconds: float) -> int:
+    """Burn CPU in this function for ``seconds`` (no sleep: the sampler must see it)."""
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return n
+
+
+SPIN_LINES, _first = inspect.getsourcelines(spin)
+SPIN_LINES = range(_first, _first + len(SPIN_LINES))
+
+
+def contract_module(collector):
+    return sys.modules[type(collector).__module__]
+
+
+# --- identity ---------------------------------------------------------------
+
+
+def test_constants_match_the_contract(collector):
+    mod = contract_module(collector)
+    kinds = [mod.KIND_ROOT, mod.KIND_PYTHON, mod.KIND_MODULE, mod.KIND_OPERATOR,
+             mod.KIND_NATIVE, mod.KIND_KERNEL, mod.KIND_PHASE, mod.KIND_COMPILED]
+    assert kinds == list(range(8))
+    assert (mod.FLAG_BACKWARD, mod.METRIC_CPU_TIME, mod.METRIC_COUNT, mod.METRIC_SAMPLES) == (1, 0, 1, 2)
+    before = time.monotonic_ns()
+    now = mod.now_ns()
+    assert before <= now <= time.monotonic_ns()  # CLOCK_MONOTONIC, the same clock
+
+
+def test_root_is_node_0_with_the_empty_root_frame(collector):
+    s = Snap(collector)
+    assert collector.node_count() == 1
+    assert list(s.raw["parent"]) == [-1] and list(s.raw["frame"]) == [0]
+    assert s.frame(0) == Frame(reference.KIND_ROOT, "", "", 0, "", 0)
+    assert collector.intern(reference.KIND_ROOT, "") == 0
+    assert collector.top() == 0 and collector.depth() == 0
+
+
+def test_intern_is_stable_and_every_field_is_identity(collector):
+    c = collector
+    base = ("aten::mm", "f.py", 3, "cpu", 0)
+    op = c.intern(reference.KIND_OPERATOR, *base)
+    assert c.intern(reference.KIND_OPERATOR, *base) == op
+    variants = [
+        c.intern(reference.KIND_KERNEL, *base),
+        c.intern(reference.KIND_OPERATOR, "aten::bmm", "f.py", 3, "cpu", 0),
+        c.intern(reference.KIND_OPERATOR, "aten::mm", "g.py", 3, "cpu", 0),
+        c.intern(reference.KIND_OPERATOR, "aten::mm", "f.py", 4, "cpu", 0),
+        c.intern(reference.KIND_OPERATOR, "aten::mm", "f.py", 3, "cuda", 0),
+        c.intern(reference.KIND_OPERATOR, "aten::mm", "f.py", 3, "cpu", reference.FLAG_BACKWARD),
+    ]
+    assert len({op, *variants}) == 7
+    assert c.intern(reference.KIND_PHASE, "forward") == c.intern(reference.KIND_PHASE, "forward", "", 0, "", 0)
+    s = Snap(c)
+    assert s.frame(op) == Frame(reference.KIND_OPERATOR, "aten::mm", "f.py", 3, "cpu", 0)
+    assert s.frame(variants[-1]).flags == reference.FLAG_BACKWARD
+    assert len(set(s.raw["strings"])) == len(s.raw["strings"])  # strings are interned too
+
+
+# --- tree and metrics ---------------------------------------------------------
+
+
+def test_child_finds_or_inserts_and_path_chains(collector):
+    c = collector
+    fwd, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    a = c.child(0, fwd)
+    assert c.child(0, fwd) == a and a != 0
+    b = c.child(a, mm)
+    assert c.path(0, [fwd, mm]) == b and c.path(0, []) == 0 and c.path(a, [mm]) == b
+    other = c.child(0, mm)  # same frame, other parent: another node
+    assert other not in (a, b)
+    assert c.node_count() == 4
+    s = Snap(c)
+    assert {s.path(n) for n in (a, b, other)} == {("forward",), ("forward", "aten::mm"), ("aten::mm",)}
+    with pytest.raises((IndexError, ValueError)):
+        c.child(c.node_count(), fwd)
+
+
+def test_metrics_register_once_with_a_unit_and_add_exclusive_values(collector):
+    c = collector
+    assert (c.metric("cpu_time_ns", "ns"), c.metric("count", "1"), c.metric("samples", "1")) == (0, 1, 2)
+    flops = c.metric("flops", "1")
+    assert flops == 3 and c.metric("flops", "1") == flops
+    with pytest.raises(ValueError):
+        c.metric("flops", "bytes")
+    with pytest.raises(ValueError):
+        c.metric("cpu_time_ns", "us")
+    node = c.child(0, c.intern(reference.KIND_OPERATOR, "aten::mm"))
+    c.add(node, flops, 5)
+    c.add(node, flops, 7)
+    c.add(0, reference.METRIC_COUNT, 2)
+    s = Snap(c)
+    assert s.raw["units"] == {"cpu_time_ns": "ns", "count": "1", "samples": "1", "flops": "1"}
+    assert list(s.raw["metrics"]["flops"]) == [0, 12]
+    assert list(s.raw["metrics"]["count"]) == [2, 0]
+    with pytest.raises((IndexError, ValueError)):
+        c.add(c.node_count(), flops, 1)
+
+
+def test_snapshot_columns_are_int64_arrays_of_consistent_length(collector):
+    c = collector
+    c.metric("alloc_bytes", "bytes")
+    c.path(0, [c.intern(reference.KIND_PHASE, p) for p in ("forward", "backward")])
+    s = Snap(c).raw
+    assert set(s) == {"parent", "frame", "metrics", "units", "frames", "strings", "drops"}
+    assert s["parent"][0] == -1
+    columns = [s["parent"], s["frame"], *s["metrics"].values()]
+    assert all(col.typecode == "q" and len(col) == c.node_count() == 3 for col in columns)
+    assert set(s["frames"]) == {"kind", "name", "file", "line", "detail", "flags"}
+    assert len({len(col) for col in s["frames"].values()}) == 1
+    assert all(col.typecode == "q" for col in s["frames"].values())
+    assert all(0 <= p < n for n, p in enumerate(s["parent"]) if n)  # parents come first
+    assert s["drops"] == {"nodes": 0, "samples": 0, "monitor": 0}
+
+
+def test_node_cap_returns_the_parent_and_counts_drops(make_collector):
+    c = make_collector(max_nodes=10)
+    frames = [c.intern(reference.KIND_OPERATOR, f"op{i}") for i in range(20)]
+    nodes = [c.child(0, f) for f in frames]
+    assert c.node_count() == 10
+    assert nodes[:9] == list(range(1, 10)) and nodes[9:] == [0] * 11
+    assert c.child(0, frames[3]) == nodes[3]  # finding an existing node is no drop
+    assert c.path(nodes[1], [frames[0], frames[1]]) == nodes[1]
+    assert Snap(c).raw["drops"]["nodes"] == 13
+    node = c.enter([frames[15]])  # scopes land on the parent too
+    assert node == 0
+    c.exit()
+    assert Snap(c).value("count", 0) == 1
+
+
+# --- scopes -----------------------------------------------------------------
+
+
+def test_nested_scopes_record_count_and_exclusive_time(collector):
+    c = collector
+    outer_f, inner_f = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    outer = c.enter([outer_f])
+    spin(0.002)
+    inner = c.enter([inner_f])
+    assert (c.top(), c.depth()) == (inner, 2)
+    spin(0.002)
+    inner_ns = c.exit()
+    spin(0.002)
+    outer_ns = c.exit()
+    assert (c.top(), c.depth()) == (0, 0)
+    assert 2_000_000 <= inner_ns < outer_ns
+    s = Snap(c)
+    assert s.tree() == {
+        ("forward",): {"count": 1, "cpu_time_ns": outer_ns - inner_ns},
+        ("forward", "aten::mm"): {"count": 1, "cpu_time_ns": inner_ns},
+    }
+    assert s.path(outer) == ("forward",) and s.path(inner) == ("forward", "aten::mm")
+
+
+def test_explicit_parent_places_the_node_but_time_nests_by_thread(collector):
+    c = collector
+    step, fwd = c.intern(reference.KIND_PHASE, "step"), c.intern(reference.KIND_PHASE, "forward")
+    c.enter([step])
+    node = c.enter([fwd], 0)  # under the root, though "step" is open
+    assert Snap(c).path(node) == ("forward",)
+    fwd_ns = c.exit()
+    step_ns = c.exit()
+    s = Snap(c)
+    assert s.value("cpu_time_ns", node) == fwd_ns
+    assert s.value("cpu_time_ns", c.child(0, step)) == step_ns - fwd_ns
+
+
+def test_exit_without_scope_returns_minus_one(collector):
+    assert collector.exit() == -1
+    assert collector.depth() == 0 and Snap(collector).tree() == {}
+
+
+def test_count_is_exact(collector):
+    c = collector
+    f = c.intern(reference.KIND_OPERATOR, "aten::add")
+    for _ in range(1000):
+        c.enter([f])
+        c.exit()
+    assert Snap(collector).tree()[("aten::add",)]["count"] == 1000
+
+
+def test_unwind_closes_scopes_after_an_exception(collector):
+    c = collector
+    a, b = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_MODULE, "blocks.0")
+    depth = c.depth()
+    try:
+        c.enter([a])
+        c.enter([b])
+        raise RuntimeError("model failed")
+    except RuntimeError:
+        c.unwind(depth)
+    assert (c.depth(), c.top(), c.exit()) == (0, 0, -1)
+    c.unwind(5)  # deeper than open: nothing to do
+    tree = Snap(c).tree()
+    assert tree[("forward",)]["count"] == 1 and tree[("forward", "blocks.0")]["count"] == 1
+
+
+def test_scopes_are_per_thread(collector):
+    c = collector
+    f = c.intern(reference.KIND_PHASE, "dataloader")
+    main = c.enter([c.intern(reference.KIND_PHASE, "forward")])
+    seen = {}
+
+    def worker():
+        seen["before"] = (c.depth(), c.top())
+        seen["node"] = c.enter([f])
+        seen["exit"] = c.exit()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen["before"] == (0, 0)  # the main thread's scope is not the worker's
+    assert Snap(c).path(seen["node"]) == ("dataloader",)
+    assert (c.depth(), c.top()) == (1, main)
+    c.exit()
+
+
+def test_eight_threads_count_exactly(collector):
+    c = collector
+    f = c.intern(reference.KIND_OPERATOR, "aten::relu")
+    barrier = threading.Barrier(8)
+
+    def work():
+        barrier.wait()
+        for _ in range(1000):
+            c.enter([f])
+            c.exit()
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert c.node_count() == 2
+    assert Snap(c).tree()[("aten::relu",)]["count"] == 8000
+
+
+# --- Python call paths -------------------------------------------------------
+
+
+def test_python_frames_are_the_callers_stack_outermost_first(collector):
+    c = collector
+
+    def inner():
+        return c.python_frames()
+
+    def outer():
+        return inner()
+
+    ids, again = outer(), outer()
+    call_line = inspect.currentframe().f_lineno - 1
+    s = Snap(c)
+    frames = [s.frame(i) for i in ids]
+    assert frames[-3:] == [
+        Frame(reference.KIND_PYTHON, test_python_frames_are_the_callers_stack_outermost_first.__qualname__,
+              __file__, call_line, "", 0),
+        Frame(reference.KIND_PYTHON, outer.__qualname__, __file__, outer.__code__.co_firstlineno + 1, "", 0),
+        Frame(reference.KIND_PYTHON, inner.__qualname__, __file__, inner.__code__.co_firstlineno + 1, "", 0),
+    ]
+    assert all(f.kind == reference.KIND_PYTHON and f.file and f.line > 0 for f in frames)
+    assert not any(f.file.startswith(os.path.dirname(reference.__file__)) for f in frames)
+    assert again == ids  # same lines, same interned frames
+
+
+def test_skip_prefix_leaves_framework_frames_out(collector):
+    c = collector
+
+    def user():
+        return c.python_frames()
+
+    def names():
+        return [Snap(c).frame(i) for i in lib_call(user)]
+
+    assert [f.file for f in names()[-2:]] == [LIB_FILE, __file__]
+    c.skip_prefix("/virtual/framework/")
+    frames = names()
+    assert LIB_FILE not in {f.file for f in frames}
+    assert [f.name for f in frames[-2:]] == [names.__qualname__, user.__qualname__]
+
+
+def test_scope_capture_interleaves_module_frames_with_python_frames(collector):
+    """A module hook in framework code opens a scope with capture inside user
+    function A; a capture in B (called by A) then holds only B's frames."""
+    c = collector
+    c.skip_prefix("/virtual/framework/")
+    block = c.intern(reference.KIND_MODULE, "blocks.0", detail="Linear")
+    mm = c.intern(reference.KIND_OPERATOR, "aten::mm")
+    seen = {}
+
+    def b():
+        seen["frames"] = c.python_frames()
+        seen["op"] = c.enter([mm], capture=True)
+        c.exit()
+
+    def a():
+        seen["module"] = lib_call(c.enter, [block], -1, True)  # the hook, from framework code
+        seen["enter_line"] = inspect.currentframe().f_lineno - 1
+        b()
+        c.exit()
+
+    a()
+    s = Snap(c)
+    assert [s.frame(i).name for i in seen["frames"]] == [b.__qualname__]
+    module_path = s.path(seen["module"])
+    assert module_path[-3:] == (test_scope_capture_interleaves_module_frames_with_python_frames.__qualname__,
+                                a.__qualname__, "blocks.0")
+    assert s.frame(s.raw["frame"][s.raw["parent"][seen["module"]]]).line == seen["enter_line"]
+    assert s.path(seen["op"]) == module_path + (b.__qualname__, "aten::mm")
+    assert s.tree()[s.path(seen["op"])] .get("count") == 1
+
+
+def test_explicit_user_depth_0_lets_captures_start_at_the_outermost_frame(collector):
+    c = collector
+    phase = c.intern(reference.KIND_PHASE, "forward")
+    everything = c.python_frames()
+    c.enter([phase], 0, False, 0)  # a phase: captures under it see the whole stack
+    inside = c.python_frames()
+    op = c.enter([c.intern(reference.KIND_OPERATOR, "aten::mm")], capture=True)
+    c.unwind(0)
+    assert inside[:-1] == everything[:-1] and len(inside) == len(everything)
+    s = Snap(c)
+    assert s.path(op) == ("forward", *[s.frame(i).name for i in everything], "aten::mm")
+    assert s.node_frame(c.child(0, phase)).name == "forward"
+
+
+# --- CPU sampler -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
+def test_sampler_attributes_samples_to_the_busy_line(collector, native):
+    c = collector
+    c.start_sampler(200, native=native)
+    c.start_sampler(200, native=native)  # idempotent
+    assert c.sampler_running()
+    spin(0.6)
+    c.stop_sampler()
+    assert not c.sampler_running()
+    s = Snap(c)
+    spin_nodes = [
+        n for n in range(c.node_count())
+        if s.node_frame(n).name == "spin" and s.node_frame(n).file == __file__
+    ]
+    assert spin_nodes and all(s.node_frame(n).line in SPIN_LINES for n in spin_nodes)
+    assert sum(s.subtree_samples(n) for n in spin_nodes) >= 20  # ~120 expected at 200 Hz
+    if not native:
+        assert sum(s.value("samples", n) for n in spin_nodes) >= 20
+
+
+def test_sampler_follows_another_threads_scope_and_stack(collector):
+    c = collector
+    phase = c.intern(reference.KIND_PHASE, "dataloader")
+    started = threading.Event()
+
+    def worker():
+        c.enter([phase])
+        started.set()
+        spin(0.6)
+        c.exit()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait()
+    c.start_sampler(200)
+    t.join()
+    c.stop_sampler()
+    tree = Snap(c).tree()
+    # Only the frames deeper than the scope's user depth (the worker function) follow it.
+    assert tree[("dataloader", "spin")]["samples"] >= 20
+    assert tree[("dataloader",)] == {"count": 1, "cpu_time_ns": tree[("dataloader",)]["cpu_time_ns"]}
+
+
+# --- system monitor -----------------------------------------------------------
+
+
+def wait_for_samples(c, n: int, timeout_s: float = 5.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while len(c.monitor_samples()["t_ns"]) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return c.monitor_samples()
+
+
+def test_monitor_samples_sane_values_in_aligned_columns(collector):
+    c = collector
+    c.start_monitor(20)
+    spin(0.05)
+    m = wait_for_samples(c, 2)
+    c.stop_monitor()
+    n = len(m["t_ns"])
+    assert n >= 2
+    assert set(m) == {"t_ns", "cpu_percent", "rss_bytes", "mem_used_percent", "disk_read_bytes",
+                      "disk_write_bytes", "net_rx_bytes", "net_tx_bytes", "gpu_util_percent", "gpu_mem_bytes"}
+    assert all(len(column) == n for column in m.values())
+    assert all(t0 < t1 for t0, t1 in zip(m["t_ns"], m["t_ns"][1:]))
+    assert m["t_ns"][-1] <= reference.now_ns()
+    for cores in m["cpu_percent"]:
+        assert len(cores) == os.cpu_count() and all(0.0 <= p <= 100.0 for p in cores)
+    assert all(rss > 0 for rss in m["rss_bytes"])
+    assert all(0.0 < p <= 100.0 for p in m["mem_used_percent"])
+    for column in ("disk_read_bytes", "disk_write_bytes", "net_rx_bytes", "net_tx_bytes"):
+        assert all(0 <= v0 <= v1 for v0, v1 in zip(m[column], m[column][1:])), column
+    for util, mem in zip(m["gpu_util_percent"], m["gpu_mem_bytes"]):
+        assert len(util) == len(mem) and all(0 <= u <= 100 for u in util)
+    assert len(c.monitor_samples()["t_ns"]) >= n  # kept after stop
+
+
+def test_monitor_keeps_the_oldest_samples_and_counts_drops(make_collector):
+    c = make_collector(max_samples=2)
+    c.start_monitor(5)
+    deadline = time.monotonic() + 5
+    while Snap(c).raw["drops"]["monitor"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    c.stop_monitor()
+    t = c.monitor_samples()["t_ns"]
+    assert len(t) == 2 and Snap(c).raw["drops"]["monitor"] >= 2
+    assert t[1] - t[0] < 1_000_000_000  # the first two, not a late pair
+
+
+# --- reset -------------------------------------------------------------------
+
+
+def test_reset_drops_nodes_scopes_and_samples_but_keeps_identities(collector):
+    c = collector
+    op = c.intern(reference.KIND_OPERATOR, "aten::mm", "f.py", 1)
+    flops = c.metric("flops", "1")
+    c.add(c.enter([op]), flops, 3)
+    c.start_sampler(100)
+    c.start_monitor(10)
+    wait_for_samples(c, 1)
+    strings_before = Snap(c).raw["strings"]
+    c.reset()
+    assert not c.sampler_running()
+    assert (c.node_count(), c.depth(), c.top(), c.exit()) == (1, 0, 0, -1)
+    assert c.monitor_samples()["t_ns"] == []
+    s = Snap(c)
+    assert s.raw["drops"] == {"nodes": 0, "samples": 0, "monitor": 0}
+    assert all(list(v) == [0] for v in s.raw["metrics"].values())
+    assert s.raw["strings"][: len(strings_before)] == strings_before
+    assert s.frame(op) == Frame(reference.KIND_OPERATOR, "aten::mm", "f.py", 1, "", 0)
+    assert c.intern(reference.KIND_OPERATOR, "aten::mm", "f.py", 1) == op
+    assert c.metric("flops", "1") == flops
+    with pytest.raises(ValueError):
+        c.metric("flops", "bytes")
+    time.sleep(0.05)
+    assert c.monitor_samples()["t_ns"] == []  # the monitor is stopped, not only emptied
+
+
+def test_reset_empties_other_threads_scopes(collector):
+    c = collector
+    entered, resumed, seen = threading.Event(), threading.Event(), {}
+
+    def worker():
+        c.enter([c.intern(reference.KIND_PHASE, "dataloader")])
+        entered.set()
+        resumed.wait()
+        seen["after"] = (c.depth(), c.exit())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    entered.wait()
+    c.reset()
+    resumed.set()
+    t.join()
+    assert seen["after"] == (0, -1)
+
+
+# --- the facade and the guard ---------------------------------------------------
+
+
+def test_kind_names_match_the_constants():
+    assert [collector_mod.kind_id(name) for name in collector_mod.NAMES] == list(range(8))
+    assert collector_mod.kind_name(reference.KIND_OPERATOR) == "operator"
+    assert collector_mod.NAMES[reference.KIND_COMPILED] == "compiled"
+    assert collector_mod.KIND_PHASE == reference.KIND_PHASE == collector_mod.kind_id("phase")
+
+
+def test_create_collector_prefers_native_when_it_imports():
+    made = collector_mod.create_collector()
+    native = collector_mod.native_available()
+    assert type(made).__module__ == ("dc_core._native" if native else "dc_core.reference")
+    assert isinstance(collector_mod.create_collector(prefer_native=False, max_nodes=5), reference.Collector)
+
+
+def test_missing_native_falls_back_with_one_warning(monkeypatch, caplog):
+    monkeypatch.setattr(collector_mod, "_native_module", lambda: (None, "ImportError: no _native"))
+    collector_mod._warn_fallback.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="dc_core.collector"):
+        made = [collector_mod.create_collector(max_nodes=7) for _ in range(3)]
+    assert all(isinstance(c, reference.Collector) for c in made)
+    assert [r.getMessage() for r in caplog.records] == [
+        "native collector unavailable (ImportError: no _native); using the pure-Python reference collector"
+    ]
+    collector_mod._warn_fallback.cache_clear()
+
+
+def test_skip_profiler_files_hides_the_profilers_own_frames():
+    c = collector_mod.create_collector(prefer_native=False)
+    collector_mod.skip_profiler_files(c)
+    core_dir = os.path.dirname(reference.__file__)
+    frames = [Snap(c).frame(i) for i in lib_call(c.python_frames)]
+    assert frames[-2].name == test_skip_profiler_files_hides_the_profilers_own_frames.__qualname__
+    assert not any(f.file.startswith(core_dir + os.sep) for f in frames)
+
+
+def test_guard_sees_a_sampler_left_running(make_collector):
+    before = set(threading.enumerate())
+    c = make_collector()
+    c.start_sampler(50)
+    assert _leftovers([c], before)
+    c.stop_sampler()
+    assert _leftovers([c], before) == []
