@@ -1,0 +1,260 @@
+// pybind11 bindings: argument checking and conversion to flat Python values,
+// nothing else. All methods run with the GIL held (pybind11's default), which
+// is the collector's lock; see collector.h.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collector.h"
+
+namespace py = pybind11;
+using dc::Collector;
+
+namespace {
+
+// Reads a sequence of frame ids without pybind11's generic list caster,
+// which allocates a std::vector and goes through type dispatch per item.
+void read_ids(py::handle seq, std::vector<int64_t>* out) {
+  out->clear();
+  PyObject* fast = PySequence_Fast(seq.ptr(), "frames must be a sequence of ints");
+  if (fast == nullptr) throw py::error_already_set();
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject** items = PySequence_Fast_ITEMS(fast);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    long long v = PyLong_AsLongLong(items[i]);
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      throw py::error_already_set();
+    }
+    out->push_back(v);
+  }
+  Py_DECREF(fast);
+}
+
+void check_node(const Collector& c, int64_t node) {
+  if (!c.tree().valid_node(node)) throw py::index_error("no node " + std::to_string(node));
+}
+
+void check_frames(const Collector& c, const std::vector<int64_t>& frames) {
+  for (int64_t f : frames)
+    if (!c.valid_frame(f)) throw py::index_error("no frame " + std::to_string(f));
+}
+
+// array('q') built from one bytes buffer: one memcpy instead of a Python int
+// per element, which is what keeps a 100k-node snapshot in milliseconds.
+py::object int64_array(const int64_t* data, size_t n, size_t padded) {
+  static py::object array_type = py::module_::import("array").attr("array");
+  py::bytes raw(nullptr, 0);
+  PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(padded * 8));
+  if (b == nullptr) throw py::error_already_set();
+  char* dst = PyBytes_AS_STRING(b);
+  if (n > 0) std::memcpy(dst, data, n * 8);
+  std::memset(dst + n * 8, 0, (padded - n) * 8);
+  raw = py::reinterpret_steal<py::bytes>(b);
+  return array_type("q", raw);
+}
+
+py::object int64_array(const std::vector<int64_t>& v) {
+  return int64_array(v.data(), v.size(), v.size());
+}
+
+py::dict snapshot(Collector& c) {
+  const dc::Tree& t = c.tree();
+  const size_t nodes = static_cast<size_t>(t.node_count());
+  py::dict out;
+  out["parent"] = int64_array(t.parents());
+  out["frame"] = int64_array(t.frames());
+  py::dict metrics, units;
+  for (size_t i = 0; i < t.metric_count(); ++i) {
+    const std::vector<int64_t>& col = t.raw_column(i);
+    size_t n = col.size() < nodes ? col.size() : nodes;
+    metrics[py::str(t.metric_name(i))] = int64_array(col.data(), n, nodes);
+    units[py::str(t.metric_name(i))] = py::str(t.metric_unit(i));
+  }
+  out["metrics"] = metrics;
+  out["units"] = units;
+
+  const std::vector<dc::Frame>& all = c.frames().all();
+  std::vector<int64_t> cols[6];
+  for (auto& col : cols) col.reserve(all.size());
+  for (const dc::Frame& f : all) {
+    cols[0].push_back(f.kind);
+    cols[1].push_back(f.name);
+    cols[2].push_back(f.file);
+    cols[3].push_back(f.line);
+    cols[4].push_back(f.detail);
+    cols[5].push_back(f.flags);
+  }
+  py::dict frames;
+  const char* names[6] = {"kind", "name", "file", "line", "detail", "flags"};
+  for (int i = 0; i < 6; ++i) frames[names[i]] = int64_array(cols[i]);
+  out["frames"] = frames;
+
+  const dc::StringTable& st = c.strings();
+  PyObject* strings = PyList_New(static_cast<Py_ssize_t>(st.size()));
+  if (strings == nullptr) throw py::error_already_set();
+  py::list strings_list = py::reinterpret_steal<py::list>(strings);
+  for (size_t i = 0; i < st.size(); ++i) {
+    const std::string& s = st.at(static_cast<int64_t>(i));
+    PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+    if (u == nullptr) throw py::error_already_set();
+    PyList_SET_ITEM(strings, static_cast<Py_ssize_t>(i), u);
+  }
+  out["strings"] = strings_list;
+
+  py::dict drops;
+  drops["nodes"] = t.dropped_nodes();
+  drops["samples"] = c.dropped_samples();
+  drops["monitor"] = c.monitor().dropped();
+  out["drops"] = drops;
+  return out;
+}
+
+py::dict monitor_samples(Collector& c) {
+  std::vector<dc::MonitorSample> samples = c.monitor().samples();
+  py::list t, cpu, rss, mem, rd, wr, rx, tx, gpu, gmem;
+  for (const dc::MonitorSample& s : samples) {
+    t.append(s.t_ns);
+    cpu.append(py::cast(s.cpu_percent));
+    rss.append(s.rss_bytes);
+    mem.append(s.mem_used_percent);
+    rd.append(s.disk_read_bytes);
+    wr.append(s.disk_write_bytes);
+    rx.append(s.net_rx_bytes);
+    tx.append(s.net_tx_bytes);
+    gpu.append(py::cast(s.gpu_util_percent));
+    gmem.append(py::cast(s.gpu_mem_bytes));
+  }
+  py::dict out;
+  out["t_ns"] = t;
+  out["cpu_percent"] = cpu;
+  out["rss_bytes"] = rss;
+  out["mem_used_percent"] = mem;
+  out["disk_read_bytes"] = rd;
+  out["disk_write_bytes"] = wr;
+  out["net_rx_bytes"] = rx;
+  out["net_tx_bytes"] = tx;
+  out["gpu_util_percent"] = gpu;
+  out["gpu_mem_bytes"] = gmem;
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "DeepContext native collector; the contract is dc_core/_native.pyi.";
+  m.attr("KIND_ROOT") = static_cast<int>(dc::KIND_ROOT);
+  m.attr("KIND_PYTHON") = static_cast<int>(dc::KIND_PYTHON);
+  m.attr("KIND_MODULE") = static_cast<int>(dc::KIND_MODULE);
+  m.attr("KIND_OPERATOR") = static_cast<int>(dc::KIND_OPERATOR);
+  m.attr("KIND_NATIVE") = static_cast<int>(dc::KIND_NATIVE);
+  m.attr("KIND_KERNEL") = static_cast<int>(dc::KIND_KERNEL);
+  m.attr("KIND_PHASE") = static_cast<int>(dc::KIND_PHASE);
+  m.attr("KIND_COMPILED") = static_cast<int>(dc::KIND_COMPILED);
+  m.attr("FLAG_BACKWARD") = static_cast<int>(dc::FLAG_BACKWARD);
+  m.attr("METRIC_CPU_TIME") = static_cast<int>(dc::METRIC_CPU_TIME);
+  m.attr("METRIC_COUNT") = static_cast<int>(dc::METRIC_COUNT);
+  m.attr("METRIC_SAMPLES") = static_cast<int>(dc::METRIC_SAMPLES);
+  m.def("now_ns", &dc::now_ns, "Monotonic clock (CLOCK_MONOTONIC) in nanoseconds.");
+
+  // Threads must be stopped while the interpreter is still whole: atexit
+  // callbacks run before finalization, Py_AtExit ones after it.
+  m.def("_stop_all", &dc::stop_all_collectors);
+  py::module_::import("atexit").attr("register")(m.attr("_stop_all"));
+
+  py::class_<Collector>(m, "Collector")
+      .def(py::init([](int64_t max_nodes, int64_t max_samples) {
+             if (max_nodes < 1)
+               throw py::value_error("max_nodes must be >= 1, got " + std::to_string(max_nodes));
+             if (max_samples < 0)
+               throw py::value_error("max_samples must be >= 0, got " +
+                                     std::to_string(max_samples));
+             return new Collector(max_nodes, max_samples);
+           }),
+           py::arg("max_nodes") = 500000, py::arg("max_samples") = 100000)
+      .def("intern", &Collector::intern, py::arg("kind"), py::arg("name"),
+           py::arg("file") = "", py::arg("line") = 0, py::arg("detail") = "",
+           py::arg("flags") = 0)
+      .def("skip_prefix", &Collector::skip_prefix, py::arg("prefix"))
+      .def("metric",
+           [](Collector& c, const std::string& name, const std::string& unit) {
+             int64_t id = c.metric(name, unit);
+             if (id < 0)
+               throw py::value_error("metric " + name + " is registered with another unit");
+             return id;
+           },
+           py::arg("name"), py::arg("unit"))
+      .def("child",
+           [](Collector& c, int64_t parent, int64_t frame) {
+             check_node(c, parent);
+             if (!c.valid_frame(frame)) throw py::index_error("no frame " + std::to_string(frame));
+             return c.child(parent, frame);
+           },
+           py::arg("parent"), py::arg("frame"))
+      .def("path",
+           [](Collector& c, int64_t parent, py::handle frames) {
+             static std::vector<int64_t> ids;  // GIL-protected scratch
+             read_ids(frames, &ids);
+             check_node(c, parent);
+             check_frames(c, ids);
+             return c.path(parent, ids.data(), ids.size());
+           },
+           py::arg("parent"), py::arg("frames"))
+      .def("add",
+           [](Collector& c, int64_t node, int64_t metric, int64_t value) {
+             check_node(c, node);
+             if (!c.tree().valid_metric(metric))
+               throw py::index_error("no metric " + std::to_string(metric));
+             c.add(node, metric, value);
+           },
+           py::arg("node"), py::arg("metric"), py::arg("value"))
+      .def("node_count", [](Collector& c) { return c.tree().node_count(); })
+      .def("python_frames",
+           [](Collector& c) {
+             std::vector<int64_t> out;
+             c.python_frames(&out);
+             PyObject* list = PyList_New(static_cast<Py_ssize_t>(out.size()));
+             if (list == nullptr) throw py::error_already_set();
+             for (size_t i = 0; i < out.size(); ++i)
+               PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(out[i]));
+             return py::reinterpret_steal<py::list>(list);
+           })
+      .def("enter",
+           [](Collector& c, py::handle frames, int64_t parent, bool capture,
+              int64_t user_depth) {
+             static std::vector<int64_t> ids;  // GIL-protected scratch
+             read_ids(frames, &ids);
+             if (parent >= 0) check_node(c, parent);
+             check_frames(c, ids);
+             return c.enter(ids.data(), ids.size(), parent, capture, user_depth);
+           },
+           py::arg("frames"), py::arg("parent") = -1, py::arg("capture") = false,
+           py::arg("user_depth") = -1)
+      .def("exit", &Collector::exit)
+      .def("top", &Collector::top)
+      .def("depth", &Collector::depth)
+      .def("unwind", &Collector::unwind, py::arg("depth"))
+      .def("start_sampler",
+           [](Collector& c, double hz, bool native) {
+             if (!(hz > 0)) throw py::value_error("hz must be > 0, got " + std::to_string(hz));
+             c.start_sampler(hz, native);
+           },
+           py::arg("hz"), py::arg("native") = false)
+      .def("stop_sampler", &Collector::stop_sampler)
+      .def("sampler_running", &Collector::sampler_running)
+      .def("start_monitor",
+           [](Collector& c, int64_t interval_ms) {
+             if (interval_ms <= 0)
+               throw py::value_error("interval_ms must be > 0, got " +
+                                     std::to_string(interval_ms));
+             c.start_monitor(interval_ms);
+           },
+           py::arg("interval_ms"))
+      .def("stop_monitor", &Collector::stop_monitor)
+      .def("monitor_samples", &monitor_samples)
+      .def("snapshot", &snapshot)
+      .def("reset", &Collector::reset);
+}

@@ -1,0 +1,63 @@
+// Python call-path capture through the public frame API only
+// (PyFrame_GetBack / PyFrame_GetCode / PyFrame_GetLasti / PyFrame_GetLineNumber),
+// with two caches so the steady state is one hash probe per frame:
+//   code object          -> interned file / qualname strings and the skip flag
+//   (code object, lasti) -> frame id (the line is computed once, on a miss)
+// Cached code objects are held by a strong reference so their addresses are
+// never reused by another code object while they are keys.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flatmap.h"
+#include "frames.h"
+
+namespace dc {
+
+class PyStack {
+ public:
+  PyStack(StringTable* strings, FrameTable* frames);
+  ~PyStack();  // releases the cached code objects; needs the GIL
+  PyStack(const PyStack&) = delete;
+  PyStack& operator=(const PyStack&) = delete;
+
+  void add_skip_prefix(const std::string& prefix);
+
+  // Walks the stack from `top` (borrowed, may be null) to the outermost frame.
+  // Appends to `out`, outermost first, the ids of the non-skipped frames whose
+  // depth (outermost = 1) is greater than `min_depth`. Returns the stack's
+  // user depth: the depth of its innermost non-skipped frame, 0 if none.
+  // `out` may be null when only the user depth is wanted.
+  int64_t capture(PyFrameObject* top, int64_t min_depth, std::vector<int64_t>* out);
+
+ private:
+  struct CodeInfo {
+    PyObject* code;  // strong reference
+    int64_t file, name;
+    bool skip;
+  };
+  struct Resolved {
+    int64_t frame;
+    bool skip;
+  };
+
+  Resolved resolve(PyFrameObject* f);
+  int64_t code_index(PyCodeObject* code);
+  bool skipped(const std::string& file) const;
+
+  StringTable* strings_;
+  FrameTable* frames_;
+  std::vector<std::string> skip_prefixes_;
+  std::vector<CodeInfo> codes_;
+  PairMap code_ids_;  // (code, 0) -> index into codes_
+  PairMap lines_;     // (code, lasti) -> code index << 32 | frame id
+  // Reused between captures so a capture allocates nothing in steady state.
+  std::vector<PyFrameObject*> walk_;
+  std::vector<Resolved> resolved_;
+};
+
+}  // namespace dc

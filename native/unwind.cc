@@ -1,0 +1,184 @@
+#include "unwind.h"
+
+#include <Python.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace dc {
+
+namespace {
+
+// One request at a time: the sampler thread is the only requester, and it
+// serialises targets. States move IDLE -> REQUESTED (sampler) -> WRITING
+// (handler, by CAS, so a late handler cannot race a timed-out request) ->
+// DONE (handler) -> IDLE (sampler).
+enum State : int { IDLE, REQUESTED, WRITING, DONE };
+
+struct Request {
+  std::atomic<int> state{IDLE};
+  std::atomic<pid_t> tid{0};
+  int n = 0;
+  void* pcs[kMaxNativeFrames];
+};
+
+Request g_request;
+struct sigaction g_previous;
+std::once_flag g_install_once;
+bool g_installed = false;
+constexpr int kSignal = SIGPROF;
+
+void on_signal(int sig, siginfo_t* info, void* ctx) {
+  int saved_errno = errno;
+  pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
+  int expected = REQUESTED;
+  if (g_request.tid.load(std::memory_order_acquire) == self &&
+      g_request.state.compare_exchange_strong(expected, WRITING)) {
+    g_request.n = backtrace(g_request.pcs, kMaxNativeFrames);
+    g_request.state.store(DONE, std::memory_order_release);
+  } else if (g_previous.sa_flags & SA_SIGINFO) {
+    // Not ours (e.g. an itimer profiler in the same process): pass it on.
+    if (g_previous.sa_sigaction != nullptr) g_previous.sa_sigaction(sig, info, ctx);
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+    g_previous.sa_handler(sig);
+  }
+  errno = saved_errno;
+}
+
+int64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+}  // namespace
+
+bool unwind_install() {
+  std::call_once(g_install_once, [] {
+    // backtrace() loads libgcc_s and takes locks on its first call; doing
+    // that inside a signal handler could deadlock, so do it here first.
+    void* warm[4];
+    backtrace(warm, 4);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_signal;
+    // SA_RESTART: the target's interrupted system calls resume by themselves.
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    // The handler stays installed for the life of the process: a stray
+    // signal after an uninstall would kill the process by default.
+    g_installed = sigaction(kSignal, &sa, &g_previous) == 0;
+  });
+  return g_installed;
+}
+
+int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns) {
+  if (!g_installed) return -1;
+  g_request.n = 0;
+  g_request.tid.store(tid, std::memory_order_release);
+  g_request.state.store(REQUESTED, std::memory_order_release);
+  if (syscall(SYS_tgkill, getpid(), tid, kSignal) != 0) {
+    g_request.state.store(IDLE);
+    return -1;
+  }
+  int64_t deadline = mono_ns() + timeout_ns;
+  while (g_request.state.load(std::memory_order_acquire) != DONE) {
+    if (mono_ns() > deadline) {
+      int expected = REQUESTED;
+      if (g_request.state.compare_exchange_strong(expected, IDLE)) return -1;
+      // The handler is already writing: it finishes in microseconds.
+      while (g_request.state.load(std::memory_order_acquire) != DONE) sched_yield();
+      break;
+    }
+    sched_yield();
+  }
+  int n = g_request.n < max ? g_request.n : max;
+  std::memcpy(out, g_request.pcs, sizeof(void*) * static_cast<size_t>(n));
+  g_request.state.store(IDLE, std::memory_order_release);
+  return n;
+}
+
+static std::string object_of(const void* addr) {
+  Dl_info info;
+  if (addr != nullptr && dladdr(addr, &info) != 0 && info.dli_fname != nullptr)
+    return info.dli_fname;
+  return std::string();
+}
+
+Symbolizer::Symbolizer(FrameTable* frames) : frames_(frames) {
+  libpython_ = object_of(reinterpret_cast<const void*>(&PyEval_GetFrame));
+  executable_ = object_of(dlsym(RTLD_DEFAULT, "main"));
+  own_ = object_of(reinterpret_cast<const void*>(&unwind_thread));
+}
+
+const Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
+  auto it = cache_.find(addr);
+  if (it != cache_.end()) return it->second;
+  Dl_info info;
+  std::memset(&info, 0, sizeof(info));
+  std::string file, name;
+  if (dladdr(reinterpret_cast<void*>(addr), &info) != 0) {
+    if (info.dli_fname != nullptr) file = info.dli_fname;
+    if (info.dli_sname != nullptr) {
+      int status = 0;
+      char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+      name = (status == 0 && demangled != nullptr) ? demangled : info.dli_sname;
+      std::free(demangled);
+    }
+  }
+  Class cls = NORMAL;
+  if (name == "__restore_rt")
+    cls = TRAMPOLINE;
+  else if (!file.empty() && file == own_)
+    cls = OWN;
+  else if ((!file.empty() && (file == libpython_ || file == executable_)) ||
+           name.rfind("_PyEval_EvalFrame", 0) == 0)
+    cls = INTERPRETER;
+  if (name.empty()) {
+    // No exported symbol covers it: name it by offset so it stays distinct.
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "0x%lx",
+                  static_cast<unsigned long>(addr - reinterpret_cast<uintptr_t>(info.dli_fbase)));
+    name = buf;
+  }
+  int64_t frame = cls == NORMAL ? frames_->intern(KIND_NATIVE, name, file, 0, "", 0) : -1;
+  return cache_.emplace(addr, Sym{frame, cls}).first->second;
+}
+
+void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<int64_t>* out) {
+  // Frames above the trampoline are the handler's own; the frame right after
+  // it is the interrupted instruction itself, every later one a return
+  // address, which is looked up one byte back to land inside the call.
+  int start = 0;
+  while (start < n && lookup(reinterpret_cast<uintptr_t>(pcs[start]) - 1).cls == OWN) ++start;
+  // libc's __restore_rt is usually not an exported symbol, so it is found by
+  // position (right after the handler) as well as by name.
+  if (start < n && (start > 0 || lookup(reinterpret_cast<uintptr_t>(pcs[start])).cls == TRAMPOLINE))
+    ++start;
+  int end = -1;  // index of the innermost interpreter frame
+  for (int i = start; i < n; ++i) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(pcs[i]) - (i == start ? 0 : 1);
+    if (lookup(a).cls == INTERPRETER) {
+      end = i;
+      break;
+    }
+  }
+  if (end < 0) return;  // unwinding lost the interpreter: nothing reliable
+  for (int i = end - 1; i >= start; --i) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(pcs[i]) - (i == start ? 0 : 1);
+    const Sym& s = lookup(a);
+    if (s.cls == NORMAL) out->push_back(s.frame);
+  }
+}
+
+}  // namespace dc

@@ -1,0 +1,55 @@
+// Native call stacks of other threads, for the comprehensive sampler.
+//
+// The sampler thread cannot unwind another thread's stack directly, so it
+// sends the target a signal whose handler records backtrace() into one
+// preallocated request slot, then waits for it a bounded time. Symbolisation
+// (dladdr + __cxa_demangle, cached by address) happens back on the sampler
+// thread, never in the handler.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "frames.h"
+
+namespace dc {
+
+constexpr int kMaxNativeFrames = 256;
+
+// Installs the signal handler once per process (idempotent). False if the
+// handler could not be installed.
+bool unwind_install();
+
+// Asks kernel thread `tid` for its backtrace (innermost first), waiting at
+// most `timeout_ns`. Returns the frame count, or -1 on timeout / error.
+int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns);
+
+// Turns raw backtraces into KIND_NATIVE frame ids. One per collector: its
+// cache holds frame ids of that collector's frame table.
+class Symbolizer {
+ public:
+  explicit Symbolizer(FrameTable* frames);
+
+  // Appends, outermost first, the native frames of `pcs` that lie below
+  // (deeper than) the innermost interpreter frame, leaving out the
+  // collector's own frames and the signal trampoline.
+  void below_interpreter(void* const* pcs, int n, std::vector<int64_t>* out);
+
+ private:
+  enum Class : int8_t { NORMAL, INTERPRETER, OWN, TRAMPOLINE };
+  struct Sym {
+    int64_t frame;
+    Class cls;
+  };
+  const Sym& lookup(uintptr_t addr);
+
+  FrameTable* frames_;
+  std::string libpython_, executable_, own_;
+  std::unordered_map<uintptr_t, Sym> cache_;
+};
+
+}  // namespace dc
