@@ -10,9 +10,9 @@ Two things differ by necessity, not by contract:
 * The C++ collector relies on the GIL alone. Here every Python-level
   read-modify-write could be interrupted by a thread switch, so shared state
   (frames, tree, metrics, scope registry) is guarded by one lock.
-* This module's own frames are never part of a call path (the C++ collector has
-  no Python frames of its own), and the sampler ignores ``native=True``: it
-  records Python frames only.
+* The collector's own frames, and what they call, are never part of a call
+  path (the C++ collector has no Python frames of its own), and the sampler
+  ignores ``native=True``: it records Python frames only.
 """
 
 from __future__ import annotations
@@ -52,7 +52,13 @@ def now_ns() -> int:
     return time.monotonic_ns()
 
 
-_OWN_FILE = now_ns.__code__.co_filename
+# The collector's own files. A Python thread inside a reference-collector call
+# has these frames (and whatever they call, e.g. threading) innermost; the C++
+# collector has none there, so call paths stop above the outermost of them.
+_OWN_FILES = frozenset(
+    {now_ns.__code__.co_filename, sysmon.ProcReader.sample.__code__.co_filename,
+     Worker.start.__code__.co_filename}
+)
 
 
 @dataclass
@@ -68,11 +74,15 @@ class _Stack(list):
 
 
 def _outermost_first(frame: FrameType | None) -> list[FrameType]:
+    """The stack of ``frame``, outermost first, cut above the collector's own frames."""
     frames = []
     while frame is not None:
         frames.append(frame)
         frame = frame.f_back
     frames.reverse()
+    for depth, f in enumerate(frames):
+        if f.f_code.co_filename in _OWN_FILES:
+            return frames[:depth]
     return frames
 
 
@@ -204,7 +214,7 @@ class Collector:
 
     # --- Python call paths --------------------------------------------
     def _skipped(self, file: str) -> bool:
-        return file == _OWN_FILE or file.startswith(self._skip)
+        return file.startswith(self._skip)
 
     def _user_depth(self, frame: FrameType | None) -> int:
         """Depth (outermost frame = 1) of the innermost non-skipped frame; 0 if none."""

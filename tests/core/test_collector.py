@@ -477,6 +477,25 @@ def test_sampler_follows_another_threads_scope_and_stack(collector):
     assert tree[("dataloader",)] == {"count": 1, "cpu_time_ns": tree[("dataloader",)]["cpu_time_ns"]}
 
 
+def test_regression_sampler_recorded_the_collectors_own_threading_calls(collector):
+    """The reference sampler once recorded Worker.start -> Thread.start ->
+    Event.wait under the thread calling start_sampler(); neither collector may
+    show what runs inside its own calls."""
+    c = collector
+    t = threading.Thread(target=spin, args=(0.2,))
+    t.start()
+    for _ in range(5):
+        c.start_sampler(1000)
+        time.sleep(0.01)
+        c.stop_sampler()
+    t.join()
+    s = Snap(c)
+    sampled = {s.node_frame(n) for n in range(1, c.node_count())}
+    core_dir = os.path.dirname(reference.__file__) + os.sep
+    assert sum(s.raw["metrics"]["samples"]) > 0
+    assert not [f for f in sampled if f.file.startswith(core_dir) or f.name in ("Thread.start", "Event.wait")]
+
+
 # --- system monitor -----------------------------------------------------------
 
 
