@@ -171,7 +171,7 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in known:
-            raise ValueError(f"unknown config field {prefix}{key!r}; known fields: {', '.join(sorted(known))}")
+            raise ValueError(f"unknown config field '{prefix}{key}'; known fields: {', '.join(sorted(known))}")
     values = {}
     for key, value in data.items():
         nested = _NESTED.get(key) if cls is ProfilerConfig else None

@@ -1,0 +1,51 @@
+# DeepContext: two commands set everything up on a fresh machine.
+#   make demo   - create .venv, install with every integration, profile the demo, print the report
+#   make test   - install what the tests need and run the whole suite
+#   make bench  - run the benchmarks (ratios against peers measured in the same run)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+# Pinned versions we test (torch 2.13.0 is the CPU build).
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench install install-test browser clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.installed-all: $(BIN)/python pyproject.toml constraints.txt $(wildcard native/*)
+	$(PIP) install -q -e ".[all]"
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed-all
+	$(PIP) install -q -e ".[all,test]"
+	touch $@
+
+install: $(VENV)/.installed-all
+
+install-test: $(VENV)/.installed-test browser
+
+# The browser test drives Debian's chromium with Playwright; CI installs it here.
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "warning: could not install chromium; the browser test will fail under CI=true"; \
+	  else echo "note: /usr/bin/chromium missing; the browser test is skipped outside CI"; fi; \
+	fi
+
+demo: install
+	$(BIN)/deepcontext demo
+
+test: install-test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done
+
+clean:
+	rm -rf build $(VENV) test-artifacts runs
