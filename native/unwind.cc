@@ -144,15 +144,13 @@ const Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
   else if ((!file.empty() && (file == libpython_ || file == executable_)) ||
            name.rfind("_PyEval_EvalFrame", 0) == 0)
     cls = INTERPRETER;
-  if (name.empty()) {
-    // No exported symbol covers it: name it by offset so it stays distinct.
-    char buf[40];
-    std::snprintf(buf, sizeof(buf), "0x%lx",
-                  static_cast<unsigned long>(addr - reinterpret_cast<uintptr_t>(info.dli_fbase)));
-    name = buf;
-  }
+  // No exported symbol covers it (static functions of stripped libraries):
+  // one "??" frame per library, since naming each address would give every
+  // sampled instruction its own node.
+  const bool unnamed = name.empty();
+  if (unnamed) name = "??";
   int64_t frame = cls == NORMAL ? frames_->intern(KIND_NATIVE, name, file, 0, "", 0) : -1;
-  return cache_.emplace(addr, Sym{frame, cls}).first->second;
+  return cache_.emplace(addr, Sym{frame, cls, unnamed}).first->second;
 }
 
 void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<int64_t>* out) {
@@ -177,7 +175,10 @@ void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<int64_t>
   for (int i = end - 1; i >= start; --i) {
     uintptr_t a = reinterpret_cast<uintptr_t>(pcs[i]) - (i == start ? 0 : 1);
     const Sym& s = lookup(a);
-    if (s.cls == NORMAL) out->push_back(s.frame);
+    if (s.cls != NORMAL) continue;
+    // Runs of unnamed frames in one library fold into one "??" node.
+    if (s.unnamed && !out->empty() && out->back() == s.frame) continue;
+    out->push_back(s.frame);
   }
 }
 

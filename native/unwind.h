@@ -44,6 +44,7 @@ class Symbolizer {
   struct Sym {
     int64_t frame;
     Class cls;
+    bool unnamed;  // no symbol: named "??", runs of them fold into one
   };
   const Sym& lookup(uintptr_t addr);
 

@@ -1,0 +1,234 @@
+"""Native-only behaviour of ``dc_core._native``: what the reference collector
+cannot do (native frames) or cannot break the same way (threads across fork and
+interpreter exit, thread-state reuse, caches)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zlib
+
+import pytest
+
+_native = pytest.importorskip("dc_core._native")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def decode(c):
+    """Snapshot as ({node: path of (kind, name, file, line)}, snapshot)."""
+    s = c.snapshot()
+    strings, fr = s["strings"], s["frames"]
+
+    def frame(f):
+        return (fr["kind"][f], strings[fr["name"][f]], strings[fr["file"][f]], fr["line"][f])
+
+    paths = {}
+    for node in range(1, len(s["parent"])):
+        p = s["parent"][node]
+        paths[node] = paths.get(p, ()) + (frame(s["frame"][node]),)
+    return paths, s
+
+
+def compress_for(seconds: float, data: bytes) -> int:
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        n += len(zlib.compress(data, 6))  # COMPRESS_LINE: deflate runs in libz without the GIL
+    return n
+
+
+COMPRESS_LINE = next(
+    inspect.getsourcelines(compress_for)[1] + i
+    for i, line in enumerate(inspect.getsourcelines(compress_for)[0])
+    if "COMPRESS_LINE" in line
+)
+
+
+@pytest.fixture
+def c():
+    made = _native.Collector()
+    yield made
+    made.stop_sampler()
+    made.stop_monitor()
+
+
+def test_native_sampler_puts_libz_frames_under_the_python_line_that_called_it(c):
+    data = os.urandom(1 << 16) * 64  # 4 MiB that deflate cannot shortcut
+    c.start_sampler(200, native=True)
+    compress_for(1.0, data)
+    c.stop_sampler()
+    paths, s = decode(c)
+    samples = s["metrics"]["samples"]
+    under_line, in_libz = 0, 0
+    for node, path in paths.items():
+        for i, (kind, name, file, line) in enumerate(path):
+            if (kind, name, file, line) == (_native.KIND_PYTHON, "compress_for", __file__, COMPRESS_LINE):
+                below = path[i + 1:]
+                under_line += samples[node]
+                # Only native frames follow the Python line: interpreter frames
+                # were replaced, the collector's own and the trampoline dropped.
+                assert all(k == _native.KIND_NATIVE for k, *_ in below), below
+                assert not any("libpython" in f or "_native" in f for _, _, f, _ in below), below
+                if any(n == "deflate" and "libz" in f for _, n, f, _ in below):
+                    in_libz += samples[node]
+    assert under_line >= 50  # ~200 expected
+    assert in_libz >= under_line // 2, (in_libz, under_line)
+
+
+def test_python_sampler_has_no_native_frames(c):
+    c.start_sampler(200)
+    compress_for(0.3, os.urandom(1 << 20))
+    c.stop_sampler()
+    paths, _ = decode(c)
+    assert paths and not any(k == _native.KIND_NATIVE for p in paths.values() for k, *_ in p)
+
+
+def test_fork_mid_window_child_starts_clean_parent_keeps_working(c):
+    op = c.intern(_native.KIND_OPERATOR, "aten::mm")
+    c.start_sampler(500)
+    c.start_monitor(5)
+    outer = c.enter([c.intern(_native.KIND_PHASE, "forward")])
+    time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:  # child: no sampler/monitor threads exist here
+        code = 1
+        try:
+            ok = not c.sampler_running() and c.depth() == 0 and c.top() == 0
+            c.stop_sampler()  # no-ops: nothing to join
+            c.stop_monitor()
+            node = c.enter([op])
+            ok = ok and c.exit() >= 0 and c.snapshot()["metrics"]["count"][node] >= 1
+            c.start_sampler(200)  # and a fresh sampler works in the child
+            time.sleep(0.05)
+            c.stop_sampler()
+            code = 0 if ok else 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        assert time.monotonic() < deadline, "forked child hung"
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert c.sampler_running() and c.depth() == 1 and c.top() == outer
+    inner = c.enter([op])
+    c.exit()
+    time.sleep(0.05)
+    c.exit()
+    c.stop_sampler()
+    c.stop_monitor()
+    _, s = decode(c)
+    assert s["metrics"]["count"][inner] == 1 and s["metrics"]["count"][outer] == 1
+    assert sum(s["metrics"]["samples"]) > 0 and len(c.monitor_samples()["t_ns"]) > 2
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
+def test_exit_without_stopping_threads_does_not_hang(native):
+    script = textwrap.dedent(
+        f"""
+        import threading, time, zlib
+        from dc_core import _native
+        c = _native.Collector()
+        c.start_sampler(1000, native={native})
+        c.start_monitor(1)
+        def busy():
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                zlib.compress(b"x" * 100000)
+        threading.Thread(target=busy, daemon=True).start()
+        c.enter([c.intern(_native.KIND_PHASE, "forward")], capture=True)
+        time.sleep(0.1)
+        print("exiting", flush=True)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "exiting"
+
+
+def test_node_cap_drops_captured_python_frames_too():
+    c = _native.Collector(max_nodes=3)
+    op = c.intern(_native.KIND_OPERATOR, "aten::mm")
+
+    def deep(n):
+        return deep(n - 1) if n else c.enter([op], capture=True)
+
+    node = deep(10)
+    c.exit()
+    paths, s = decode(c)
+    assert c.node_count() == 3 and len(paths[node]) == 2  # the cap stopped the path
+    # This test's stack, 11 calls of deep() and the operator; 2 nodes fitted.
+    assert s["drops"]["nodes"] == len(c.python_frames()) + 11 + 1 - 2
+    assert s["metrics"]["count"][node] == 1
+
+
+def test_eight_threads_with_capture_and_nesting_count_exactly(c):
+    outer_f = c.intern(_native.KIND_PHASE, "forward")
+    op = c.intern(_native.KIND_OPERATOR, "aten::relu")
+    barrier = threading.Barrier(8)
+
+    def work():
+        barrier.wait()
+        for _ in range(500):
+            c.enter([outer_f], capture=True)
+            c.enter([op], capture=True)
+            c.exit()
+            c.exit()
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    paths, s = decode(c)
+    counts = {p[-1][1]: s["metrics"]["count"][n] for n, p in paths.items() if s["metrics"]["count"][n]}
+    assert counts == {"forward": 4000, "aten::relu": 4000}
+    # The inner capture adds nothing: same user frame as the outer scope.
+    relu = [p for p in paths.values() if p[-1][1] == "aten::relu"]
+    assert len(relu) == 1 and relu[0][-2][1] == "forward" and relu[0][-3][1].endswith(".work")
+
+
+def test_a_thread_that_dies_with_open_scopes_leaks_nothing_into_new_threads(c):
+    f = c.intern(_native.KIND_PHASE, "dataloader")
+    for _ in range(20):  # thread states get reused; each new thread must start empty
+        seen = []
+        t = threading.Thread(target=lambda: seen.append((c.depth(), c.enter([f]), c.depth())))
+        t.start()
+        t.join()
+        assert seen[0][0] == 0 and seen[0][2] == 1
+
+
+def test_code_cache_follows_skip_prefixes_added_later(c):
+    ns: dict = {}
+    exec(compile("def call(fn):\n    return fn()\n", "/virtual/lib/x.py", "exec"), ns)  # noqa: S102
+
+    def files(ids):
+        snap = c.snapshot()
+        return [snap["strings"][snap["frames"]["file"][i]] for i in ids]
+
+    before = files(ns["call"](c.python_frames))
+    assert "/virtual/lib/x.py" in before  # now cached as not skipped
+    c.skip_prefix("/virtual/lib/")
+    after = files(ns["call"](c.python_frames))
+    assert "/virtual/lib/x.py" not in after and len(after) == len(before) - 1
+
+
+def test_monitor_reports_this_process(c):
+    c.start_monitor(10)
+    blob = bytearray(64 << 20)  # RSS must show it
+    deadline = time.monotonic() + 5
+    while len(c.monitor_samples()["t_ns"]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    c.stop_monitor()
+    m = c.monitor_samples()
+    assert len(m["t_ns"]) >= 3 and max(m["rss_bytes"]) > len(blob)
+    assert all(len(cores) == os.cpu_count() for cores in m["cpu_percent"])
+    del blob
