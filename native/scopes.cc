@@ -16,12 +16,12 @@ ThreadScopes* ScopeRegistry::bind(PyThreadState* ts) {
   std::unique_ptr<ThreadScopes>& slot = map_[ts];
   if (!slot) slot.reset(new ThreadScopes());
   ThreadScopes* s = slot.get();
-  if (s->tstate != ts || s->thread_id != ts->thread_id) {
+  if (s->tstate != ts || s->tstate_id != PyThreadState_GetID(ts)) {
     // A thread state address reused by another thread: the old thread is
     // gone (or moved to another tstate), so its leftovers must not leak into
     // this thread's paths.
     s->tstate = ts;
-    s->thread_id = ts->thread_id;
+    s->tstate_id = PyThreadState_GetID(ts);
     s->stack.clear();
   }
   cache_ = Cache{id_, s};
@@ -33,7 +33,7 @@ ThreadScopes* ScopeRegistry::find(PyThreadState* ts) {
   auto it = map_.find(ts);
   if (it == map_.end()) return nullptr;
   ThreadScopes* s = it->second.get();
-  return s->thread_id == ts->thread_id ? s : nullptr;
+  return s->tstate_id == PyThreadState_GetID(ts) ? s : nullptr;
 }
 
 void ScopeRegistry::clear_all() {

@@ -27,7 +27,10 @@ struct Scope {
 
 struct ThreadScopes {
   PyThreadState* tstate = nullptr;
-  unsigned long thread_id = 0;  // tstate->thread_id when bound; detects reuse
+  // PyThreadState_GetID of the bound thread state: unique for the life of the
+  // interpreter, unlike the tstate address or pthread_t, which glibc and
+  // CPython both recycle as soon as a thread ends.
+  uint64_t tstate_id = 0;
   std::vector<Scope> stack;
 };
 
@@ -39,7 +42,7 @@ class ScopeRegistry {
   ThreadScopes* current() {
     PyThreadState* ts = PyThreadState_Get();
     Cache& c = cache_;
-    if (c.owner == id_ && c.scopes->tstate == ts && c.scopes->thread_id == ts->thread_id)
+    if (c.owner == id_ && c.scopes->tstate == ts && c.scopes->tstate_id == PyThreadState_GetID(ts))
       return c.scopes;
     return bind(ts);
   }
