@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGES = ("dc_core", "dc_torch", "dc_jax", "dc_lightning", "dc_hf")
+# Interpreter machinery that runs user code but is not user code (runpy, importlib).
+_ALWAYS_SKIPPED = ("<frozen ",)
 
 
 def profiler_files() -> list[str]:
@@ -22,5 +24,5 @@ def profiler_files() -> list[str]:
 
 def skip_profiler_files(collector: Any, extra: tuple[str, ...] = ()) -> None:
     """Register the profiler's own files (and ``extra`` prefixes) as skipped."""
-    for prefix in (*profiler_files(), *extra):
+    for prefix in (*profiler_files(), *_ALWAYS_SKIPPED, *extra):
         collector.skip_prefix(prefix)

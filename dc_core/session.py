@@ -30,6 +30,7 @@ from .tree import KINDS
 from .windows import WindowSchedule
 
 KIND_PHASE = KINDS.index("phase")
+KIND_OPERATOR = KINDS.index("operator")
 
 logger = logging.getLogger("deepcontext")
 
@@ -81,6 +82,22 @@ class _Phase:
         if self.depth is not None and self.depth >= 0:
             self.session._leave_phase(self.depth)
         return False  # never swallow the user's exception
+
+
+class _Region:
+    __slots__ = ("session", "frame", "depth")
+
+    def __init__(self, session: "Session", frame: int) -> None:
+        self.session, self.frame, self.depth = session, frame, -1
+
+    def __enter__(self) -> "_Region":
+        self.depth = self.session._enter_region(self.frame)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.depth is not None and self.depth >= 0:
+            self.session._leave_phase(self.depth)
+        return False
 
 
 class _NoPhase:
@@ -219,6 +236,19 @@ class Session:
     def _enter_phase(self, name: str) -> int:
         depth = self.collector.depth()
         self.collector.enter([self.phase_frame(name)], 0, False, 0)
+        return depth
+
+    def region(self, name: str, backward: bool = False) -> Any:
+        """Context manager timing a hand-marked operator ``name`` under the
+        calling Python line (for code no adapter intercepts)."""
+        if self.window is None or self.disabled:
+            return _NO_PHASE
+        return _Region(self, self.frame(KIND_OPERATOR, name, flags=1 if backward else 0))
+
+    @_guarded
+    def _enter_region(self, frame: int) -> int:
+        depth = self.collector.depth()
+        self.collector.enter([frame], -1, True)
         return depth
 
     @_guarded

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if profiles else 1
     if args.min_percent is None:
         args.min_percent = 1.0
-    console = Console(highlight=False)
+    # Piped output gets a wide fixed width so deep call paths are not wrapped.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     for profile in profiles:
         print_profile(console, profile, args)
     if len({p.rank for p in profiles}) > 1:
@@ -82,10 +83,8 @@ def print_profile(console: Console, profile: Profile, args: argparse.Namespace) 
     table.add_column(f"excl {metric}", justify="right")
     table.add_column("context")
     for row in tree_rows(tree, metric, args.depth, args.min_percent / 100.0, args.limit):
-        label = Text("  " * row.depth)
+        label = Text("  " * min(row.depth, 24) + ("… " if row.depth > 24 else ""))
         label.append(row.frame.label(), style=KIND_STYLE.get(row.frame.kind, ""))
-        if row.frame.kind == "python" and row.frame.file:
-            label.append(f"  {row.frame.file}", style="dim")
         table.add_row(f"{row.percent:5.1f}%", format_value(row.incl, metric), format_value(row.excl, metric), label)
     console.print(table)
     dropped = {k: v for k, v in profile.drops.items() if v}

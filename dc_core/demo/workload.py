@@ -1,6 +1,6 @@
 """A framework-free training loop in pure Python: a bag-of-words logistic
 regression over generated text. It runs through the real session and
-collector, with hand-marked operators, so the demo works without torch."""
+collector, with hand-marked operators (``session.region``), so the demo works without torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import math
 import random
 from pathlib import Path
 
-from dc_core.collector import KIND_OPERATOR
 from dc_core.session import Session
 
 VOCAB = [f"w{i}" for i in range(64)]
@@ -32,44 +31,27 @@ def matvec(weights: list[float], features: list[list[float]]) -> list[float]:
 
 
 def forward(session: Session, weights: list[float], batch) -> tuple[list[list[float]], list[float]]:
-    op = session.frame(KIND_OPERATOR, "demo::featurize")
-    with _op(session, op):
+    with session.region("demo::featurize"):
         features = []
         for words, _ in batch:
             row = [0.0] * len(VOCAB)
             for token in tokenize(words):
                 row[token] += 1.0
             features.append(row)
-    with _op(session, session.frame(KIND_OPERATOR, "demo::matvec")):
+    with session.region("demo::matvec"):
         logits = matvec(weights, features)
-    with _op(session, session.frame(KIND_OPERATOR, "demo::sigmoid")):
+    with session.region("demo::sigmoid"):
         probs = [1.0 / (1.0 + math.exp(-z)) for z in logits]
     return features, probs
 
 
 def backward(session: Session, features, probs, batch) -> list[float]:
-    with _op(session, session.frame(KIND_OPERATOR, "demo::grad", flags=1)):
+    with session.region("demo::grad", backward=True):
         grad = [0.0] * len(VOCAB)
         for row, p, (_, y) in zip(features, probs, batch):
             for j, x in enumerate(row):
                 grad[j] += (p - y) * x / len(batch)
     return grad
-
-
-class _op:
-    """Times one hand-marked operator under the caller's Python line."""
-
-    def __init__(self, session: Session, frame: int) -> None:
-        self.session, self.frame = session, frame
-
-    def __enter__(self) -> None:
-        if self.session.in_window:
-            self.session.collector.enter([self.frame], -1, True)
-
-    def __exit__(self, *exc) -> bool:
-        if self.session.in_window:
-            self.session.collector.exit()
-        return False
 
 
 def train(logdir: str | Path, steps: int = 10, window: tuple[int, int] = (3, 4)) -> list[Path]:
