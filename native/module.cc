@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collector.h"
+#include "fastcall.h"
 
 namespace py = pybind11;
 using dc::Collector;
@@ -165,7 +166,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("_stop_all", &dc::stop_all_collectors);
   py::module_::import("atexit").attr("register")(m.attr("_stop_all"));
 
-  py::class_<Collector>(m, "Collector")
+  py::class_<Collector> cls(m, "Collector");
+  cls
       .def(py::init([](int64_t max_nodes, int64_t max_samples) {
              if (max_nodes < 1)
                throw py::value_error("max_nodes must be >= 1, got " + std::to_string(max_nodes));
@@ -257,4 +259,5 @@ PYBIND11_MODULE(_native, m) {
       .def("monitor_samples", &monitor_samples)
       .def("snapshot", &snapshot)
       .def("reset", &Collector::reset);
+  dc::install_fastcall(cls);
 }
