@@ -323,6 +323,23 @@ def test_scopes_are_per_thread(collector):
     c.exit()
 
 
+def test_a_thread_that_died_inside_a_scope_leaves_nothing_to_the_next(collector):
+    c = collector
+    f = c.intern(reference.KIND_PHASE, "dataloader")
+    seen = []
+
+    def leave_open():
+        seen.append((threading.get_ident(), c.depth()))
+        c.enter([f])
+
+    for _ in range(5):  # thread ids are usually reused: each new thread must start clean
+        t = threading.Thread(target=leave_open)
+        t.start()
+        t.join()
+    assert [depth for _, depth in seen] == [0] * 5
+    assert Snap(c).tree() == {("dataloader",): {}}  # never closed, so never counted
+
+
 def test_eight_threads_count_exactly(collector):
     c = collector
     f = c.intern(reference.KIND_OPERATOR, "aten::relu")
@@ -494,6 +511,19 @@ def test_regression_sampler_recorded_the_collectors_own_threading_calls(collecto
     core_dir = os.path.dirname(reference.__file__) + os.sep
     assert sum(s.raw["metrics"]["samples"]) > 0
     assert not [f for f in sampled if f.file.startswith(core_dir) or f.name in ("Thread.start", "Event.wait")]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_has_no_sampler(collector):
+    c = collector
+    c.start_sampler(100)
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        os._exit(0 if not c.sampler_running() else 1)
+    _, status = os.waitpid(pid, 0)
+    assert c.sampler_running()
+    c.stop_sampler()
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 # --- system monitor -----------------------------------------------------------
