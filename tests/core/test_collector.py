@@ -8,7 +8,6 @@ Every test taking ``collector`` or ``make_collector`` runs twice: ``[native]``
 from __future__ import annotations
 
 import inspect
-import logging
 import os
 import sys
 import textwrap
@@ -18,9 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
-from dc_core import collector as collector_mod
 from dc_core import reference
-from tests.conftest import _leftovers
 
 # A "framework" file: frames from it are what skip_prefix is for. Compiled
 # under a made-up path so the test decides exactly which frames it holds.
@@ -618,50 +615,3 @@ def test_reset_empties_other_threads_scopes(collector):
     resumed.set()
     t.join()
     assert seen["after"] == (0, -1)
-
-
-# --- the facade and the guard ---------------------------------------------------
-
-
-def test_kind_names_match_the_constants():
-    assert [collector_mod.kind_id(name) for name in collector_mod.NAMES] == list(range(8))
-    assert collector_mod.kind_name(reference.KIND_OPERATOR) == "operator"
-    assert collector_mod.NAMES[reference.KIND_COMPILED] == "compiled"
-    assert collector_mod.KIND_PHASE == reference.KIND_PHASE == collector_mod.kind_id("phase")
-
-
-def test_create_collector_prefers_native_when_it_imports():
-    made = collector_mod.create_collector()
-    native = collector_mod.native_available()
-    assert type(made).__module__ == ("dc_core._native" if native else "dc_core.reference")
-    assert isinstance(collector_mod.create_collector(prefer_native=False, max_nodes=5), reference.Collector)
-
-
-def test_missing_native_falls_back_with_one_warning(monkeypatch, caplog):
-    monkeypatch.setattr(collector_mod, "_native_module", lambda: (None, "ImportError: no _native"))
-    collector_mod._warn_fallback.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="dc_core.collector"):
-        made = [collector_mod.create_collector(max_nodes=7) for _ in range(3)]
-    assert all(isinstance(c, reference.Collector) for c in made)
-    assert [r.getMessage() for r in caplog.records] == [
-        "native collector unavailable (ImportError: no _native); using the pure-Python reference collector"
-    ]
-    collector_mod._warn_fallback.cache_clear()
-
-
-def test_skip_profiler_files_hides_the_profilers_own_frames():
-    c = collector_mod.create_collector(prefer_native=False)
-    collector_mod.skip_profiler_files(c)
-    core_dir = os.path.dirname(reference.__file__)
-    frames = [Snap(c).frame(i) for i in lib_call(c.python_frames)]
-    assert frames[-2].name == test_skip_profiler_files_hides_the_profilers_own_frames.__qualname__
-    assert not any(f.file.startswith(core_dir + os.sep) for f in frames)
-
-
-def test_guard_sees_a_sampler_left_running(make_collector):
-    before = set(threading.enumerate())
-    c = make_collector()
-    c.start_sampler(50)
-    assert _leftovers([c], before)
-    c.stop_sampler()
-    assert _leftovers([c], before) == []
