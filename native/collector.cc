@@ -194,6 +194,7 @@ void atfork_child() {
   // Only the forking thread exists here; the sampler and monitor threads do
   // not, so their objects are told to forget them instead of joining.
   for (Collector* c : *g_all) c->after_fork_child();
+  unwind_after_fork();
   g_mu.unlock();
 }
 }  // namespace

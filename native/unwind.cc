@@ -82,6 +82,8 @@ bool unwind_install() {
   return g_installed;
 }
 
+void unwind_after_fork() { g_request.state.store(IDLE); }
+
 int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns) {
   if (!g_installed) return -1;
   g_request.n = 0;

@@ -24,6 +24,9 @@ constexpr int kMaxNativeFrames = 256;
 // handler could not be installed.
 bool unwind_install();
 
+// In a forked child: a request cut off by the fork must not block the next one.
+void unwind_after_fork();
+
 // Asks kernel thread `tid` for its backtrace (innermost first), waiting at
 // most `timeout_ns`. Returns the frame count, or -1 on timeout / error.
 int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns);
