@@ -40,19 +40,20 @@ def node_json(tree: Tree, node: int = 0, depth: int | None = None, min_fraction:
     """One NODE of the report: frame fields, exclusive and inclusive metrics, children."""
     metric = metric or default_metric(tree)
     incl_cols = {m: tree.inclusive(m) for m in tree.excl}
-    limit = incl_cols.get(metric, [0])[0] * min_fraction
+    key = incl_cols.get(metric) or [0] * len(tree)
+    limit = key[0] * min_fraction
+    excl_items = list(tree.excl.items())
+    incl_items = list(incl_cols.items())
 
     def build(n: int, level: int) -> dict[str, Any]:
         f = tree.node_frame(n)
-        kids = [] if depth is not None and level >= depth else [
-            k for k in tree.children(n) if incl_cols.get(metric, [0] * len(tree))[k] >= limit
-        ]
-        kids.sort(key=lambda k: -incl_cols.get(metric, [0] * len(tree))[k])
+        kids = [] if depth is not None and level >= depth else [k for k in tree.children(n) if key[k] >= limit]
+        kids.sort(key=lambda k: -key[k])
         return {
             "kind": f.kind, "name": f.name, "detail": f.detail, "file": f.file, "line": f.line,
             "backward": f.backward,
-            "excl": {m: col[n] for m, col in tree.excl.items()},
-            "incl": {m: col[n] for m, col in incl_cols.items()},
+            "excl": {m: col[n] for m, col in excl_items},
+            "incl": {m: col[n] for m, col in incl_items},
             "children": [build(k, level + 1) for k in kids],
         }
 
@@ -154,3 +155,19 @@ def format_value(value: float, metric: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.1f}{unit}"
     return f"{value:.0f}"
+
+
+def rank_top_frames(profiles: Sequence[Profile], metric: str, limit: int = 8) -> tuple[list[int], list[tuple[Frame, list[int]]]]:
+    """The heaviest operator/module/kernel frames and their inclusive ``metric``
+    on each rank (windows of a rank summed): ``(ranks, [(frame, values)])``."""
+    from .processors import merge_windows
+    from .views import flat
+
+    by_rank: dict[int, list[Tree]] = {}
+    for p in profiles:
+        by_rank.setdefault(p.rank, []).append(p.tree)
+    ranks = sorted(by_rank)
+    per_rank = {r: {row.frame: row.incl.get(metric, 0) for row in flat(merge_windows(by_rank[r]))} for r in ranks}
+    frames = {f for table in per_rank.values() for f in table if f.kind in ("operator", "module", "kernel")}
+    ranked = sorted(frames, key=lambda f: -max(per_rank[r].get(f, 0) for r in ranks))[:limit]
+    return ranks, [(f, [per_rank[r].get(f, 0) for r in ranks]) for f in ranked]

@@ -13,7 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..profile import Profile
-from ..report import default_metric, format_value, rank_step_stats, report_json, tree_rows, view_tree
+from ..report import (
+    default_metric, format_value, rank_step_stats, rank_top_frames, report_json, tree_rows, view_tree,
+)
 from .common import CliError, fail, load_logdir
 
 KIND_STYLE = {
@@ -51,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = report_json(profiles, errors, view=args.view, depth=args.depth,
                           min_fraction=(args.min_percent or 0.0) / 100.0, metric=args.metric)
-        json.dump(doc, sys.stdout)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(doc) + "\n")  # dumps uses the C encoder; dump streams in Python
         return 0 if profiles else 1
     if args.min_percent is None:
         args.min_percent = 1.0
@@ -112,3 +113,13 @@ def print_ranks(console: Console, profiles: list[Profile]) -> None:
                       format_value(s.p95_ns, "x_ns"), format_value(s.max_ns, "x_ns"), style=style)
     console.print(table)
     console.print(f"slowest rank: [bold]{slowest.rank}[/] (median step {format_value(slowest.median_ns, 'x_ns')})")
+    metric = default_metric(profiles[0].tree)
+    ranks, rows = rank_top_frames(profiles, metric)
+    if rows:
+        top = Table(title=f"top frames per rank ({metric}, inclusive)", header_style="bold")
+        top.add_column("frame")
+        for rank in ranks:
+            top.add_column(f"rank {rank}", justify="right")
+        for frame, values in rows:
+            top.add_row(escape(frame.label()), *(format_value(v, metric) for v in values))
+        console.print(top)

@@ -83,7 +83,11 @@ def test_ranks_compared(tmp_path, capsys):
         profile.step_times_ns = [t * scale for t in profile.step_times_ns]
         write_profile(profile, tmp_path)
     assert main(["report", str(tmp_path)]) == 0
-    assert "slowest rank: 1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "slowest rank: 1" in out and "top frames per rank" in out
+    (mm_row,) = [line for line in out.splitlines() if "│ aten::mm" in line]
+    cells = [c.strip() for c in mm_row.split("│") if c.strip()]
+    assert cells == ["aten::mm", "100 ns", "100 ns"]  # inclusive time of aten::mm on ranks 0 and 1
     assert main(["report", str(tmp_path), "--rank", "1", "--json"]) == 0
     assert [p["rank"] for p in json.loads(capsys.readouterr().out)["profiles"]] == [1]
 
