@@ -74,7 +74,9 @@ def test_native_sampler_puts_libz_frames_under_the_python_line_that_called_it(c)
                 # were replaced, the collector's own and the trampoline dropped.
                 assert all(k == _native.KIND_NATIVE for k, *_ in below), below
                 assert not any("libpython" in f or "_native" in f for _, _, f, _ in below), below
-                if any(n == "deflate" and "libz" in f for _, n, f, _ in below):
+                # libz's own frames (exported "deflate", or "??" for its static
+                # helpers); a Python with zlib linked into the module has them there.
+                if any("libz" in f or "zlib" in os.path.basename(f) for _, _, f, _ in below[1:]):
                     in_libz += samples[node]
     assert under_line >= 50  # ~200 expected
     assert in_libz >= under_line // 2, (in_libz, under_line)
