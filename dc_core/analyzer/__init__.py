@@ -1,0 +1,107 @@
+"""The analyzer: rules that turn a profile into findings with concrete suggestions.
+
+A rule is a small pure function ``rule(window) -> list[finding]``; a finding is
+``{rule, severity, message, suggestion, path, evidence, node}`` where ``path``
+is the labels of the node's call path (root's child first) and ``node`` its
+index in the profile's tree (-1 when the finding is about the whole window).
+Thresholds live in `thresholds.DEFAULTS`; ``ProfilerConfig.analyzer`` overrides
+them. ``analyze`` sees one window of one rank; ``analyze_ranks`` compares the
+windows and ranks of a run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable, Mapping
+
+from ..profile import Profile
+from . import context, operators, phases, ranks, steps, system
+from .base import SEVERITIES, Window
+from .thresholds import DEFAULTS, Thresholds
+
+logger = logging.getLogger("deepcontext")
+
+#: Single-window rules, in report order within a severity.
+RULES: dict[str, Callable[[Window], list[dict[str, Any]]]] = {
+    "dataloader_bottleneck": phases.dataloader_bottleneck,
+    "gpu_idle": phases.gpu_idle,
+    "backward_imbalance": context.backward_imbalance,
+    "dtype_conversion": operators.dtype_conversion,
+    "layout_conversion": operators.layout_conversion,
+    "small_ops": operators.small_ops,
+    "unfused_norm": operators.unfused_norm,
+    "host_sync": operators.host_sync,
+    "optimizer_unfused": phases.optimizer_unfused,
+    "step_outlier": steps.step_outlier,
+    "low_gpu_utilization": system.low_gpu_utilization,
+    "cpu_bottleneck": system.cpu_bottleneck,
+    "io_bottleneck": system.io_bottleneck,
+    "batch_size": system.batch_size,
+    "memory_growth": system.memory_growth,
+    "initialization_time": steps.initialization_time,
+    "hotspot": context.hotspot,
+}
+
+#: Rules over several profiles (ranks of a window, windows of a rank).
+RANK_RULES = {
+    "load_imbalance": ranks.load_imbalance,
+    "memory_growth": ranks.memory_growth_windows,
+}
+
+RULE_IDS = tuple(dict.fromkeys([*RULES, *RANK_RULES]))
+
+__all__ = ["DEFAULTS", "RULE_IDS", "SEVERITIES", "Thresholds", "analyze", "analyze_ranks", "attach", "sort_findings"]
+
+
+def sort_findings(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Most severe first; within a severity, in rule order (stable)."""
+    order = {rule: i for i, rule in enumerate(RULE_IDS)}
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f["severity"]), order.get(f["rule"], len(order))))
+
+
+def analyze(profile: Profile, overrides: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """Findings of one window of one rank, most severe first.
+
+    Args:
+        profile: The window to analyse.
+        overrides: Threshold overrides ``{"rule.threshold": value}``.
+
+    Raises:
+        ValueError: an override names an unknown threshold.
+    """
+    thresholds = Thresholds(overrides)
+    window = Window(profile, thresholds)
+    found = []
+    for rule, check in RULES.items():
+        if thresholds.enabled(rule):
+            found.extend(_guarded(rule, check, window))
+    return sort_findings(found)
+
+
+def analyze_ranks(profiles: list[Profile], overrides: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """Findings that compare profiles: load imbalance between the ranks of a
+    window, memory growth across the windows of a rank. Each names its profile
+    in ``evidence`` (``run``, ``rank``, ``steps``); see `attach`."""
+    thresholds = Thresholds(overrides)
+    found = []
+    for rule, check in RANK_RULES.items():
+        if thresholds.enabled(rule):
+            found.extend(_guarded(rule, check, profiles, thresholds))
+    return sort_findings(found)
+
+
+def attach(profiles: Iterable[Profile], findings: list[dict[str, Any]]) -> None:
+    """Store cross-profile findings in the profiles they name (most severe first)."""
+    profiles = list(profiles)
+    ranks.attach(profiles, findings)
+    for p in profiles:
+        p.findings = sort_findings(p.findings)
+
+
+def _guarded(rule: str, check: Callable, *args: Any) -> list[dict[str, Any]]:
+    # One broken rule must not cost the other findings (nor the profile).
+    try:
+        return check(*args)
+    except Exception:  # noqa: BLE001
+        logger.warning("DeepContext analyzer rule %s failed; skipped", rule, exc_info=True)
+        return []

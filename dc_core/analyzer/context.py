@@ -1,0 +1,110 @@
+"""Where the time goes, line by line: ``hotspot`` and ``backward_imbalance``.
+
+Both weigh *top-level* operators (what user code called, with everything they
+ran) against the user context above them; backward operators sit under the
+forward context that created them, so one context key holds both directions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Window, finding, ms, op_name, percent
+
+
+def _directions(w: Window, ops: list[int]) -> tuple[list[int], list[int]]:
+    forward, backward = [], []
+    for op in ops:
+        (backward if w.tree.node_frame(op).backward or w.phase(op) == "backward" else forward).append(op)
+    return forward, backward
+
+
+def hotspot(w: Window) -> list[dict[str, Any]]:
+    """The top lines and operators by inclusive time (info)."""
+    top, min_share = int(w.t["hotspot.top"]), w.t["hotspot.min_share"]
+    out = []
+    lines: dict[tuple, list[int]] = {}
+    for op in w.top_ops:
+        anchor = w.anchor(op)
+        if anchor:
+            lines.setdefault(w.context_key(anchor), []).append(op)
+    ranked = sorted(lines.values(), key=lambda ops: -sum(w.incl[o] for o in ops))
+    for ops in ranked[:top]:
+        time_ns = sum(w.incl[o] for o in ops)
+        if time_ns / w.total < min_share:
+            break
+        forward, backward = _directions(w, ops)
+        anchors = [w.anchor(o) for o in ops]
+        node = max(set(anchors), key=lambda a: w.incl[a])
+        label = w.tree.node_frame(node).label()
+        names = sorted({w.tree.node_frame(o).name for o in ops}, key=lambda n: -sum(
+            w.incl[o] for o in ops if w.tree.node_frame(o).name == n))
+        out.append(finding(
+            "hotspot", "info",
+            f"{label}: {percent(time_ns / w.total)} of the window "
+            f"(forward {ms(sum(w.incl[o] for o in forward))}, backward {ms(sum(w.incl[o] for o in backward))})",
+            f"the heaviest line; its main operators are {', '.join(names[:3])}",
+            w.tree, node,
+            {"kind": "line", "share": round(time_ns / w.total, 4), "time_ns": time_ns, "metric": w.metric,
+             "forward_ns": sum(w.incl[o] for o in forward), "backward_ns": sum(w.incl[o] for o in backward),
+             "operators": names[:5]},
+        ))
+    by_name: dict[str, list[int]] = {}
+    for op in w.top_ops:
+        by_name.setdefault(w.tree.node_frame(op).label(), []).append(op)
+    ranked = sorted(by_name.items(), key=lambda item: -sum(w.incl[o] for o in item[1]))
+    for name, ops in ranked[:top]:
+        time_ns = sum(w.incl[o] for o in ops)
+        if time_ns / w.total < min_share:
+            break
+        calls = sum(w.tree.value(o, "count") for o in ops)
+        node = w.heaviest(ops)
+        out.append(finding(
+            "hotspot", "info",
+            f"operator {name}: {percent(time_ns / w.total)} of the window in {calls} calls from {len(ops)} places",
+            "the heaviest operator; its heaviest call site is shown",
+            w.tree, node,
+            {"kind": "operator", "operator": name, "share": round(time_ns / w.total, 4), "time_ns": time_ns,
+             "metric": w.metric, "calls": calls, "places": len(ops)},
+        ))
+    return out
+
+
+_BACKWARD_ADVICE = {
+    "cumprod": "cumprod's backward is slow (quadratic where the input holds zeros); for positive inputs use "
+    "torch.exp(torch.cumsum(torch.log(x), dim)), or write a custom autograd.Function",
+    "cumsum": "check whether a reversed cumsum or a matrix formulation avoids the slow backward",
+}
+for _name in ("index", "index_put", "index_select", "gather", "scatter", "embedding", "take"):
+    _BACKWARD_ADVICE[_name] = (
+        "indexing backward accumulates duplicate indices serially; use index_add_/scatter_add_ on sorted, "
+        "unique indices, a one-hot matmul for small vocabularies, or nn.EmbeddingBag"
+    )
+
+
+def backward_imbalance(w: Window) -> list[dict[str, Any]]:
+    """A line whose backward operators take ≥ ratio × its forward ones and a
+    noticeable share of the window (warning)."""
+    ratio, min_share = w.t["backward_imbalance.ratio"], w.t["backward_imbalance.min_share"]
+    out = []
+    for ops in w.scopes(w.top_ops, by_function=False).values():
+        forward, backward = _directions(w, ops)
+        fwd = sum(w.incl[o] for o in forward)
+        bwd = sum(w.incl[o] for o in backward)
+        if not forward or not backward or bwd < ratio * fwd or bwd / w.total < min_share:
+            continue
+        main = w.heaviest(forward)
+        name = w.tree.node_frame(main).name
+        advice = _BACKWARD_ADVICE.get(op_name(w.tree.node_frame(main)))
+        out.append(finding(
+            "backward_imbalance", "warning",
+            f"{name} costs {bwd / max(fwd, 1):.1f}x more in backward ({ms(bwd)}) than forward ({ms(fwd)}), "
+            f"{percent(bwd / w.total)} of the window",
+            advice or f"check the backward formula of {name}: an equivalent forward, or a custom "
+            "autograd.Function, may have a much cheaper backward",
+            w.tree, w.heaviest(backward),
+            {"operator": name, "forward_ns": fwd, "backward_ns": bwd, "ratio": round(bwd / max(fwd, 1), 2),
+             "share": round(bwd / w.total, 4), "metric": w.metric,
+             "backward_operators": sorted({w.tree.node_frame(o).name for o in backward})},
+        ))
+    return out

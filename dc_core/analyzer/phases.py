@@ -1,0 +1,87 @@
+"""Phase-level rules: ``optimizer_unfused``, ``dataloader_bottleneck``, ``gpu_idle``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Window, finding, ms, op_name, percent
+
+
+def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
+    """Optimizer phase ≥ min_share with many per-parameter operators and no
+    foreach/fused kernels (warning)."""
+    phases = w.phase_nodes("optimizer")
+    if not phases:
+        return []
+    share = sum(w.incl[p] for p in phases) / w.total
+    ops = [o for o in w.top_ops if w.phase(o) == "optimizer"]
+    names = {op_name(w.tree.node_frame(o)) for o in ops}
+    if any(n.startswith(("_foreach", "_fused")) for n in names):
+        return []  # already multi-tensor
+    per_step = sum(w.tree.value(o, "count") for o in ops) / w.steps
+    if share < w.t["optimizer_unfused.min_share"] or per_step < w.t["optimizer_unfused.min_ops_per_step"]:
+        return []
+    node = max(phases, key=lambda p: w.incl[p])
+    return [finding(
+        "optimizer_unfused", "warning",
+        f"the optimizer step takes {percent(share)} of the window with {per_step:.0f} per-parameter "
+        "operators per step",
+        "construct the optimizer with foreach=True (or fused=True for Adam/AdamW/SGD on GPU) so all "
+        "parameters are updated by a few multi-tensor kernels",
+        w.tree, node,
+        {"share": round(share, 4), "ops_per_step": round(per_step, 1), "operators": sorted(names)[:10],
+         "metric": w.metric},
+    )]
+
+
+def dataloader_bottleneck(w: Window) -> list[dict[str, Any]]:
+    """Dataloader phase ≥ min_share of the step time (warning; critical past critical_share)."""
+    phases = w.phase_nodes("dataloader")
+    if not phases:
+        return []
+    time_ns = sum(w.cpu[p] for p in phases)
+    share = time_ns / w.host_total
+    if share < w.t["dataloader_bottleneck.min_share"]:
+        return []
+    phase = max(phases, key=lambda p: w.cpu[p])
+    hot = w.hot_context(phase)
+    where = f" mostly in {w.tree.node_frame(hot).label()}" if hot != phase else ""
+    return [finding(
+        "dataloader_bottleneck",
+        "critical" if share >= w.t["dataloader_bottleneck.critical_share"] else "warning",
+        f"data loading takes {percent(share)} of step time ({ms(time_ns / w.steps)} per step){where}",
+        "load data in the background: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, "
+        "prefetch_factor=2+); make __getitem__ cheaper (cache decoded samples, move augmentation to the GPU)",
+        w.tree, hot,
+        {"share": round(share, 4), "time_ns": time_ns, "per_step_ns": time_ns // w.steps,
+         "hot_frame": w.tree.node_frame(hot).label()},
+    )]
+
+
+def gpu_idle(w: Window) -> list[dict[str, Any]]:
+    """Device idle ≥ min_idle of the window while the host is busy: launch-bound
+    (warning; critical past critical_idle). GPU profiles only."""
+    device_ns = w.tree.total("device_time_ns")
+    if device_ns <= 0:
+        return []
+    wall = sum(w.profile.step_times_ns) or w.cpu[0]
+    if wall <= 0:
+        return []
+    idle = 1 - min(device_ns, wall) / wall
+    host_busy = min(w.cpu[0], wall) / wall
+    if idle < w.t["gpu_idle.min_idle"] or host_busy < w.t["gpu_idle.min_host_busy"]:
+        return []
+    device = w.tree.inclusive("device_time_ns")
+    phases = [n for n in w.tree.children(0) if w.kind(n) == "phase"] or [0]
+    phase = max(phases, key=lambda p: w.cpu[p] - device[p])
+    hot = w.hot_context(phase) if phase else 0
+    return [finding(
+        "gpu_idle", "critical" if idle >= w.t["gpu_idle.critical_idle"] else "warning",
+        f"the GPU is idle {percent(idle)} of the window while the host is busy {percent(host_busy)}: "
+        f"launch-bound, most host time without device work in {w.tree.node_frame(hot).label() if hot else 'the step'}",
+        "reduce launches: torch.compile (mode='reduce-overhead' uses CUDA graphs), CUDA graphs for static "
+        "shapes, larger batches, fewer host syncs and Python-side loops",
+        w.tree, hot,
+        {"idle": round(idle, 4), "host_busy": round(host_busy, 4), "device_ns": device_ns, "wall_ns": wall,
+         "phase": w.tree.node_frame(phase).name if phase else None},
+    )]

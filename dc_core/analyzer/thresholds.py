@@ -1,0 +1,85 @@
+"""Every rule's default thresholds, in one place.
+
+Keys are ``"<rule>.<threshold>"``; ``ProfilerConfig.analyzer`` and
+``deepcontext analyze --set`` override them. ``"<rule>.enabled": 0`` turns a
+rule off. Shares are fractions of the window (0.05 = 5 %), times are in the
+unit their name says.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+DEFAULTS: dict[str, float] = {
+    # context rules
+    "hotspot.top": 3,  # lines and operators reported, each
+    "hotspot.min_share": 0.05,
+    "backward_imbalance.ratio": 3.0,  # backward time / forward time
+    "backward_imbalance.min_share": 0.05,
+    "dtype_conversion.min_share": 0.05,
+    "layout_conversion.min_share": 0.05,
+    "small_ops.max_median_us": 20.0,
+    "small_ops.min_per_step": 100,
+    "small_ops.min_share": 0.05,  # ignore a scope whose small ops cost little in total
+    "unfused_norm.min_share": 0.01,
+    "host_sync.warn_per_step": 10,  # more syncs per step than this is a warning on CPU too
+    "host_sync.warn_share": 0.05,
+    "optimizer_unfused.min_share": 0.10,
+    "optimizer_unfused.min_ops_per_step": 20,
+    "dataloader_bottleneck.min_share": 0.10,
+    "dataloader_bottleneck.critical_share": 0.50,
+    "gpu_idle.min_idle": 0.30,
+    "gpu_idle.critical_idle": 0.60,
+    "gpu_idle.min_host_busy": 0.50,
+    # system and step rules
+    "step_outlier.sigmas": 3.0,
+    "step_outlier.min_steps_sigma": 10,
+    "step_outlier.median_ratio": 2.0,
+    "step_outlier.min_steps_median": 3,
+    "step_outlier.min_excess_ms": 1.0,  # below this, a "slow" step is jitter
+    "system.min_samples": 5,
+    "low_gpu_utilization.max_p95": 70.0,
+    "cpu_bottleneck.min_cpu_p95": 90.0,
+    "cpu_bottleneck.max_gpu_p50": 50.0,
+    "io_bottleneck.min_wait_share": 0.10,  # dataloader share while the CPUs are idle
+    "io_bottleneck.max_cpu_p50": 50.0,
+    "batch_size.max_cpu_p95": 70.0,
+    "batch_size.max_gpu_p95": 70.0,
+    "batch_size.max_mem_p95": 70.0,
+    "memory_growth.min_fraction": 0.10,
+    "memory_growth.min_mb": 64.0,
+    "memory_growth.min_windows": 3,
+    "load_imbalance.ratio": 1.2,  # slowest / median step time
+    "load_imbalance.share_diff": 0.20,  # relative difference of a node's share
+    "load_imbalance.min_share": 0.05,
+    "initialization_time.min_s": 60.0,
+    "initialization_time.critical_s": 600.0,
+}
+
+
+class Thresholds:
+    """Defaults with overrides applied; unknown keys are an error, not a silent no-op.
+
+    Args:
+        overrides: ``{"rule.threshold": value}``.
+
+    Raises:
+        ValueError: a key names no known threshold (the message lists the rule's keys).
+    """
+
+    def __init__(self, overrides: Mapping[str, float] | None = None) -> None:
+        self._values = dict(DEFAULTS)
+        for key, value in (overrides or {}).items():
+            rule = key.partition(".")[0]
+            if key not in DEFAULTS and key != f"{rule}.enabled":
+                known = sorted(k for k in DEFAULTS if k.startswith(rule + ".")) or sorted(DEFAULTS)
+                raise ValueError(f"unknown analyzer threshold {key!r}; known: {', '.join(known)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"analyzer threshold {key!r} must be a number, got {value!r}")
+            self._values[key] = float(value)
+
+    def __getitem__(self, key: str) -> float:
+        return self._values[key]
+
+    def enabled(self, rule: str) -> bool:
+        return bool(self._values.get(f"{rule}.enabled", 1))

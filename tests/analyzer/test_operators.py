@@ -1,0 +1,118 @@
+"""dtype_conversion, layout_conversion, small_ops, unfused_norm, host_sync on literal trees."""
+
+from dc_core.analyzer import analyze
+
+from .helpers import MS, US, line, only, profile, rules
+
+TRAIN = line("train", "train.py:20")
+HEAVY = (line("head", "model.py:90"), f"aten::addmm @cpu_time_ns={80 * MS},count=3")
+
+
+def test_dtype_conversion_names_the_ping_pong_helper():
+    helper_a, helper_b = line("ping_pong", "model.py:60"), line("ping_pong", "model.py:61")
+    p = profile(("forward", (TRAIN,
+        (helper_a, (f"aten::to @cpu_time_ns={2 * MS},count=30", f"aten::_to_copy @cpu_time_ns={4 * MS},count=30")),
+        (helper_b, (f"aten::to @cpu_time_ns={2 * MS},count=30", f"aten::_to_copy @cpu_time_ns={4 * MS},count=30")),
+        HEAVY)))
+    f = only(analyze(p), "dtype_conversion")
+    # both lines of the helper add up: 12 ms of 92 ms
+    assert f["evidence"]["time_ns"] == 12 * MS and f["evidence"]["calls"] == 60 and f["evidence"]["per_step"] == 20
+    assert f["path"][:3] == ["forward", "train.py:20 train", "model.py:60 ping_pong"]
+    assert f["path"][-1] == "aten::to" and f["severity"] == "warning"
+    assert "autocast" in f["suggestion"]
+
+
+def test_dtype_conversion_quiet_for_a_single_cheap_cast():
+    p = profile(("forward", (TRAIN, (line("prep", "train.py:9"), f"aten::to @cpu_time_ns={MS},count=3"), HEAVY)))
+    assert "dtype_conversion" not in rules(analyze(p))
+
+
+def test_layout_conversion_finds_contiguous_after_transpose():
+    attn = line("attention", "model.py:44")
+    p = profile(("forward", (TRAIN, (attn,
+        f"aten::transpose @cpu_time_ns={US},count=3",
+        (f"aten::contiguous @cpu_time_ns={MS},count=3", f"aten::clone @cpu_time_ns={9 * MS},count=3")),
+        (line("attention", "model.py:45"), (f"aten::reshape @cpu_time_ns={MS},count=3", f"aten::clone @cpu_time_ns={5 * MS},count=3")),
+        HEAVY)))
+    f = only(analyze(p), "layout_conversion")
+    assert f["path"] == ["forward", "train.py:20 train", "model.py:44 attention", "aten::contiguous"]
+    assert f["evidence"]["time_ns"] == 16 * MS and f["evidence"]["transposes"] == 3
+    assert f["evidence"]["operators"] == ["aten::contiguous", "aten::reshape"]
+    assert "channels_last" not in f["suggestion"]  # no convolution in this model
+
+
+def test_layout_conversion_suggests_channels_last_next_to_convolutions():
+    p = profile(("forward", (TRAIN,
+        (line("stem", "model.py:5"), f"aten::conv2d @cpu_time_ns={50 * MS}", (f"aten::contiguous @cpu_time_ns={10 * MS}", "aten::clone")))))
+    assert "channels_last" in only(analyze(p), "layout_conversion")["suggestion"]
+
+
+def test_layout_conversion_quiet_for_view_only_reshapes():
+    p = profile(("forward", (TRAIN, (line("f", "model.py:3"), f"aten::reshape @cpu_time_ns={10 * MS}", "aten::view"), HEAVY)))
+    assert "layout_conversion" not in rules(analyze(p))
+
+
+def test_small_ops_flags_a_loop_of_tiny_operators():
+    loop = line("per_token_update", "model.py:70")
+    p = profile(("forward", (TRAIN,
+        (loop, f"aten::add @cpu_time_ns={3 * MS},count=600", f"aten::mul @cpu_time_ns={3 * MS},count=600",
+         f"aten::select @cpu_time_ns={MS},count=600"),
+        HEAVY)))
+    f = only(analyze(p), "small_ops")
+    assert f["path"][-1] == "model.py:70 per_token_update"
+    assert f["evidence"]["per_step"] == 600.0 and f["evidence"]["median_us"] == 5.0
+    assert "torch.compile" in f["suggestion"] and "foreach" in f["suggestion"]
+
+
+def test_small_ops_quiet_for_few_large_operators():
+    p = profile(("forward", (TRAIN, (line("f", "m.py:1"), f"aten::add @cpu_time_ns={30 * MS},count=300"), HEAVY)))
+    # 100 per step but 100 µs each
+    assert "small_ops" not in rules(analyze(p))
+
+
+def test_unfused_norm_finds_a_hand_written_rmsnorm():
+    norm = [line("rmsnorm", f"model.py:{n}") for n in (14, 15, 16)]
+    p = profile(("forward", (TRAIN,
+        (norm[0], f"aten::pow @cpu_time_ns={2 * MS}"), (norm[1], f"aten::mean @cpu_time_ns={MS}"),
+        (norm[2], f"aten::add @cpu_time_ns={MS}", f"aten::rsqrt @cpu_time_ns={MS}", f"aten::mul @cpu_time_ns={2 * MS}"),
+        HEAVY)))
+    f = only(analyze(p), "unfused_norm")
+    assert f["evidence"]["kind"] == "RMSNorm" and f["evidence"]["ops"] == 5 and f["evidence"]["time_ns"] == 7 * MS
+    assert f["path"][-1].endswith("rmsnorm") and f["path"][1] == "train.py:20 train"
+    assert "RMSNorm" in f["suggestion"]
+
+
+def test_unfused_norm_quiet_for_the_fused_layer_norm():
+    p = profile(("forward", (TRAIN, (line("block", "model.py:3"),
+        (f"aten::layer_norm @cpu_time_ns={5 * MS}", "aten::native_layer_norm"), f"aten::mul @cpu_time_ns={MS}"), HEAVY)))
+    assert "unfused_norm" not in rules(analyze(p))
+
+
+def test_unfused_norm_quiet_when_the_ops_are_in_different_functions():
+    p = profile(("forward", (TRAIN,
+        (line("a", "m.py:1"), f"aten::pow @cpu_time_ns={5 * MS}"), (line("b", "m.py:9"), f"aten::mean @cpu_time_ns={5 * MS}"),
+        (line("c", "m.py:20"), f"aten::rsqrt @cpu_time_ns={5 * MS}"), HEAVY)))
+    assert "unfused_norm" not in rules(analyze(p))
+
+
+def test_host_sync_reports_the_line_and_rate():
+    p = profile(("other", (TRAIN,
+        (line("train", "train.py:27"), (f"aten::item @cpu_time_ns={30 * 1000},count=3", "aten::_local_scalar_dense")),
+        HEAVY)))
+    f = only(analyze(p), "host_sync")
+    assert f["path"] == ["other", "train.py:20 train", "train.py:27 train", "aten::item"]
+    assert f["evidence"]["per_step"] == 1.0 and f["evidence"]["calls"] == 3
+    assert f["severity"] == "info"  # once per step on a CPU: worth knowing, not a warning
+
+
+def test_host_sync_is_a_warning_when_frequent_or_on_gpu():
+    frequent = profile(("forward", (TRAIN, (line("f", "m.py:5"), f"aten::nonzero @cpu_time_ns={MS},count=60"), HEAVY)))
+    assert only(analyze(frequent), "host_sync")["severity"] == "warning"
+    gpu = profile(("forward", (TRAIN, (line("f", "m.py:5"), ("aten::item @cpu_time_ns=1000,count=3")),
+                               ("aten::mm", "kernel:sgemm @device_time_ns=5000000"))))
+    assert only(analyze(gpu), "host_sync")["severity"] == "warning"
+
+
+def test_host_sync_quiet_without_syncing_calls():
+    p = profile(("forward", (TRAIN, HEAVY, (line("f", "m.py:1"), "aten::add @cpu_time_ns=1000"))))
+    assert "host_sync" not in rules(analyze(p))

@@ -1,0 +1,59 @@
+"""load_imbalance across ranks and memory_growth across windows."""
+
+from dc_core.analyzer import analyze_ranks, attach
+
+from .helpers import MS, line, only, profile, series
+
+TRAIN = line("train", "train.py:20")
+
+
+def _rank(rank, extra_ms=0, steps=(5, 8), loader_ms=10):
+    p = profile(
+        ("forward", (TRAIN, (line("forward", "model.py:12"), f"aten::addmm @cpu_time_ns={60 * MS},count=3"))),
+        ("dataloader", (line("__getitem__", "data.py:18"), f"aten::randn @cpu_time_ns={(loader_ms + extra_ms) * MS},count=3")),
+        steps=steps, rank=rank, world_size=4, run="exp",
+    )
+    return p
+
+
+def test_load_imbalance_names_the_slow_rank_and_its_node():
+    profiles = [_rank(0), _rank(1), _rank(2, extra_ms=60), _rank(3)]
+    f = only(analyze_ranks(profiles), "load_imbalance")
+    assert f["severity"] == "warning" and f["evidence"]["rank"] == 2 and f["evidence"]["steps"] == [5, 8]
+    assert f["evidence"]["ratio"] == round(130 / 70, 3)
+    assert f["path"] == ["dataloader", "data.py:18 __getitem__", "aten::randn"]
+    assert "rank 2" in f["message"]
+    attach(profiles, [f])
+    assert [len(p.findings) for p in profiles] == [0, 0, 1, 0]
+
+
+def test_load_imbalance_info_when_a_node_share_differs():
+    # same step time, but rank 1 spends twice the share in data loading
+    profiles = [_rank(0, loader_ms=10), _rank(1, loader_ms=20)]
+    profiles[1].step_times_ns = profiles[0].step_times_ns
+    f = only(analyze_ranks(profiles), "load_imbalance")
+    assert f["severity"] == "info" and f["evidence"]["rank"] == 1
+    assert f["path"][0] == "dataloader"
+    assert f["evidence"]["share_per_rank"] == {"0": round(10 / 70, 4), "1": round(20 / 80, 4)}
+
+
+def test_load_imbalance_quiet_for_balanced_ranks_or_one_rank():
+    assert analyze_ranks([_rank(0), _rank(1), _rank(2)]) == []
+    assert analyze_ranks([_rank(0, extra_ms=100)]) == []
+
+
+def test_memory_growth_across_windows_of_a_rank():
+    mib = 2**20
+    windows = [_rank(0, steps=(s, s + 3)) for s in (10, 20, 30, 40)]
+    for i, p in enumerate(windows):
+        p.system = [series("rss_bytes", [1000 * mib + i * 100 * mib] * 5)]
+    f = only(analyze_ranks(windows), "memory_growth")
+    assert f["evidence"]["rank"] == 0 and f["evidence"]["steps"] == [40, 43]
+    assert f["evidence"]["growth_bytes"] == 300 * mib and f["evidence"]["windows"][0] == [10, 13]
+
+
+def test_memory_growth_across_windows_quiet_when_flat():
+    windows = [_rank(0, steps=(s, s + 3)) for s in (10, 20, 30)]
+    for p in windows:
+        p.system = [series("rss_bytes", [2**30] * 5)]
+    assert analyze_ranks(windows) == []
