@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from types import ModuleType
 from typing import Any
 
@@ -33,9 +32,6 @@ from dc_core.reference import (  # noqa: F401  (re-exported)
 )
 
 logger = logging.getLogger(__name__)
-
-#: The profiler's own packages; their frames are left out of call paths.
-PROFILER_PACKAGES = ("dc_core", "dc_torch", "dc_jax", "dc_lightning", "dc_hf")
 
 #: Frame kind names, indexed by kind: ``NAMES[KIND_OPERATOR] == "operator"``.
 NAMES = ("root", "python", "module", "operator", "native", "kernel", "phase", "compiled")
@@ -95,12 +91,3 @@ def create_collector(prefer_native: bool = True, **kwargs: Any) -> Any:
             return native.Collector(**kwargs)
         _warn_fallback(reason)
     return reference.Collector(**kwargs)
-
-
-def skip_profiler_files(collector: Any) -> None:
-    """Leave the profiler's own frames (all ``PROFILER_PACKAGES``) out of ``collector``'s call paths."""
-    # The packages are installed side by side, so their paths derive from this
-    # one without importing the adapters (which would import their frameworks).
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for package in PROFILER_PACKAGES:
-        collector.skip_prefix(os.path.join(root, package) + os.sep)

@@ -7,6 +7,7 @@ import os
 import threading
 
 from dc_core import collector as collector_mod
+from dc_core.ownfiles import profiler_files, skip_profiler_files
 from dc_core import reference
 from tests.conftest import _leftovers
 from tests.core.test_collector import Snap, lib_call
@@ -40,11 +41,18 @@ def test_missing_native_falls_back_with_one_warning(monkeypatch, caplog):
 
 def test_skip_profiler_files_hides_the_profilers_own_frames():
     c = collector_mod.create_collector(prefer_native=False)
-    collector_mod.skip_profiler_files(c)
+    skip_profiler_files(c)
     core_dir = os.path.dirname(reference.__file__)
     frames = [Snap(c).frame(i) for i in lib_call(c.python_frames)]
     assert frames[-2].name == test_skip_profiler_files_hides_the_profilers_own_frames.__qualname__
     assert not any(f.file.startswith(core_dir + os.sep) for f in frames)
+
+
+def test_demo_workloads_count_as_user_code():
+    files = profiler_files()
+    assert any(f.endswith("dc_core/session.py") for f in files)
+    assert not any(f.endswith(("dc_core/demo/workload.py", "dc_torch/demo.py")) for f in files)
+    assert any(f.endswith("dc_core/cli/demo.py") for f in files)  # the command is ours, its workload is not
 
 
 def test_guard_sees_a_sampler_left_running(make_collector):
