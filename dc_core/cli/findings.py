@@ -1,0 +1,54 @@
+"""Findings for the terminal: severity colour, rule, one-line message, the call
+path shortened to the user's frames, and the suggestion."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.text import Text
+
+from ..tree import PHASES
+
+SEVERITY_STYLE = {"critical": "bold white on red", "warning": "bold yellow", "info": "cyan"}
+_NOT_USER = ("<frozen ", "runpy.py:", "<string>:", "threading.py:")
+_KEEP = 3  # user frames kept before the node
+
+
+def short_path(path: list[str], keep: int = _KEEP) -> str:
+    """``forward › … › model.py:14 rmsnorm › aten::pow``: the phase, the last
+    ``keep`` user frames above the node, the node; interpreter frames dropped."""
+    if not path:
+        return ""
+    head = [path[0]] if path[0] in PHASES and len(path) > 1 else []
+    middle = [p for p in path[len(head):-1] if not p.startswith(_NOT_USER) and not p.endswith(" <module>")]
+    elided = len(middle) > keep
+    parts = head + (["…"] if elided else []) + middle[-keep:] + [path[-1]]
+    return " › ".join(parts)
+
+
+def finding_text(finding: dict[str, Any]) -> Text:
+    """One finding as rich text (three lines at most)."""
+    severity = finding.get("severity", "info")
+    text = Text()
+    text.append(f" {severity.upper():8}", style=SEVERITY_STYLE.get(severity, ""))
+    text.append(f" {finding.get('rule', '?')}", style="bold")
+    text.append(f"  {finding.get('message', '')}")
+    where = short_path(list(finding.get("path", [])))
+    if where:
+        text.append("\n           at ", style="dim")
+        text.append(where, style="green")
+    if finding.get("suggestion"):
+        text.append("\n           → ", style="dim")
+        text.append(finding["suggestion"], style="italic")
+    return text
+
+
+def render_findings(findings: Iterable[dict[str, Any]], console: Console, title: str = "findings") -> None:
+    """Print findings, most severe first (the order they are stored in)."""
+    findings = list(findings)
+    if not findings:
+        return
+    console.print(Text(f"{title} ({len(findings)})", style="bold underline"))
+    for f in findings:
+        console.print(finding_text(f))

@@ -1,0 +1,86 @@
+"""``deepcontext analyze`` and the findings renderer."""
+
+import io
+import json
+
+from rich.console import Console
+
+from dc_core.cli import analyze as analyze_cmd
+from dc_core.cli import main
+from dc_core.cli.findings import render_findings, short_path
+from dc_core.logdir import find_profiles, read_profile, write_profile
+
+from .helpers import MS, line, profile
+
+
+def _write(tmp_path, rank=0, loader_ms=15):
+    p = profile(
+        ("forward", (line("train", "t.py:1"), f"aten::mm @cpu_time_ns={50 * MS}")),
+        ("dataloader", (line("__getitem__", "d.py:5"), f"aten::randn @cpu_time_ns={loader_ms * MS}")),
+        rank=rank, host="node1", run="exp",
+    )
+    return write_profile(p, tmp_path, "exp")
+
+
+def test_analyze_rewrites_the_profiles_with_findings(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert read_profile(path).findings == []
+    assert main(["analyze", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "dataloader_bottleneck" in out and "d.py:5 __getitem__" in out
+    stored = read_profile(path).findings
+    assert [f["rule"] for f in stored][0] == "dataloader_bottleneck"
+    assert [f.path for f in find_profiles(tmp_path)] == [path]  # replaced in place, no temporaries left
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_analyze_set_overrides_and_json(tmp_path, capsys):
+    path = _write(tmp_path)
+    assert main(["analyze", str(tmp_path), "--json", "--set", "dataloader_bottleneck.min_share=0.5"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "dataloader_bottleneck" not in [f["rule"] for f in doc["profiles"][0]["findings"]]
+    assert doc["profiles"][0]["file"] == str(path)
+
+
+def test_analyze_dry_run_leaves_files_alone(tmp_path, capsys):
+    path = _write(tmp_path)
+    before = path.read_bytes()
+    assert main(["analyze", str(tmp_path), "--dry-run"]) == 0
+    assert path.read_bytes() == before and "dataloader_bottleneck" in capsys.readouterr().out
+
+
+def test_analyze_cross_rank_findings_go_to_the_slow_rank(tmp_path, capsys):
+    paths = [_write(tmp_path, rank=r, loader_ms=80 if r == 1 else 15) for r in range(3)]
+    assert main(["analyze", str(tmp_path)]) == 0
+    rules = [[f["rule"] for f in read_profile(p).findings] for p in paths]
+    assert ["load_imbalance" in r for r in rules] == [False, True, False]
+
+
+def test_analyze_rejects_bad_thresholds(tmp_path, capsys):
+    _write(tmp_path)
+    assert main(["analyze", str(tmp_path), "--set", "nope"]) == 2
+    assert main(["analyze", str(tmp_path), "--set", "dataloader_bottleneck.min_shar=1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert "known: dataloader_bottleneck.critical_share, dataloader_bottleneck.min_share" in err
+    assert main(["analyze", str(tmp_path / "missing")]) == 2
+
+
+def test_short_path_keeps_the_phase_and_the_users_last_frames():
+    path = ["forward", "<frozen runpy>:88 _run_code", "train.py:1 <module>", "train.py:40 main", "train.py:30 step",
+            "model.py:20 forward", "model.py:14 rmsnorm", "aten::pow"]
+    assert short_path(path) == "forward › … › train.py:30 step › model.py:20 forward › model.py:14 rmsnorm › aten::pow"
+    assert short_path(["dataloader"]) == "dataloader" and short_path([]) == ""
+
+
+def test_render_findings_shows_severity_rule_path_and_suggestion():
+    buf = io.StringIO()
+    render_findings([{"rule": "host_sync", "severity": "warning", "message": "aten::item 1.0x per step",
+                      "suggestion": "keep values on the device", "path": ["other", "t.py:3 loop", "aten::item"],
+                      "evidence": {}, "node": 3}], Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    assert "WARNING" in text and "host_sync" in text and "aten::item 1.0x per step" in text
+    assert "other › t.py:3 loop › aten::item" in text and "→ keep values on the device" in text
+
+
+def test_parse_overrides():
+    assert analyze_cmd.parse_overrides(["a.b=1", "c.d = 0.5"]) == {"a.b": 1.0, "c.d": 0.5}
