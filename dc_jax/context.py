@@ -1,0 +1,159 @@
+"""An executed HLO instruction → its place in the context tree.
+
+The path of an op reads: phase → the user's Python frames from the jitted
+function inward, interleaved with Flax module frames (``MLP``, ``MLP/Dense_0``)
+→ operator (the JAX primitive, the HLO instruction as detail) → kernel.
+Ops made by reverse-mode differentiation carry ``transpose(...)`` in their
+name stack; they go under the ``backward`` phase with the same Python and
+module path as the forward op they came from (JAX records the forward op's
+stack for them), flagged backward. ``jvp(...)`` alone is not backward: under
+``grad``/``value_and_grad`` the primal (forward) computation is named
+``jvp(...)`` too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sysconfig
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+
+from .hlo import Instruction, Loc
+
+_WRAPPER = re.compile(r"^([\w\-]+)\((.*)\)$")
+_INDEX_SUFFIX = re.compile(r"_\d+$")
+#: Name-stack wrappers that name a nested jitted function rather than a scope.
+_FUNCTION_WRAPPERS = {"jit", "pjit", "xla_call", "xla_pmap", "pmap", "core_call", "custom_jvp_call", "custom_vjp_call"}
+_LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+_OPTIMIZER_MARKERS = (os.sep + "optax" + os.sep, os.sep + "flax" + os.sep + "training" + os.sep)
+_NOT_OPTIMIZER = os.sep + "optax" + os.sep + "losses" + os.sep
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where an instruction goes: phase, frames above the operator, operator."""
+
+    phase: str
+    backward: bool
+    frames: tuple[tuple, ...]  # ("python", qualname, file, line) or ("module", path, class)
+    operator: str
+
+
+def split_name_stack(op_name: str) -> list[str]:
+    """``a/b(c/d)/e`` → ``["a", "b(c/d)", "e"]`` (slashes inside parentheses kept)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(op_name):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "/" and depth == 0:
+            parts.append(op_name[start:i])
+            start = i + 1
+    parts.append(op_name[start:])
+    return [p for p in parts if p]
+
+
+def _unwrap(component: str) -> tuple[str, set[str]]:
+    """``transpose(jvp(MLP))`` → ``("MLP", {"transpose", "jvp"})``."""
+    wrappers: set[str] = set()
+    match = _WRAPPER.match(component)
+    while match is not None:
+        wrappers.add(match.group(1))
+        component = match.group(2)
+        match = _WRAPPER.match(component)
+    return component, wrappers
+
+
+def parse_op_name(op_name: str) -> tuple[str, list[str], str, bool]:
+    """Name stack → (jitted function, scope names, primitive, backward)."""
+    parts = split_name_stack(op_name)
+    if not parts:
+        return "", [], "", False
+    backward = "transpose(" in op_name
+    function = ""
+    first, wrappers = _unwrap(parts[0])
+    if wrappers & _FUNCTION_WRAPPERS:
+        function, parts = first, parts[1:]
+    primitive = parts[-1] if parts else ""
+    scopes = []
+    for part in parts[:-1]:
+        inner, wrappers = _unwrap(part)
+        if not inner or wrappers & _FUNCTION_WRAPPERS:
+            continue  # ``jvp()`` (no scope) or a nested jitted function, whose frames are in the stack
+        scopes.extend(s for s in inner.split("/") if s)
+    return function, scopes, primitive, backward
+
+
+@lru_cache(maxsize=4096)
+def is_library(file: str) -> bool:
+    """Installed packages and the standard library are not the user's code."""
+    if not file or file.startswith("<"):
+        return file != "<string>" and bool(file)  # "<frozen ...>", not an exec'd user snippet
+    if any(marker in file for marker in _LIBRARY_MARKERS):
+        return True
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    return bool(stdlib) and file.startswith(stdlib + os.sep)
+
+
+def _class_of(qualname: str) -> str:
+    """``MLP.__call__`` → ``MLP``; ``f.<locals>.Block.__call__`` → ``Block``; ``f`` → ""."""
+    parts = qualname.split(".")
+    return parts[-2] if len(parts) >= 2 and parts[-2] != "<locals>" else ""
+
+
+def _phase_of(stack: tuple[Loc, ...], backward: bool, marked: str | None) -> str:
+    if backward:
+        return "backward"
+    if any(m in loc.file for loc in stack for m in _OPTIMIZER_MARKERS if _NOT_OPTIMIZER not in loc.file):
+        return "optimizer"
+    if marked and marked != "other":
+        return marked
+    return "forward"
+
+
+def context_of(
+    instruction: Instruction, marked: str | None = None, classes: Mapping[str, str] | None = None
+) -> Context:
+    """Place ``instruction`` in the tree.
+
+    Args:
+        instruction: The executed HLO instruction with its metadata.
+        marked: The phase the user marked when the op's run was dispatched.
+        classes: Flax module path → class name, as the Flax hooks recorded them.
+    """
+    function, scopes, primitive, backward = parse_op_name(instruction.op_name)
+    stack = instruction.stack
+    if function:  # frames above the jitted function belong to whoever first traced it
+        short = function.rsplit(".", 1)[-1]
+        for i, loc in enumerate(stack):
+            if loc.function.rsplit(".", 1)[-1] == short:
+                stack = stack[i:]
+                break
+    phase = _phase_of(instruction.stack, backward, marked)
+    paths = ["/".join(scopes[: i + 1]) for i in range(len(scopes))]
+    module_classes = [
+        (classes or {}).get(path) or (scope if i == 0 else _INDEX_SUFFIX.sub("", scope))
+        for i, (path, scope) in enumerate(zip(paths, scopes))
+    ]
+    # A module's frame goes right above the frame of its own method, found by class.
+    insert_at: list[int] = []
+    cursor = 0
+    for cls in module_classes:
+        at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function) == cls), len(stack))
+        insert_at.append(at)
+        cursor = min(at + 1, len(stack)) if at < len(stack) else cursor
+    frames: list[tuple] = []
+    module = 0
+    for j, loc in enumerate(stack):
+        while module < len(paths) and insert_at[module] <= j:
+            frames.append(("module", paths[module], module_classes[module]))
+            module += 1
+        if not is_library(loc.file):
+            frames.append(("python", loc.function, loc.file, loc.line))
+    for k in range(module, len(paths)):
+        frames.append(("module", paths[k], module_classes[k]))
+    operator = instruction.matmul or primitive or instruction.opcode or instruction.name
+    return Context(phase, backward, tuple(frames), operator)

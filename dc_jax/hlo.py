@@ -1,0 +1,229 @@
+"""Compiled HLO modules → what each instruction is and which Python code made it.
+
+XLA keeps, per instruction, ``metadata={op_name=... stack_frame_id=...}`` (or
+``source_file``/``source_line`` on older versions), and per module the tables
+``FileNames``/``FunctionNames``/``FileLocations``/``StackFrames`` that turn a
+stack frame id into the full Python stack JAX recorded while tracing. Both are
+read here from the module's text form (``HloModule.to_string()``), the
+documented HLO text format; the modules themselves come from the backend's live
+executables, so no compile hook is needed and functions compiled before the
+profiler started are covered too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
+_OPCODE = re.compile(r"\s([a-z][a-z0-9_\-]*)\(")
+_CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
+_SOURCE_LINE = re.compile(r"source_line=(\d+)")
+_STACK_ID = re.compile(r"stack_frame_id=(\d+)")
+_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_FIELD = re.compile(r"(\w+)=(\d+)")
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s*\(")
+_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+#: HLO opcodes that are matrix products; XLA folds the transposes around a
+#: matmul into it and keeps the transpose's metadata, so these name the operator.
+MATMUL_OPCODES = {"dot": "dot_general", "convolution": "conv_general_dilated"}
+
+
+@dataclass(frozen=True)
+class Loc:
+    """One Python frame JAX recorded: function (qualified), file, line."""
+
+    function: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """What an HLO instruction is and where it came from.
+
+    Attributes:
+        name: Instruction name, as thunks and kernels are tagged (``hlo_op``).
+        opcode: HLO opcode (``dot``, ``fusion``, ``custom-call``...).
+        op_name: JAX's name stack, e.g. ``jit(step)/transpose(jvp(MLP))/Dense_0/dot_general``.
+        stack: Python frames, outermost first (empty when XLA kept none).
+        matmul: The JAX primitive of a matrix product executed by this
+            instruction (directly or inside its fusion), else "".
+    """
+
+    name: str
+    opcode: str
+    op_name: str
+    stack: tuple[Loc, ...]
+    matmul: str = ""
+
+
+def _unquote(text: str) -> str:
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in text else text
+
+
+def _tables(lines: list[str]) -> dict[str, dict[int, str]]:
+    """The stack tables: per table, row id → the row's text."""
+    tables: dict[str, dict[int, str]] = {}
+    current: dict[int, str] | None = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in _TABLES:
+            current = tables.setdefault(stripped, {})
+            continue
+        if current is None:
+            continue
+        match = _TABLE_ROW.match(stripped)
+        if match is None:
+            current = None  # a blank line or the first computation ends the table
+            continue
+        current[int(match.group(1))] = match.group(2)
+    return tables
+
+
+def _stacks(tables: dict[str, dict[int, str]]) -> dict[int, tuple[Loc, ...]]:
+    """Stack frame id → Python frames, outermost first."""
+    files = {k: _unquote(v.strip('"')) for k, v in tables.get("FileNames", {}).items()}
+    functions = {k: _unquote(v.strip('"')) for k, v in tables.get("FunctionNames", {}).items()}
+    locations = {}
+    for key, text in tables.get("FileLocations", {}).items():
+        fields = dict((k, int(v)) for k, v in _FIELD.findall(text))
+        locations[key] = Loc(
+            functions.get(fields.get("function_name_id", 0), "?"),
+            files.get(fields.get("file_name_id", 0), ""),
+            fields.get("line", 0),
+        )
+    frames = {}
+    for key, text in tables.get("StackFrames", {}).items():
+        fields = dict((k, int(v)) for k, v in _FIELD.findall(text))
+        frames[key] = (fields.get("file_location_id", 0), fields.get("parent_frame_id", 0))
+    # Frames are listed parent first, so a true parent id is below the frame's
+    # own. The text printer of some XLA versions shows every parent id one
+    # higher (root frames then show their own id); detect that instead of
+    # trusting one version's printer.
+    shift = 1 if any(parent >= key for key, (_, parent) in frames.items()) else 0
+    stacks: dict[int, tuple[Loc, ...]] = {}
+
+    def stack_of(key: int) -> tuple[Loc, ...]:
+        chain = []
+        seen = set()
+        while key > 0 and key in frames and key not in seen:
+            seen.add(key)
+            location, parent = frames[key]
+            if location in locations:
+                chain.append(locations[location])
+            key = parent - shift
+        return tuple(reversed(chain))
+
+    for key in frames:
+        stacks[key] = stack_of(key)
+    return stacks
+
+
+def parse_module(text: str) -> dict[str, Instruction]:
+    """Every instruction of an HLO module's text, by name."""
+    lines = text.splitlines()
+    stacks = _stacks(_tables(lines))
+    raw: dict[str, tuple[str, str, tuple[Loc, ...], list[str]]] = {}
+    opcodes_of: dict[str, set[str]] = {}  # computation → opcodes directly in it
+    calls_of: dict[str, list[str]] = {}
+    computation = ""
+    for line in lines:
+        head = _COMPUTATION.match(line)
+        if head is not None:
+            computation = head.group(1)
+            opcodes_of.setdefault(computation, set())
+            continue
+        match = _INSTRUCTION.match(line)
+        if match is None:
+            continue
+        name, rest = match.groups()
+        opcode_match = _OPCODE.search(" " + rest)
+        opcode = opcode_match.group(1) if opcode_match else ""
+        meta_at = rest.find("metadata={")
+        meta = rest[meta_at:] if meta_at >= 0 else ""
+        op_name = _OP_NAME.search(meta)
+        stack: tuple[Loc, ...] = ()
+        frame_id = _STACK_ID.search(meta)
+        if frame_id is not None:
+            stack = stacks.get(int(frame_id.group(1)), ())
+        if not stack:
+            source = _SOURCE_FILE.search(meta)
+            if source is not None:
+                source_line = _SOURCE_LINE.search(meta)
+                stack = (Loc("", _unquote(source.group(1)), int(source_line.group(1)) if source_line else 0),)
+        called = _CALLS.findall(rest)
+        raw[name] = (opcode, _unquote(op_name.group(1)) if op_name else "", stack, called)
+        opcodes_of.setdefault(computation, set()).add(opcode)
+        calls_of.setdefault(computation, []).extend(called)
+
+    def matmul_in(computation: str, depth: int = 0) -> str:
+        for opcode, primitive in MATMUL_OPCODES.items():
+            if opcode in opcodes_of.get(computation, ()):
+                return primitive
+        if depth < 4:
+            for inner in calls_of.get(computation, ()):
+                found = matmul_in(inner, depth + 1)
+                if found:
+                    return found
+        return ""
+
+    out = {}
+    for name, (opcode, op_name, stack, called) in raw.items():
+        matmul = MATMUL_OPCODES.get(opcode, "")
+        if not matmul and opcode == "fusion":
+            matmul = next((m for c in called if (m := matmul_in(c))), "")
+        out[name] = Instruction(name, opcode, op_name, stack, matmul)
+    return out
+
+
+def live_modules(names: Iterable[str]) -> dict[str, list[Any]]:
+    """The compiled ``HloModule`` objects named ``names`` that are alive in any backend.
+
+    One name may map to several modules (a function compiled for several
+    shapes); the caller picks the one whose instructions match the trace.
+    """
+    import jax
+
+    wanted = set(names)
+    found: dict[str, list[Any]] = {}
+    clients = {id(d.client): d.client for d in jax.devices()}
+    for client in clients.values():
+        for executable in client.live_executables():
+            try:
+                modules = executable.hlo_modules()
+            except Exception:  # noqa: BLE001 - an executable without HLO (deserialized, foreign)
+                continue
+            for module in modules:
+                if module.name in wanted:
+                    found.setdefault(module.name, []).append(module)
+    return found
+
+
+class ModuleIndex:
+    """Instructions of the compiled modules a trace mentions, parsed once per text."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[int, dict[str, Instruction]] = {}  # hash(text) → instructions
+
+    def resolve(self, wanted: dict[str, set[str]]) -> dict[str, dict[str, Instruction]]:
+        """For each module name, the instructions of the live module that best
+        covers the instruction names seen in the trace (``wanted[name]``)."""
+        out: dict[str, dict[str, Instruction]] = {}
+        for name, modules in live_modules(wanted).items():
+            best, best_hits = {}, -1
+            for module in modules:
+                text = module.to_string()
+                key = hash(text)
+                parsed = self._parsed.get(key)
+                if parsed is None:
+                    parsed = self._parsed[key] = parse_module(text)
+                hits = len(wanted[name].intersection(parsed))
+                if hits > best_hits:
+                    best, best_hits = parsed, hits
+            out[name] = best
+        return out

@@ -1,0 +1,117 @@
+"""HLO text → instructions with Python stacks, and name stacks → tree context.
+
+Pure parsing: runs without jax."""
+
+from __future__ import annotations
+
+from dc_jax.context import context_of, parse_op_name, split_name_stack
+from dc_jax.hlo import Instruction, Loc, parse_module
+
+# The shape of a compiled module's text as XLA prints it, cut down; parent ids
+# printed one higher than the frame they name (as jaxlib 0.10 prints them).
+MODULE = """HloModule jit_train_step, is_scheduled=true
+
+FileNames
+1 "/home/u/train.py"
+2 "/venv/lib/python3.11/site-packages/flax/linen/linear.py"
+
+FunctionNames
+1 "<module>"
+2 "train_step"
+3 "loss_fn"
+4 "MLP.__call__"
+5 "Dense.__call__"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=40 end_line=40 column=1 end_column=9}
+2 {file_name_id=1 function_name_id=2 line=30 end_line=30 column=1 end_column=9}
+3 {file_name_id=1 function_name_id=3 line=20 end_line=20 column=1 end_column=9}
+4 {file_name_id=1 function_name_id=4 line=10 end_line=10 column=1 end_column=9}
+5 {file_name_id=2 function_name_id=5 line=294 end_line=294 column=1 end_column=9}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=1}
+2 {file_location_id=2 parent_frame_id=2}
+3 {file_location_id=3 parent_frame_id=3}
+4 {file_location_id=4 parent_frame_id=4}
+5 {file_location_id=5 parent_frame_id=5}
+
+
+%fused_computation (param_0: f32[8,4], param_1: f32[4,2]) -> f32[8,2] {
+  %param_0 = f32[8,4]{1,0} parameter(0)
+  %param_1 = f32[4,2]{1,0} parameter(1)
+  ROOT %dot_general.0 = f32[8,2]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(train_step)/jvp(MLP)/Dense_0/dot_general" stack_frame_id=5}
+}
+
+ENTRY %main.3 (x.1: f32[8,4], w.1: f32[4,2]) -> (f32[8,2], f32[4,2]) {
+  %x.1 = f32[8,4]{1,0} parameter(0), metadata={op_name="x"}
+  %w.1 = f32[4,2]{1,0} parameter(1)
+  %ynn_fusion = f32[8,2]{1,0} fusion(%x.1, %w.1), kind=kCustom, calls=%fused_computation, metadata={op_name="jit(train_step)/jvp(MLP)/Dense_0/dot_general" stack_frame_id=5}, backend_config={"fusion_config":{"kind":"__ynn_fusion"}}
+  %dot = f32[4,2]{1,0} dot(%x.1, %ynn_fusion), lhs_contracting_dims={0}, rhs_contracting_dims={0}, metadata={op_name="jit(train_step)/transpose(jvp(MLP))/Dense_0/transpose" stack_frame_id=5}
+  %exp.2 = f32[8,2]{1,0} exponential(%ynn_fusion), metadata={op_name="jit(train_step)/exp" source_file="/home/u/train.py" source_line=21}
+  ROOT %tuple.5 = (f32[8,2]{1,0}, /*index=1*/f32[4,2]{1,0}) tuple(%ynn_fusion, %dot)
+}
+"""
+
+
+def test_parse_module_reads_opcodes_metadata_and_full_python_stacks():
+    ops = parse_module(MODULE)
+    fusion = ops["ynn_fusion"]
+    assert fusion.opcode == "fusion"
+    assert fusion.matmul == "dot_general"  # found inside the fused computation
+    assert fusion.op_name == "jit(train_step)/jvp(MLP)/Dense_0/dot_general"
+    assert [(loc.function, loc.line) for loc in fusion.stack] == [
+        ("<module>", 40), ("train_step", 30), ("loss_fn", 20), ("MLP.__call__", 10), ("Dense.__call__", 294),
+    ]
+    assert ops["dot"].opcode == "dot" and ops["dot"].matmul == "dot_general"
+    assert ops["exp.2"].stack == (Loc("", "/home/u/train.py", 21),)  # source_file/source_line form
+    assert ops["tuple.5"].opcode == "tuple" and ops["tuple.5"].stack == ()
+    assert ops["x.1"].op_name == "x"
+
+
+def test_parse_module_accepts_parent_ids_printed_unshifted():
+    text = MODULE.replace("2 {file_location_id=2 parent_frame_id=2}", "2 {file_location_id=2 parent_frame_id=1}")
+    for k in (3, 4, 5):
+        text = text.replace(f"{k} {{file_location_id={k} parent_frame_id={k}}}", f"{k} {{file_location_id={k} parent_frame_id={k - 1}}}")
+    text = text.replace("1 {file_location_id=1 parent_frame_id=1}", "1 {file_location_id=1 parent_frame_id=0}")
+    assert [loc.line for loc in parse_module(text)["dot"].stack] == [40, 30, 20, 10, 294]
+
+
+def test_name_stack_parsing_unwraps_transforms_and_keeps_nested_slashes():
+    assert split_name_stack("jit(f)/vmap(a/b)/c") == ["jit(f)", "vmap(a/b)", "c"]
+    assert parse_op_name("jit(train_step)/transpose(jvp(MLP))/Dense_0/dot_general") == (
+        "train_step", ["MLP", "Dense_0"], "dot_general", True,
+    )
+    # jvp(...) alone is the primal pass of grad: forward, not backward.
+    assert parse_op_name("jit(step)/jvp(MLP)/jit(relu)/max") == ("step", ["MLP"], "max", False)
+    assert parse_op_name("jit(step)/jvp()/reduce_max") == ("step", [], "reduce_max", False)
+
+
+def test_forward_and_backward_matmul_share_the_forward_context():
+    ops = parse_module(MODULE)
+    forward, backward = context_of(ops["ynn_fusion"]), context_of(ops["dot"])
+    expected = (
+        ("python", "train_step", "/home/u/train.py", 30),
+        ("python", "loss_fn", "/home/u/train.py", 20),
+        ("module", "MLP", "MLP"),
+        ("python", "MLP.__call__", "/home/u/train.py", 10),
+        ("module", "MLP/Dense_0", "Dense"),  # flax's own Dense.__call__ frame left out
+    )
+    assert forward.frames == expected and backward.frames == expected
+    assert (forward.phase, forward.backward, forward.operator) == ("forward", False, "dot_general")
+    # XLA folded the transpose into the matmul: the operator is the matmul.
+    assert (backward.phase, backward.backward, backward.operator) == ("backward", True, "dot_general")
+
+
+def test_recorded_flax_classes_name_modules_and_optax_frames_mean_optimizer():
+    stack = (Loc("step", "/u/t.py", 5), Loc("Block.__call__", "/u/m.py", 9), Loc("Dense.__call__", "/x/site-packages/flax/linen/linear.py", 1))
+    ins = Instruction("fusion.1", "fusion", "jit(step)/Block/proj/dot_general", stack)
+    ctx = context_of(ins, classes={"Block/proj": "Dense"})
+    assert ctx.frames[-1] == ("module", "Block/proj", "Dense")
+    optax_stack = (Loc("step", "/u/t.py", 7), Loc("scale_by_adam.<locals>.update_fn", "/x/site-packages/optax/_src/transform.py", 300))
+    upd = context_of(Instruction("add.3", "add", "jit(step)/add", optax_stack))
+    assert upd.phase == "optimizer" and upd.frames == (("python", "step", "/u/t.py", 7),)
+    loss_stack = (Loc("step", "/u/t.py", 6), Loc("softmax_cross_entropy", "/x/site-packages/optax/losses/_classification.py", 1))
+    assert context_of(Instruction("exp.1", "exponential", "jit(step)/exp", loss_stack)).phase == "forward"
+    # A phase the user marked applies to ops the name stack does not place.
+    assert context_of(Instruction("exp.1", "exponential", "jit(aug)/exp", ()), marked="dataloader").phase == "dataloader"
