@@ -1,0 +1,181 @@
+"""A captured JAX trace → executed XLA ops, aggregated per op, kernel and phase.
+
+Reads the XSpace that ``jax.profiler`` wrote through ``jax.profiler.ProfileData``
+(the supported reader). Every event tagged with ``hlo_op``/``hlo_module`` is an
+executed HLO instruction: on CPU a thunk on an XLA client thread (its
+``cpu_time_ns``, exclusive of thunks nested in it, e.g. a ``while`` body), on a
+GPU a kernel on a stream line of a ``/device:`` plane (``device_time_ns``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+#: Device-plane lines that summarise rather than execute (kernels live on stream lines).
+_SUMMARY_LINES = {
+    "XLA Modules", "XLA Ops", "Steps", "Framework Ops", "Framework Name Scope",
+    "Source code", "XLA TraceMe", "TensorFlow Name Scope", "TensorFlow Ops",
+}
+_MODULE_ID = re.compile(r"\(\d+\)$")
+_DISPATCH = re.compile(r"^(?:Pjit|Jit|Pmap)Function\((.*)\)$")
+
+
+@dataclass
+class OpTime:
+    """One (module, instruction, kernel, device, marked phase) aggregate."""
+
+    module: str
+    hlo_op: str
+    kernel: str
+    device: str
+    on_device: bool
+    phase: str | None
+    count: int = 0
+    time_ns: int = 0
+
+
+@dataclass
+class _Event:
+    module: str
+    hlo_op: str
+    kernel: str
+    device: str
+    on_device: bool
+    start: int
+    duration: int
+    run: int
+
+
+def _stats(event: Any) -> dict:
+    try:
+        return dict(event.stats)
+    except Exception:  # noqa: BLE001 - an event without readable stats is not an op
+        return {}
+
+
+def _host_events(plane: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
+    """CPU thunks (exclusive times) and the Python thread's dispatches of jitted functions."""
+    ops: list[_Event] = []
+    dispatches: list[tuple[int, str]] = []
+    for line in plane.lines:
+        open_ops: list[tuple[int, _Event]] = []  # (end, event) stack for nesting
+        line_ops: list[_Event] = []
+        for event in line.events:
+            name = event.name
+            dispatch = _DISPATCH.match(name)
+            if dispatch is not None:
+                dispatches.append((int(event.start_ns), dispatch.group(1)))
+                continue
+            stats = _stats(event)
+            hlo_op = stats.get("hlo_op")
+            if not hlo_op:
+                continue
+            start, duration = int(event.start_ns), int(event.duration_ns)
+            op = _Event(
+                _MODULE_ID.sub("", str(stats.get("hlo_module", ""))), str(hlo_op), str(hlo_op),
+                f"cpu:{stats.get('device_ordinal', 0)}", False, start, duration, int(stats.get("run_id", 0)),
+            )
+            line_ops.append(op)
+        line_ops.sort(key=lambda e: (e.start, -e.duration))
+        for op in line_ops:
+            while open_ops and open_ops[-1][0] <= op.start:
+                open_ops.pop()
+            if open_ops and op.start + op.duration <= open_ops[-1][0]:
+                open_ops[-1][1].duration -= op.duration  # the parent's time is exclusive
+            open_ops.append((op.start + op.duration, op))
+        ops.extend(line_ops)
+    return ops, dispatches
+
+
+def _device_events(plane: Any, device: str) -> list[_Event]:
+    """Kernels of one device plane; the plane's op line when it has no kernel lines."""
+    kernels: list[_Event] = []
+    summary: list[_Event] = []
+    for line in plane.lines:
+        target = summary if line.name == "XLA Ops" else None if line.name in _SUMMARY_LINES else kernels
+        if target is None:
+            continue
+        for event in line.events:
+            stats = _stats(event)
+            hlo_op = stats.get("hlo_op") or (event.name if target is summary else "")
+            if not hlo_op:
+                continue
+            target.append(_Event(
+                _MODULE_ID.sub("", str(stats.get("hlo_module", ""))), str(hlo_op), event.name, device, True,
+                int(event.start_ns), int(event.duration_ns), int(stats.get("run_id", 0)),
+            ))
+    return kernels or summary
+
+
+def _device_name(plane_name: str) -> str:
+    """``/device:GPU:0`` → ``gpu:0``."""
+    kind, _, index = plane_name[len("/device:"):].partition(":")
+    return f"{kind.lower()}:{index or 0}"
+
+
+def read(profile: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
+    """Executed ops and host dispatches of a ``ProfileData``."""
+    events: list[_Event] = []
+    dispatches: list[tuple[int, str]] = []
+    for plane in profile.planes:
+        name = plane.name
+        if name.startswith("/host:CPU"):
+            host, calls = _host_events(plane)
+            events.extend(host)
+            dispatches.extend(calls)
+        elif name.startswith("/device:") and not name.startswith("/device:CUSTOM"):
+            events.extend(_device_events(plane, _device_name(name)))
+    dispatches.sort()
+    return events, dispatches
+
+
+def profile_start_ns(profile: Any) -> int:
+    """Wall-clock ns the trace's times count from (0 if the trace does not say)."""
+    for plane in profile.planes:
+        if plane.name == "Task Environment":
+            try:
+                return int(dict(plane.stats).get("profile_start_time", 0))
+            except Exception:  # noqa: BLE001
+                return 0
+    return 0
+
+
+def aggregate(
+    events: Iterable[_Event],
+    dispatches: list[tuple[int, str]],
+    phase_at: Callable[[int], str | None] | None = None,
+) -> list[OpTime]:
+    """Sum events per (module, op, kernel, device, marked phase).
+
+    ``phase_at(t)`` names the phase the user marked at trace time ``t``. A run
+    of a compiled module is placed at the time the host dispatched it (the
+    last dispatch of that function before the run's first op), since with
+    asynchronous dispatch the ops themselves may run after the marked block.
+    """
+    runs: dict[tuple[str, int], int] = {}
+    events = list(events)
+    if phase_at is not None:
+        for e in events:
+            key = (e.module, e.run)
+            if e.run and (key not in runs or e.start < runs[key]):
+                runs[key] = e.start
+        times = [t for t, _ in dispatches]
+        for key, first in list(runs.items()):
+            at = bisect.bisect_right(times, first)
+            for i in range(at - 1, max(at - 64, -1), -1):
+                if key[0] in (f"jit_{dispatches[i][1]}", dispatches[i][1]):
+                    runs[key] = dispatches[i][0]
+                    break
+    totals: dict[tuple, OpTime] = {}
+    for e in events:
+        phase = phase_at(runs.get((e.module, e.run), e.start)) if phase_at is not None else None
+        key = (e.module, e.hlo_op, e.kernel, e.device, phase)
+        agg = totals.get(key)
+        if agg is None:
+            agg = totals[key] = OpTime(e.module, e.hlo_op, e.kernel, e.device, e.on_device, phase)
+        agg.count += 1
+        agg.time_ns += max(e.duration, 0)
+    return list(totals.values())
