@@ -19,6 +19,7 @@ _COPIES = {"clone", "copy", "_reshape_copy", "_unsafe_view_copy"}
 _SYNCS = {
     "item", "_local_scalar_dense", "nonzero", "is_nonzero", "tolist", "masked_select", "unique", "_unique2",
     "unique_dim", "unique_consecutive", "cpu", "numpy", "synchronize", "equal",
+    "bool_scalar", "int_scalar", "float_scalar", "index_scalar",
 }
 _FUSED_NORMS = {"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm", "batch_norm"}
 

@@ -73,3 +73,17 @@ def test_findings_survive_the_profile_file():
 
 def test_empty_profile_gives_no_findings():
     assert analyze(profile(step_times=[])) == []
+
+
+def test_op_name_understands_aten_torch_and_dunder_names():
+    from dc_core.analyzer.base import op_name
+    from dc_core.tree import Frame
+
+    names = {
+        "aten::index_put_": "index_put", "torch.Tensor.item": "item", "torch.cumprod": "cumprod",
+        "CumprodBackward0": "cumprod", "torch.Tensor.__rmul__": "mul", "torch.Tensor.__pow__": "pow",
+        "torch.Tensor.__truediv__": "div", "torch.Tensor.__bool__": "bool_scalar", "torch.Tensor.float": "float",
+        "torch.Tensor.__float__": "float_scalar", "aten::_to_copy": "_to_copy", "torch._foreach_add_": "_foreach_add",
+        "torch.nn.functional.rms_norm": "rms_norm", "torch.Tensor.__getitem__": "index",
+    }
+    assert {name: op_name(Frame("operator", name)) for name in names} == names

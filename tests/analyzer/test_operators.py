@@ -116,3 +116,15 @@ def test_host_sync_is_a_warning_when_frequent_or_on_gpu():
 def test_host_sync_quiet_without_syncing_calls():
     p = profile(("forward", (TRAIN, HEAVY, (line("f", "m.py:1"), "aten::add @cpu_time_ns=1000"))))
     assert "host_sync" not in rules(analyze(p))
+
+
+def test_unfused_norm_with_torch_function_names():
+    # what the PyTorch adapter records: torch-level names, Python operators as dunders
+    norm = line("forward", "model.py:22")
+    p = profile(("forward", (TRAIN, ("module:norm", (norm,
+        f"operator:torch.Tensor.pow @cpu_time_ns={MS}", f"operator:torch.Tensor.mean @cpu_time_ns={MS}",
+        f"operator:torch.Tensor.__add__ @cpu_time_ns={MS}", f"operator:torch.rsqrt @cpu_time_ns={MS}",
+        f"operator:torch.Tensor.__mul__ @cpu_time_ns={2 * MS}")), HEAVY)))
+    f = only(analyze(p), "unfused_norm")
+    assert f["evidence"]["kind"] == "RMSNorm" and f["path"] == ["forward", "train.py:20 train", "norm", "model.py:22 forward"]
+    assert {"pow", "mean", "rsqrt", "mul"} <= set(f["evidence"]["operators"])
