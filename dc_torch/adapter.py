@@ -1,0 +1,162 @@
+"""The PyTorch adapter: what the session installs when a window opens.
+
+Outside a window nothing of this is hooked. ``install`` pushes the operator
+mode (and, in comprehensive mode, the ATen mode) on the training thread and
+registers the module and phase hooks; ``uninstall`` removes them all and
+ingests device activity. Every hook checks ``active`` first, so a failure
+(``fail`` → ``session.fail``) turns the whole adapter into a pass-through at
+once, even where a hook cannot be removed from inside itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from typing import Any
+
+import torch
+
+from dc_core.session import active_sessions
+
+from .autograd import AtenMode, BackwardRunner
+from .device import DeviceTracer, cuda_present
+from .modules import ModuleHooks
+from .ops import OperatorMode, matmul_flops, output_bytes
+from .phases import PhaseHooks
+from .state import Frames, ThreadState
+
+TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+class TorchAdapter:
+    """Hooks PyTorch for one session; see the module docstring."""
+
+    framework = "torch"
+
+    def __init__(self, device_activity: bool = True) -> None:
+        self.session: Any = None
+        self.collector: Any = None
+        self.frames: Frames | None = None
+        self.active = False
+        self.generation = 0
+        self.aten_forward = False
+        self.device_activity = device_activity
+        self.untagged: dict[str, list] = {}
+        self.matmul_frames: set[int] = set()
+        self._state = ThreadState()
+        self._modes: list[Any] = []
+        self._install_thread = 0
+        self._backward_node = (-1, 0)
+        self.backward = BackwardRunner(self)
+        self.modules = ModuleHooks(self)
+        self.phases = PhaseHooks(self)
+        self.device = DeviceTracer(self)
+        self.metric_alloc = self.metric_flops = self.metric_device_time = -1
+
+    # --- session protocol -----------------------------------------------------
+    def install(self, session: Any) -> None:
+        _register_fork_guard()
+        if self.session is not session:
+            self.session, self.frames = session, Frames(session)
+        c = self.collector = session.collector
+        c.skip_prefix(TORCH_DIR + os.sep)
+        self.metric_alloc = c.metric("alloc_bytes", "bytes")
+        self.metric_flops = c.metric("flops", "1")
+        self.metric_device_time = c.metric("device_time_ns", "ns")
+        self.generation += 1
+        self.aten_forward = session.config.mode == "comprehensive"
+        self._install_thread = threading.get_ident()
+        self.active = True
+        self.device.start(self.device_activity)
+        self.modules.install()
+        self.phases.install()
+        modes = [OperatorMode(self)]
+        if self.aten_forward:
+            modes.insert(0, AtenMode(self))  # dispatch mode below the function mode
+        for mode in modes:
+            mode.__enter__()
+            self._modes.append(mode)
+
+    def uninstall(self, session: Any) -> None:
+        self.active = False
+        try:
+            self._pop_modes()
+        finally:
+            self.modules.uninstall()
+            self.phases.uninstall()
+            self.device.stop()
+
+    def environment(self) -> dict[str, str]:
+        env = {"torch": torch.__version__, "torch.threads": str(torch.get_num_threads())}
+        if cuda_present():
+            env["cuda"] = str(torch.version.cuda or torch.version.hip or "")
+            env["devices"] = ", ".join(
+                torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
+            )
+        return env
+
+    # --- used by the hooks --------------------------------------------------------
+    def thread_state(self) -> ThreadState:
+        state = self._state
+        if state.generation != self.generation:
+            state.reset(self.generation)
+        return state
+
+    def backward_phase_node(self) -> int:
+        generation, node = self._backward_node
+        if generation != self.generation:
+            node = self.collector.child(0, self.session.phase_frame("backward"))
+            self._backward_node = (self.generation, node)
+        return node
+
+    def record_output(self, node: int, fid: int, args: tuple, out: Any) -> None:
+        """Allocation and FLOPs of one operator call (CPU: bytes of new output tensors)."""
+        if not self.device.on:
+            size = output_bytes(args, out)
+            if size:
+                self.collector.add(node, self.metric_alloc, size)
+        if fid in self.matmul_frames:
+            flops = matmul_flops(args, out)
+            if flops:
+                self.collector.add(node, self.metric_flops, flops)
+
+    def fail(self, exc: BaseException, where: str) -> None:
+        """Route an internal error to the session's fail-open path (which uninstalls us)."""
+        self.active = False
+        if self.session is not None:
+            self.session.fail(exc, f"torch {where}")
+
+    # --- internals ----------------------------------------------------------
+    def _pop_modes(self) -> None:
+        """Pop our modes if they are on top of this thread's stacks; otherwise leave
+        them inert (``active`` is False), since popping another's mode would corrupt it."""
+        if threading.get_ident() != self._install_thread:
+            return
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        while self._modes:
+            mode = self._modes[-1]
+            if isinstance(mode, OperatorMode):
+                depth = torch._C._len_torch_function_stack()
+                on_top = depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
+            else:
+                on_top = _get_current_dispatch_mode() is mode
+            if not on_top:
+                return
+            self._modes.pop()
+            mode.__exit__(None, None, None)
+
+
+@functools.cache
+def _register_fork_guard() -> None:
+    """In a forked child (DataLoader workers), every adapter goes inert: the child
+    inherits the parent's modes and hooks but must never record on its behalf."""
+    os.register_at_fork(after_in_child=_inert_in_child)
+
+
+def _inert_in_child() -> None:
+    for session in active_sessions():
+        adapter = getattr(session, "adapter", None)
+        if isinstance(adapter, TorchAdapter):
+            adapter.active = False

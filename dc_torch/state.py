@@ -1,0 +1,98 @@
+"""Per-thread state of the PyTorch adapter, and the frames it interns.
+
+Kept apart from the hooks so each hook module reads one small object.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_OPERATOR
+
+
+class ThreadState(threading.local):
+    """What one thread is inside of while a window is open.
+
+    ``ctx`` mirrors the collector's scopes as frame paths: ``ctx[-1]`` is the
+    frame path from the phase down to the innermost open module scope, so an
+    operator's full forward context is ``ctx[-1] + its captured frames`` and
+    the backward pass can rebuild the same path under the backward phase.
+    """
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.reset(-1)
+
+    def reset(self, generation: int) -> None:
+        self.generation = generation
+        self.ctx: list[tuple[int, ...]] = [()]
+        self.modules: list[Any] = []
+        self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader)
+        self.last_backward: Any = None  # the backward context last counted on this thread
+        self.suspended = 0  # > 0 inside a compiled region: eager hooks stand aside
+
+
+class Frames:
+    """Frame ids for operators, kernels and modules, cached per object.
+
+    Frame ids survive ``collector.reset()``, so these caches live as long as
+    the session's collector.
+    """
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.ops: dict[Any, int] = {}  # torch callable -> frame id, or -1 to pass through
+        self.names: dict[int, str] = {}  # operator frame id -> name
+        self.aten_ids: dict[tuple[Any, int], int] = {}
+        self.backward_ops: dict[tuple[str, str], int] = {}
+        self.module_names: dict[int, tuple[Any, dict[Any, int]]] = {}  # id(root) -> (root, {module: frame})
+
+    def op(self, name: str, flags: int = 0, detail: str = "") -> int:
+        fid = self.session.frame(KIND_OPERATOR, name, "", 0, detail, flags)
+        self.names[fid] = name
+        return fid
+
+    def aten(self, func: Any, flags: int) -> int:
+        key = (func, flags)
+        fid = self.aten_ids.get(key)
+        if fid is None:
+            name = str(func.overloadpacket).replace("aten.", "aten::", 1)
+            fid = self.aten_ids[key] = self.op(name, flags)
+        return fid
+
+    def backward_op(self, forward_name: str, node_name: str) -> int:
+        key = (forward_name, node_name)
+        fid = self.backward_ops.get(key)
+        if fid is None:
+            fid = self.backward_ops[key] = self.op(forward_name, FLAG_BACKWARD, node_name)
+        return fid
+
+    def kernel(self, name: str, device: str) -> int:
+        return self.session.frame(KIND_KERNEL, name, "", 0, device)
+
+    def module(self, module: Any, root: Any) -> int:
+        """Frame of ``module`` named by its dotted path from ``root`` (class as detail)."""
+        entry = self.module_names.get(id(root))
+        if entry is None or entry[0] is not root:
+            entry = self.module_names[id(root)] = (root, {})
+        frames = entry[1]
+        fid = frames.get(module)
+        if fid is None:
+            names = {m: n for n, m in root.named_modules(remove_duplicate=False)}
+            for other, name in names.items():
+                if other not in frames:
+                    frames[other] = self.session.frame(
+                        KIND_MODULE, name or _class_name(other), "", 0, _class_name(other)
+                    )
+            fid = frames.get(module)
+            if fid is None:  # called under root but not registered in it
+                fid = frames[module] = self.session.frame(
+                    KIND_MODULE, _class_name(module), "", 0, _class_name(module)
+                )
+        return fid
+
+
+def _class_name(module: Any) -> str:
+    inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule wraps the real one
+    return type(inner if inner is not None else module).__name__
