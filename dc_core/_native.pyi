@@ -124,7 +124,8 @@ class Collector:
 
     # --- system monitor ------------------------------------------------
     def start_monitor(self, interval_ms: int) -> None:
-        """Start a background thread sampling every ``interval_ms``: per-core
+        """Start a background thread sampling at start, every ``interval_ms``
+        and once more when stopped (so a short window has two readings): per-core
         CPU utilisation (%), process RSS (bytes), system memory used (%),
         process disk read/write bytes (cumulative), network rx/tx bytes
         (cumulative), and per GPU utilisation (%) and memory used (bytes)

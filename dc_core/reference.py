@@ -329,7 +329,8 @@ class Collector:
         if self._monitor is not None and self._monitor.running:
             return
         self.stop_monitor()
-        reader = sysmon.ProcReader()
+        reader = self._monitor_reader = sysmon.ProcReader()
+        self._record(reader)  # like the native monitor: a reading at start ...
         self._monitor = Worker("deepcontext-monitor", interval_ms / 1000.0, lambda: self._record(reader))
         self._monitor.start()
 
@@ -343,7 +344,10 @@ class Collector:
 
     def stop_monitor(self) -> None:
         monitor, self._monitor = self._monitor, None
-        if monitor is not None:
+        if monitor is not None and monitor.running:
+            monitor.stop()
+            self._record(self._monitor_reader)  # ... and one when stopped
+        elif monitor is not None:
             monitor.stop()
 
     def monitor_samples(self) -> dict[str, list]:

@@ -106,8 +106,11 @@ void Monitor::after_fork_child() {
 }
 
 void Monitor::loop(int64_t interval_ms) {
+  // One sample at start, one per interval, and one more when stopped, so even
+  // a window shorter than the interval has a start and an end reading.
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
+  for (;;) {
+    const bool last = stop_;
     lock.unlock();
     MonitorSample s = take();
     lock.lock();
@@ -115,6 +118,7 @@ void Monitor::loop(int64_t interval_ms) {
       samples_.push_back(std::move(s));
     else
       ++dropped_;
+    if (last) break;
     wake_.wait_for(lock, std::chrono::milliseconds(interval_ms), [this] { return stop_; });
   }
 }

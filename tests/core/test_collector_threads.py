@@ -182,3 +182,11 @@ def test_reset_empties_other_threads_scopes(collector):
     resumed.set()
     t.join()
     assert seen["after"] == (0, -1)
+
+
+def test_monitor_reads_at_start_and_at_stop_of_a_short_window(collector):
+    collector.start_monitor(10_000)
+    time.sleep(0.02)
+    collector.stop_monitor()
+    t = collector.monitor_samples()["t_ns"]
+    assert len(t) == 2 and t[1] - t[0] >= 15_000_000
