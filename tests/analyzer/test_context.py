@@ -68,3 +68,19 @@ def test_backward_imbalance_quiet_when_the_operator_is_a_tiny_share():
         ("backward", (TRAIN, (helper, f"aten::cumprod [backward] @cpu_time_ns={MS}"))),
     )
     assert "backward_imbalance" not in rules(analyze(p))
+
+
+def test_backward_imbalance_judges_gemms_by_their_flops():
+    # a busy host stretched this linear's backward to 3.3x; its FLOPs are 2x, so it is normal
+    layer = line("forward", "model.py:12")
+
+    def linear(backward_flops):
+        return profile(
+            ("forward", (TRAIN, (layer, f"operator:torch.nn.functional.linear @cpu_time_ns={70 * MS},flops=400"))),
+            ("backward", (TRAIN, (layer, "operator:torch.nn.functional.linear [backward]"
+                                         f" @cpu_time_ns={230 * MS},flops={backward_flops}"))),
+        )
+
+    assert "backward_imbalance" not in rules(analyze(linear(800)))
+    # the same times with equal FLOPs are an imbalance
+    assert only(analyze(linear(400)), "backward_imbalance")["evidence"]["expected_ratio"] == 1.0
