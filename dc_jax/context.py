@@ -138,13 +138,20 @@ def context_of(
         (classes or {}).get(path) or (scope if i == 0 else _INDEX_SUFFIX.sub("", scope))
         for i, (path, scope) in enumerate(zip(paths, scopes))
     ]
-    # A module's frame goes right above the frame of its own method, found by class.
+    # A module's frame goes right above the frame of its own method, found by
+    # class; a module named by the user (``name="proj"``) and not seen by the
+    # Flax hooks takes the next class method's frame and names its class from it.
     insert_at: list[int] = []
     cursor = 0
-    for cls in module_classes:
-        at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function) == cls), len(stack))
-        insert_at.append(at)
-        cursor = min(at + 1, len(stack)) if at < len(stack) else cursor
+    for i, cls in enumerate(module_classes):
+        at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function) == cls), None)
+        if at is None and paths[i] not in (classes or {}):
+            at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function)), None)
+            if at is not None:
+                module_classes[i] = _class_of(stack[at].function)
+        insert_at.append(len(stack) if at is None else at)
+        if at is not None:
+            cursor = at + 1
     frames: list[tuple] = []
     module = 0
     for j, loc in enumerate(stack):
