@@ -21,6 +21,12 @@ _SUMMARY_LINES = {
 }
 _MODULE_ID = re.compile(r"\(\d+\)$")
 _DISPATCH = re.compile(r"^(?:Pjit|Jit|Pmap)Function\((.*)\)$")
+_UNSAFE = re.compile(r"[^0-9A-Za-z_]+")
+
+
+def module_of(function: str) -> str:
+    """The XLA module name JAX gives a jitted function: ``<lambda>`` → ``jit__lambda``."""
+    return "jit_" + _UNSAFE.sub("_", function).rstrip("_")
 
 
 @dataclass
@@ -67,7 +73,7 @@ def _host_events(plane: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
             name = event.name
             dispatch = _DISPATCH.match(name)
             if dispatch is not None:
-                dispatches.append((int(event.start_ns), dispatch.group(1)))
+                dispatches.append((int(event.start_ns), module_of(dispatch.group(1))))
                 continue
             stats = _stats(event)
             hlo_op = stats.get("hlo_op")
@@ -117,7 +123,7 @@ def _device_name(plane_name: str) -> str:
 
 
 def read(profile: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
-    """Executed ops and host dispatches of a ``ProfileData``."""
+    """Executed ops, and host dispatches as (time, module name), of a ``ProfileData``."""
     events: list[_Event] = []
     dispatches: list[tuple[int, str]] = []
     for plane in profile.planes:
@@ -166,7 +172,7 @@ def aggregate(
         for key, first in list(runs.items()):
             at = bisect.bisect_right(times, first)
             for i in range(at - 1, max(at - 64, -1), -1):
-                if key[0] in (f"jit_{dispatches[i][1]}", dispatches[i][1]):
+                if dispatches[i][1] == key[0]:
                     runs[key] = dispatches[i][0]
                     break
     totals: dict[tuple, OpTime] = {}

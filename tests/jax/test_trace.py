@@ -61,7 +61,7 @@ def test_cpu_thunks_are_exclusive_of_nested_thunks_and_counted_per_execution():
         ("dot.2", "cpu:0"): (2, 600, False),
         ("add.3", "cpu:0"): (1, 40, False),
     }
-    assert dispatches == [(0, "step")]
+    assert dispatches == [(0, "jit_step")]
 
 
 def test_gpu_kernels_carry_device_time_and_summary_lines_are_not_double_counted():
@@ -86,10 +86,10 @@ def test_gpu_kernels_carry_device_time_and_summary_lines_are_not_double_counted(
 
 def test_a_run_takes_the_phase_marked_when_the_host_dispatched_it():
     space = _space([("/host:CPU", [
-        ("python", [("PjitFunction(augment)", 100, 10, {}), ("PjitFunction(step)", 300, 10, {})]),
+        ("python", [("PjitFunction(<lambda>)", 100, 10, {}), ("PjitFunction(step)", 300, 10, {})]),
         # Asynchronous dispatch: both runs execute after their marked blocks ended.
         ("tf_XLAPjRtCpuClient/1", [
-            ("exp.1", 250, 20, _op("exp.1", module="jit_augment", run=1)),
+            ("exp.1", 250, 20, _op("exp.1", module="jit__lambda", run=1)),
             ("dot.2", 400, 20, _op("dot.2", run=2)),
         ]),
     ])])
