@@ -1,0 +1,258 @@
+"""The JAX adapter: one ``jax.profiler`` trace per window, turned into the tree.
+
+``install`` (window opens) waits for work dispatched before the window, starts
+a trace into a private temporary directory, listens to JAX's compile events
+and records Flax module classes. ``uninstall`` (window closes) waits for the
+window's work, stops the trace, reads it back with ``jax.profiler.ProfileData``,
+maps every executed HLO instruction to its context (``context.py``) and adds
+its time and count to the collector's tree, before the session snapshots it.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from dc_core.collector import (
+    FLAG_BACKWARD,
+    KIND_COMPILED,
+    KIND_KERNEL,
+    KIND_MODULE,
+    KIND_OPERATOR,
+    KIND_PHASE,
+    KIND_PYTHON,
+    METRIC_COUNT,
+    METRIC_CPU_TIME,
+)
+
+from . import trace
+from .context import context_of
+from .flax_hooks import ModuleRecorder
+from .hlo import Instruction, ModuleIndex
+
+logger = logging.getLogger("deepcontext")
+
+_COMPILE_STAGES = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "backend_compile",
+}
+
+
+def _barrier() -> None:
+    """Wait until all dispatched work is done, so a window holds its own steps' ops."""
+    import jax
+
+    jax.effects_barrier()
+    for array in jax.live_arrays():
+        try:
+            array.block_until_ready()
+        except Exception:  # noqa: BLE001 - deleted or donated meanwhile
+            pass
+
+
+class JaxAdapter:
+    """Session adapter for JAX (see ``dc_core.session.Adapter``)."""
+
+    framework = "jax"
+
+    def __init__(self) -> None:
+        self._dir: str | None = None
+        self._session: Any = None
+        self._index = ModuleIndex()
+        self._flax = ModuleRecorder()
+        self._compiles: list[tuple[str, str, float, float, int, tuple[int, ...]]] = []
+        self._phases: list[tuple[str, int, int]] = []  # (name, start, end) in monotonic ns
+        self._clock0 = (0, 0)  # (wall ns, monotonic ns) when the trace started
+        self._skipped: set[int] = set()
+        self.last_trace_bytes = 0
+        self.last_convert_ns = 0
+
+    # --- session protocol ---------------------------------------------------
+    def install(self, session: Any) -> None:
+        import jax
+
+        self._session = session
+        collector = session.collector
+        if id(collector) not in self._skipped:  # JAX's own frames stay out of sampled call paths
+            self._skipped.add(id(collector))
+            for package in (jax, __import__("jaxlib")):
+                collector.skip_prefix(os.path.dirname(os.path.abspath(package.__file__)) + os.sep)
+        _barrier()
+        self._compiles, self._phases = [], []
+        self._flax.classes.clear()
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # the collector's sampler covers Python, far cheaper
+        directory = tempfile.mkdtemp(prefix="deepcontext-jax-")
+        self._clock0 = (time.time_ns(), time.monotonic_ns())
+        try:
+            jax.profiler.start_trace(directory, profiler_options=options)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        self._dir = directory  # from here on, uninstall has a trace to stop
+        jax.monitoring.register_event_time_span_listener(self._on_compile)
+        self._flax.start()
+
+    def uninstall(self, session: Any) -> None:
+        import jax
+
+        directory, self._dir = self._dir, None  # a failure below must not stop the trace twice
+        if directory is None:
+            return
+        self._flax.stop()
+        _unregister(self._on_compile)
+        try:
+            try:
+                _barrier()
+            finally:
+                jax.profiler.stop_trace()
+            started = time.perf_counter_ns()
+            self._ingest(session, directory)
+            self.last_convert_ns = time.perf_counter_ns() - started
+        except Exception as exc:  # noqa: BLE001 - keep the window's host data, disable profiling
+            session.fail(exc, "jax trace conversion")
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def environment(self) -> dict[str, str]:
+        import jax
+        import jaxlib
+
+        env = {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+        try:
+            import flax
+
+            env["flax"] = flax.__version__
+        except ImportError:
+            pass
+        devices = jax.devices()
+        env["backend"] = jax.default_backend()
+        env["devices"] = ", ".join(sorted({d.device_kind for d in devices}))
+        env["device_count"] = str(len(devices))
+        env["process_index"] = str(jax.process_index())
+        return env
+
+    # --- phases the user marks -------------------------------------------------
+    def mark(self, name: str, start_ns: int, end_ns: int) -> None:
+        """Record that the host ran phase ``name`` from ``start_ns`` to ``end_ns`` (monotonic)."""
+        if self._dir is not None:
+            self._phases.append((name, start_ns, end_ns))
+
+    # --- compile events -----------------------------------------------------------
+    def _on_compile(self, event: str, start_time: float, end_time: float, **kwargs: Any) -> None:
+        stage = _COMPILE_STAGES.get(event)
+        if stage is None or self._session is None:
+            return
+        try:
+            collector = self._session.collector
+            self._compiles.append(
+                (stage, str(kwargs.get("fun_name", "?")), start_time, end_time, collector.top(),
+                 tuple(collector.python_frames()))
+            )
+        except Exception as exc:  # noqa: BLE001 - a listener must never raise into JAX
+            self._session.fail(exc, "jax compile listener")
+
+    def _ingest_compiles(self, session: Any) -> None:
+        """Compile time as its own phase, moved out of the step phase it ran in.
+
+        Only outermost spans count: compiling a function traces the jitted
+        functions it calls, whose spans lie inside its own."""
+        c = session.collector
+        spans = sorted(self._compiles, key=lambda s: (s[2], -s[3]))
+        outer_end = float("-inf")
+        compile_phase = session.frame(KIND_PHASE, "compile")
+        for stage, name, start, end, scope, frames in spans:
+            if end <= outer_end and stage == "trace":
+                continue
+            outer_end = max(outer_end, end)
+            elapsed = int((end - start) * 1e9)
+            name = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+            node = c.path(0, [compile_phase, *frames, session.frame(KIND_COMPILED, name, detail=stage)])
+            c.add(node, METRIC_CPU_TIME, elapsed)
+            c.add(node, METRIC_COUNT, 1)
+            if scope > 0:
+                c.add(scope, METRIC_CPU_TIME, -elapsed)
+
+    # --- the trace ----------------------------------------------------------------
+    def _ingest(self, session: Any, directory: str) -> None:
+        from jax.profiler import ProfileData
+
+        self._ingest_compiles(session)
+        files = glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True)
+        if not files:
+            logger.warning("DeepContext: jax.profiler wrote no trace; the window has host samples only")
+            return
+        self.last_trace_bytes = sum(os.path.getsize(f) for f in files)
+        for path in files:
+            data = ProfileData.from_file(path)
+            events, dispatches = trace.read(data)
+            phase_at = self._phase_lookup(trace.profile_start_ns(data))
+            self._add_ops(session, trace.aggregate(events, dispatches, phase_at))
+
+    def _phase_lookup(self, trace_start_wall_ns: int) -> Any:
+        if not self._phases or not trace_start_wall_ns:
+            return None
+        wall0, mono0 = self._clock0
+        shift = mono0 + (trace_start_wall_ns - wall0)  # trace time t ↔ monotonic t + shift
+        spans = sorted((s - shift, e - shift, name) for name, s, e in self._phases)
+
+        def phase_at(t: int) -> str | None:
+            found = None
+            for start, end, name in spans:  # innermost (latest-starting) covering span wins
+                if start > t:
+                    break
+                if t <= end:
+                    found = name
+            return found
+
+        return phase_at
+
+    def _add_ops(self, session: Any, ops: list[trace.OpTime]) -> None:
+        c = session.collector
+        wanted: dict[str, set[str]] = {}
+        for op in ops:
+            wanted.setdefault(op.module, set()).add(op.hlo_op)
+        modules = self._index.resolve(wanted)
+        device_time = c.metric("device_time_ns", "ns")
+        kernel_counts: dict[int, dict[int, int]] = {}  # operator node → kernel node → runs
+        for op in ops:
+            instruction = modules.get(op.module, {}).get(op.hlo_op)
+            if instruction is None:  # module no longer alive: the op keeps its name only
+                instruction = Instruction(op.hlo_op, "", "", ())
+            ctx = context_of(instruction, op.phase, self._flax.classes)
+            frames = [session.frame(KIND_PHASE, ctx.phase)]
+            for frame in ctx.frames:
+                if frame[0] == "python":
+                    frames.append(session.frame(KIND_PYTHON, frame[1], frame[2], frame[3]))
+                else:
+                    frames.append(session.frame(KIND_MODULE, frame[1], detail=frame[2]))
+            if len(frames) == 1:  # nothing known about the source: name the compiled module
+                frames.append(session.frame(KIND_COMPILED, op.module))
+            flags = FLAG_BACKWARD if ctx.backward else 0
+            frames.append(session.frame(KIND_OPERATOR, ctx.operator, detail=op.hlo_op, flags=flags))
+            operator = c.path(0, frames)
+            kernel = c.child(operator, session.frame(KIND_KERNEL, op.kernel, detail=op.device))
+            c.add(kernel, device_time if op.on_device else METRIC_CPU_TIME, op.time_ns)
+            c.add(kernel, METRIC_COUNT, op.count)
+            runs = kernel_counts.setdefault(operator, {})
+            runs[kernel] = runs.get(kernel, 0) + op.count
+        for operator, runs in kernel_counts.items():
+            # An op runs each of its kernels once: its executions are its busiest kernel's.
+            c.add(operator, METRIC_COUNT, max(runs.values()))
+
+
+def _unregister(listener: Any) -> None:
+    import jax
+
+    unregister = getattr(jax.monitoring, "unregister_event_time_span_listener", None)
+    if unregister is not None:
+        try:
+            unregister(listener)
+        except (ValueError, AssertionError):
+            pass

@@ -1,0 +1,186 @@
+"""End to end: a Flax model trained with a jitted value_and_grad step on CPU,
+profiled with ``dc_jax.profile``; assertions on the written profile's tree."""
+
+from __future__ import annotations
+
+import sys
+import subprocess
+
+import pytest
+
+pytest.importorskip("jax")
+pytest.importorskip("flax")
+pytest.importorskip("optax")
+
+import jax  # noqa: E402
+
+import dc_jax  # noqa: E402
+from dc_core.config import StepRange  # noqa: E402
+from dc_core.logdir import read_profile  # noqa: E402
+
+from . import workloads  # noqa: E402
+
+
+def _train(tmp_path, training, steps: int, window: StepRange, **overrides):
+    train_step, state, (x, y) = training
+    with dc_jax.profile(logdir=str(tmp_path), steps=window, cpu_sampling_hz=0, system_interval_ms=0, **overrides) as prof:
+        for _ in range(steps):
+            state, loss = train_step(state, x, y)
+            prof.step()
+    return prof, [read_profile(p) for p in prof.written]
+
+
+def _nodes(tree, kind, name=None, backward=None):
+    return [
+        n for n in range(len(tree))
+        if tree.node_frame(n).kind == kind
+        and (name is None or tree.node_frame(n).name == name)
+        and (backward is None or tree.node_frame(n).backward == backward)
+    ]
+
+
+def _under(tree, node, kind, name):
+    """The nearest ancestor of ``node`` with this kind and name, or None."""
+    for n in reversed(tree.path(node)[:-1]):
+        f = tree.node_frame(n)
+        if f.kind == kind and f.name == name:
+            return n
+    return None
+
+
+@pytest.mark.slow
+def test_mlp_window_places_timed_matmuls_under_loss_fn_and_dense_0(tmp_path):
+    train_step, state, (x, y) = training = workloads.mlp_training()
+    train_step(state, x, y)  # compiled before the window, as in most jobs
+    prof, profiles = _train(tmp_path, training, steps=7, window=StepRange(start=2, count=3))
+    assert len(profiles) == 1
+    profile = profiles[0]
+    tree = profile.tree
+    assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
+    assert profile.framework == "jax" and profile.env["backend"] == "cpu"
+    cpu = tree.inclusive("cpu_time_ns")
+
+    matmuls = {}
+    for backward in (False, True):
+        ops = [n for n in _nodes(tree, "operator", "dot_general", backward) if _under(tree, n, "module", "MLP/Dense_0")]
+        assert len(ops) == 1, (backward, [tree.path_frames(n) for n in ops])
+        matmuls[backward] = op = ops[0]
+        path = tree.path_frames(op)
+        assert path[0].kind == "phase" and path[0].name == ("backward" if backward else "forward")
+        names = [f.name.rsplit(".<locals>.", 1)[-1] for f in path]  # qualnames: make_training.<locals>.train_step
+        # train_step → my_loss_fn → MLP → MLP.__call__ → MLP/Dense_0 → dot_general
+        assert names[1:3] == ["train_step", "my_loss_fn"] and path[2].file.endswith("workloads.py")
+        assert names[3:6] == ["MLP", "MLP.__call__", "MLP/Dense_0"]
+        assert path[5].kind == "module" and path[5].detail == "Dense"
+        assert path[-1].backward is backward
+        kernels = tree.children(op)
+        assert len(kernels) == 1 and tree.node_frame(kernels[0]).kind == "kernel"
+        assert tree.node_frame(kernels[0]).detail == "cpu:0"
+        assert tree.value(kernels[0], "count") == 3  # one execution per step of the window
+        assert tree.value(op, "count") == 3
+        assert cpu[op] > 0
+    # Forward and backward matmuls of Dense_0 share the forward context.
+    assert [f.name for f in tree.path_frames(matmuls[False])[1:-1]] == [f.name for f in tree.path_frames(matmuls[True])[1:-1]]
+    optimizer = tree.find("optimizer")
+    assert optimizer is not None and cpu[optimizer] > 0
+    assert tree.find("compile") is None  # compiled before the window
+    assert all(tree.value(n, "count") == 3 for n in _nodes(tree, "kernel"))
+
+
+@pytest.mark.slow
+def test_transformer_block_modules_match_the_flax_module_tree(tmp_path):
+    train_step, state, (x, y) = training = workloads.block_training()
+    train_step(state, x, y)
+    _, (profile,) = _train(tmp_path, training, steps=3, window=StepRange(start=1, count=2))
+    tree = profile.tree
+    assert profile.steps == (1, 3)
+    modules = {tree.node_frame(n).name: tree.node_frame(n).detail for n in _nodes(tree, "module")}
+    attention = "Classifier/Block_0/MultiHeadDotProductAttention_0"
+    assert modules["Classifier/Block_0"] == "Block"
+    assert modules[attention] == "MultiHeadDotProductAttention"
+    assert modules[f"{attention}/query"] == "DenseGeneral"
+    assert modules["Classifier/Block_0/proj"] == "Dense"
+    assert modules["Classifier/Block_0/LayerNorm_0"] == "LayerNorm"
+    for module in (f"{attention}/query", "Classifier/Block_0/proj"):
+        forward = [n for n in _nodes(tree, "operator", "dot_general", False) if _under(tree, n, "module", module)]
+        backward = [n for n in _nodes(tree, "operator", "dot_general", True) if _under(tree, n, "module", module)]
+        assert forward and backward, module
+        assert tree.path_frames(backward[0])[0].name == "backward"
+        assert sum(tree.inclusive("cpu_time_ns")[n] for n in forward) > 0
+    # Attention's own matmuls (scores, weighted values) sit under the attention module.
+    assert [n for n in _nodes(tree, "operator", "dot_general") if _under(tree, n, "module", attention)
+            and not any(_under(tree, n, "module", f"{attention}/{p}") for p in ("query", "key", "value", "out"))]
+
+
+@pytest.mark.slow
+def test_window_over_the_first_step_reports_compile_and_records_flax_classes(tmp_path):
+    train_step, state, (x, y) = training = workloads.block_training()
+    prof, (profile,) = _train(tmp_path, training, steps=2, window=StepRange(start=0, count=1))
+    tree = profile.tree
+    assert profile.steps == (0, 1)
+    compiled = {(tree.node_frame(n).name, tree.node_frame(n).detail) for n in _nodes(tree, "compiled")}
+    assert {("train_step", "trace"), ("train_step", "lower"), ("train_step", "backend_compile")} <= compiled
+    compile_node = tree.find("compile")
+    assert tree.inclusive("cpu_time_ns")[compile_node] > 10_000_000  # compiling takes milliseconds at least
+    # Compile time moved out of the step's host phase: the step is not counted twice.
+    step_ns = profile.step_times_ns[0]
+    assert tree.inclusive("cpu_time_ns")[compile_node] <= step_ns
+    assert tree.value(tree.find("other"), "cpu_time_ns") < step_ns
+    # The model was traced inside the window, so the Flax hooks saw its modules.
+    assert prof._adapter._flax.classes["Classifier/Block_0/proj"] == "Dense"
+
+
+@pytest.mark.slow
+def test_marked_phase_holds_the_runs_dispatched_in_it(tmp_path):
+    train_step, state, (x, y) = workloads.mlp_training()
+    augment = jax.jit(lambda batch: batch * 0.5 + 1.0)
+    augment(x), train_step(state, x, y)
+    with dc_jax.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0, system_interval_ms=0) as prof:
+        for _ in range(4):
+            with prof.phase("dataloader"):
+                batch = augment(x)
+            state, loss = train_step(state, batch, y)
+            prof.step()
+    tree = read_profile(prof.written[0]).tree
+    loader = tree.find("dataloader")
+    assert loader is not None
+    ops = [n for n in _nodes(tree, "kernel") if tree.path_frames(n)[0].name == "dataloader"]
+    assert ops and all(tree.value(n, "count") == 2 for n in ops)
+    assert not [n for n in _nodes(tree, "kernel") if tree.path_frames(n)[0].name == "forward"
+                and _under(tree, n, "python", "<lambda>")]
+
+
+@pytest.mark.slow
+def test_outside_windows_no_trace_runs_and_conversion_errors_fail_open(tmp_path, monkeypatch, caplog):
+    import dc_jax.adapter as adapter_mod
+
+    train_step, state, (x, y) = training = workloads.mlp_training()
+    starts = []
+    real_start = jax.profiler.start_trace
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda *a, **k: (starts.append(a), real_start(*a, **k)))
+    prof, profiles = _train(tmp_path / "none", training, steps=3, window=StepRange(start=50, count=2))
+    assert profiles == [] and starts == []
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("unreadable trace")
+
+    monkeypatch.setattr(adapter_mod.trace, "read", broken)
+    train_step, state, (x, y) = training
+    with dc_jax.profile(logdir=str(tmp_path / "broken"), steps=StepRange(start=1, count=1, every=2, repeat=0),
+                        cpu_sampling_hz=0, system_interval_ms=0) as prof:
+        for _ in range(5):
+            state, loss = train_step(state, x, y)  # training goes on after the failure
+            prof.step()
+    assert float(loss) == float(loss)
+    assert prof.session.disabled and len(starts) == 1  # disabled after the first window
+    assert "unreadable trace" in caplog.text
+    # The window's host data was still written (by the failure path, then again
+    # by the window close it interrupted: the same file, replaced atomically).
+    (profile,) = [read_profile(p) for p in set(prof.written)]
+    assert profile.steps == (1, 2)
+
+
+def test_importing_dc_jax_does_not_import_jax():
+    code = "import sys, dc_jax; dc_jax.Profiler; assert dc_jax.is_available(); print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
