@@ -75,6 +75,8 @@ def _host_events(plane: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
             if dispatch is not None:
                 dispatches.append((int(event.start_ns), module_of(dispatch.group(1))))
                 continue
+            if name.startswith("end: ") or "::" in name:
+                continue  # thunk end markers and runtime TraceMes: half the events, never ops
             stats = _stats(event)
             hlo_op = stats.get("hlo_op")
             if not hlo_op:
