@@ -71,7 +71,8 @@ class JaxAdapter:
         self._clock0 = (0, 0)  # (wall ns, monotonic ns) when the trace started
         self._skipped: set[int] = set()
         self.last_trace_bytes = 0
-        self.last_convert_ns = 0
+        self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
+        self.last_convert_ns = 0  # reading the trace into the tree
 
     # --- session protocol ---------------------------------------------------
     def install(self, session: Any) -> None:
@@ -108,10 +109,12 @@ class JaxAdapter:
         self._flax.stop()
         _unregister(self._on_compile)
         try:
+            started = time.perf_counter_ns()
             try:
                 _barrier()
             finally:
                 jax.profiler.stop_trace()
+            self.last_stop_ns = time.perf_counter_ns() - started
             started = time.perf_counter_ns()
             self._ingest(session, directory)
             self.last_convert_ns = time.perf_counter_ns() - started
