@@ -206,6 +206,7 @@ class Session:
             if window is None:
                 return
             self._open(window, now)
+            now = self.clock()  # opening the window (adapter setup) is not part of the step
         self._last_step = step
         self._step_start_ns = now
         self.collector.unwind(0)
