@@ -1,0 +1,163 @@
+"""Training loops with one planted problem each, profiled with dc_torch.
+
+Each ``run_*`` trains a few steps inside ``dc_torch.profile`` and returns the
+profiles written (one window, steps 2-4 unless said otherwise).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+import dc_torch
+from dc_core.config import StepRange
+from dc_core.logdir import read_profile
+
+WINDOW = StepRange(start=2, count=3)
+
+
+def _profiles(prof):
+    return [read_profile(path) for path in prof.written]
+
+
+def mlp(width: int = 1024) -> nn.Module:
+    return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
+
+
+def run_healthy(logdir, steps: int = 6, batch: int = 512, width: int = 1024):
+    """A compute-bound MLP: 3 x Linear(1024), batch 512, SGD."""
+    torch.manual_seed(0)
+    model = mlp(width)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(batch, width), torch.randn(batch, width)
+    with dc_torch.profile(logdir=str(logdir), steps=WINDOW, system_interval_ms=50) as prof:
+        for _ in range(steps):
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    return _profiles(prof)
+
+
+class SlowDataset(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, index: int):
+        sample = torch.randn(96, 96)
+        for _ in range(4):  # an expensive per-sample transform in the main process
+            sample = torch.tanh(sample @ sample) / 96
+        return sample.flatten()[:256], torch.zeros(())
+
+
+def run_slow_getitem(logdir, steps: int = 6):
+    torch.manual_seed(0)
+    model = nn.Linear(256, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=32, num_workers=0)
+    with dc_torch.profile(logdir=str(logdir), steps=WINDOW) as prof:
+        for step, (x, y) in enumerate(loader):
+            loss = nn.functional.mse_loss(model(x).squeeze(-1), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+            if step + 1 == steps:
+                break
+    return _profiles(prof)
+
+
+def decay_weights(x: torch.Tensor) -> torch.Tensor:
+    """A running product along the sequence: cumprod, whose backward is slow."""
+    return torch.cumprod(x, dim=1)
+
+
+def ping_pong(x: torch.Tensor) -> torch.Tensor:
+    """Round-trips through half precision for no reason."""
+    for _ in range(16):
+        x = x.half().float()
+    return x
+
+
+class RMSNorm(nn.Module):
+    """Hand-written RMSNorm: an elementwise chain instead of the fused op."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Planted(nn.Module):
+    """A small model carrying the context problems: cumprod, dtype ping-pong, RMSNorm."""
+
+    def __init__(self, width: int = 512) -> None:
+        super().__init__()
+        self.norm = RMSNorm(width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
+        h = self.proj(ping_pong(self.norm(x)))
+        return h.mean() + decay_weights(gates).mean()
+
+
+def run_planted_model(logdir, steps: int = 6):
+    torch.manual_seed(0)
+    model = Planted()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    # sizes chosen so each planted problem costs milliseconds per step: a busy
+    # host's scheduling hiccups (~10 ms) stay a small share of the window
+    x = torch.randn(2048, 512)
+    gates = torch.rand(256, 4096)
+    gates[gates < 0.02] = 0  # zeros send cumprod's backward down its slow path
+    gates.requires_grad_()
+    losses = []
+    with dc_torch.profile(logdir=str(logdir), steps=WINDOW) as prof:
+        for _ in range(steps):
+            loss = model(x, gates)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())  # a synchronising call in the loop
+            prof.step()
+    return _profiles(prof)
+
+
+def straggler_work(x: torch.Tensor) -> torch.Tensor:
+    """Extra work only the slow rank does."""
+    for _ in range(3):
+        x = torch.tanh(x @ x) / x.shape[0]
+    return x
+
+
+def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 5):
+    """One process per rank, run one after the other, writing to one logdir."""
+    written = []
+    for rank in range(world_size):
+        torch.manual_seed(0)
+        model = mlp(256)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = torch.randn(128, 256)
+        with dc_torch.profile(logdir=str(logdir), steps=WINDOW, rank=rank, host="node0", world_size=world_size) as prof:
+            for _ in range(steps):
+                loss = model(x).square().mean()
+                if rank == slow_rank:
+                    loss = loss + straggler_work(torch.randn(384, 384)).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                prof.step()
+        written += prof.written
+    return written
+
+
+def busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass

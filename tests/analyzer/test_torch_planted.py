@@ -1,0 +1,97 @@
+"""End to end with dc_torch: planted problems are found at the right place,
+the healthy loop stays quiet. Findings are the ones the session stored in the
+profile when the window was written."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("dc_torch.loop")
+
+from dc_core.analyzer import analyze  # noqa: E402
+from dc_core.cli import main  # noqa: E402
+from dc_core.logdir import read_profile  # noqa: E402
+
+from . import planted  # noqa: E402
+from .helpers import only  # noqa: E402
+
+
+def _one(profiles):
+    assert len(profiles) == 1, profiles
+    return profiles[0]
+
+
+def _path_has(finding, *parts):
+    text = " | ".join(finding["path"])
+    return all(part in text for part in parts)
+
+
+def _at(findings, rule, *parts):
+    """The finding of ``rule`` whose path names ``parts``. Other findings of the
+    rule may exist: wall-clock times on a busy shared host are noisy."""
+    found = [f for f in findings if f["rule"] == rule and _path_has(f, *parts)]
+    assert len(found) == 1, [f for f in findings if f["rule"] == rule]
+    return found[0]
+
+
+@pytest.mark.slow
+def test_healthy_mlp_gets_no_warning(tmp_path):
+    p = _one(planted.run_healthy(tmp_path))
+    loud = [f for f in p.findings if f["severity"] != "info"]
+    assert loud == [], loud
+    # it is analysed, not skipped: the heaviest operator is the linear layers' backward
+    hot = [f for f in p.findings if f["rule"] == "hotspot" and f["evidence"]["kind"] == "operator"]
+    assert hot and hot[0]["evidence"]["operator"].startswith("torch.nn.functional.linear")
+
+
+def test_slow_getitem_is_the_dataloader_bottleneck(tmp_path):
+    p = _one(planted.run_slow_getitem(tmp_path))
+    f = only(p.findings, "dataloader_bottleneck")
+    assert f["path"][0] == "dataloader" and f["path"][-1].endswith("SlowDataset.__getitem__")
+    assert f["evidence"]["share"] >= 0.5 and f["severity"] == "critical"
+    assert p.tree.node_frame(f["node"]).name == "SlowDataset.__getitem__"
+
+
+def test_planted_model_problems_are_found_where_they_are(tmp_path):
+    p = _one(planted.run_planted_model(tmp_path))
+    found = p.findings
+
+    cumprod = _at(found, "backward_imbalance", "decay_weights", "torch.cumprod")
+    assert cumprod["path"][0] == "backward"
+    assert cumprod["evidence"]["ratio"] >= 3 and "cumsum" in cumprod["suggestion"]
+
+    casts = _at(found, "dtype_conversion", "ping_pong")
+    assert casts["evidence"]["operators"] == ["torch.Tensor.float", "torch.Tensor.half"]
+    assert casts["evidence"]["per_step"] == 64  # 32 casts forward, and each one's backward copy
+
+    norm = _at(found, "unfused_norm", "norm (RMSNorm)")
+    assert norm["path"][-1].endswith("RMSNorm.forward")
+    assert {"pow", "mean", "rsqrt", "mul"} <= set(norm["evidence"]["operators"])
+
+    sync = only(found, "host_sync")
+    assert sync["path"][-1] == "torch.Tensor.item" and sync["path"][-2].endswith("run_planted_model")
+    assert sync["evidence"]["per_step"] == 1.0 and sync["severity"] == "info"
+
+    # the stored node is the one the path names
+    for f in (cumprod, casts, norm, sync):
+        assert p.tree.node_frame(f["node"]).label() == f["path"][-1]
+
+
+def test_slow_rank_is_named_with_its_extra_work(tmp_path, capsys):
+    paths = planted.run_ranks(tmp_path)
+    assert main(["analyze", str(tmp_path)]) == 0
+    profiles = [read_profile(path) for path in paths]
+    imbalance = [[f for f in p.findings if f["rule"] == "load_imbalance"] for p in profiles]
+    assert [len(f) for f in imbalance] == [0, 1, 0]
+    f = imbalance[1][0]
+    assert f["evidence"]["rank"] == 1 and f["evidence"]["ratio"] >= 1.2
+    assert _path_has(f, "straggler_work")
+    assert "rank 1" in capsys.readouterr().out
+
+
+def test_findings_recomputed_match_the_stored_ones(tmp_path):
+    p = _one(planted.run_slow_getitem(tmp_path))
+    assert [f["rule"] for f in analyze(p) if f["severity"] != "info"] == [
+        f["rule"] for f in p.findings if f["severity"] != "info"
+    ]
