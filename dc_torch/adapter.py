@@ -20,9 +20,10 @@ import torch
 from dc_core.session import active_sessions
 
 from .autograd import AtenMode, BackwardRunner
+from .closure import ClosureHooks
 from .device import DeviceTracer, cuda_present
 from .modules import ModuleHooks
-from .ops import OperatorMode, matmul_flops, output_bytes
+from .ops import OperatorMode
 from .phases import PhaseHooks
 from .state import Frames, ThreadState
 
@@ -42,7 +43,8 @@ class TorchAdapter:
         self.generation = 0
         self.aten_forward = False
         self.device_activity = device_activity
-        self.untagged: dict[str, list] = {}
+        self.untagged: dict[str, Any] = {}
+        self.suspended: set[int] = set()  # threads inside a compiled region: eager hooks stand aside
         self.matmul_frames: set[int] = set()
         self._state = ThreadState()
         self._modes: list[Any] = []
@@ -51,6 +53,7 @@ class TorchAdapter:
         self.backward = BackwardRunner(self)
         self.modules = ModuleHooks(self)
         self.phases = PhaseHooks(self)
+        self.closures = ClosureHooks(self)  # after phases: its pre-hook runs second
         self.device = DeviceTracer(self)
         self.metric_alloc = self.metric_flops = self.metric_device_time = -1
 
@@ -71,6 +74,7 @@ class TorchAdapter:
         self.device.start(self.device_activity)
         self.modules.install()
         self.phases.install()
+        self.closures.install()
         modes = [OperatorMode(self)]
         if self.aten_forward:
             modes.insert(0, AtenMode(self))  # dispatch mode below the function mode
@@ -85,6 +89,7 @@ class TorchAdapter:
         finally:
             self.modules.uninstall()
             self.phases.uninstall()
+            self.closures.uninstall()
             self.device.stop()
 
     def environment(self) -> dict[str, str]:
@@ -109,17 +114,6 @@ class TorchAdapter:
             node = self.collector.child(0, self.session.phase_frame("backward"))
             self._backward_node = (self.generation, node)
         return node
-
-    def record_output(self, node: int, fid: int, args: tuple, out: Any) -> None:
-        """Allocation and FLOPs of one operator call (CPU: bytes of new output tensors)."""
-        if not self.device.on:
-            size = output_bytes(args, out)
-            if size:
-                self.collector.add(node, self.metric_alloc, size)
-        if fid in self.matmul_frames:
-            flops = matmul_flops(args, out)
-            if flops:
-                self.collector.add(node, self.metric_flops, flops)
 
     def fail(self, exc: BaseException, where: str) -> None:
         """Route an internal error to the session's fail-open path (which uninstalls us)."""

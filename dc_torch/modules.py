@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from threading import get_ident
+
 import torch
 from torch.nn.modules import module as module_mod
 
@@ -44,7 +46,7 @@ class ModuleHooks:
             return
         try:
             state = a.thread_state()
-            if state.suspended:
+            if (get_ident() in a.suspended):
                 return
             fid = a.frames.module(module, state.modules[0] if state.modules else module)
             c = a.collector

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from threading import get_ident
+
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
@@ -22,6 +24,7 @@ from .autograd import BACKWARD_ENTRY_POINTS, tag_forward
 _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_strided = torch.strided
 
 #: Calls that only read metadata or flip state: not operators worth a node.
 _PASS_THROUGH = {
@@ -68,8 +71,13 @@ def output_bytes(args: tuple, out: Any) -> int:
     """Bytes of output storage the call allocated: outputs whose storage is
     not shared with a tensor argument (views and in-place results allocate nothing)."""
     if isinstance(out, _Tensor):
-        if out.layout != torch.strided:
+        for arg in args:
+            if out is arg:  # in-place, or returned as is
+                return 0
+        if out.layout != _strided:
             return 0
+        if out._base is None:  # owns its storage (a view or an in-place result would not)
+            return out.untyped_storage().nbytes()
         storage = out.untyped_storage()
         ptr = storage.data_ptr()
         for arg in args:
@@ -97,20 +105,31 @@ def matmul_flops(args: tuple, out: Any) -> int:
 
 
 class OperatorMode(TorchFunctionMode):
-    """Records each torch call as an operator scope while a window is open."""
+    """Records each torch call as an operator scope while a window is open.
+
+    The hot path is written flat on purpose (cached attributes, no helper
+    calls on the common path): it runs for every torch call in a window.
+    """
 
     def __init__(self, adapter: Any) -> None:
         super().__init__()
         self.adapter = adapter
+        self.ops = adapter.frames.ops
+        self.state = adapter.thread_state
+        self.collector = adapter.collector
+        self.matmuls = adapter.matmul_frames
+        self.hooks = adapter.backward.hooks
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        fid = self.ops.get(func)
         a = self.adapter
-        # Under dynamo tracing this folds to a plain call: nothing of ours is traced into graphs.
-        if _is_compiling() or not a.active:
+        # Metadata reads (half the calls in an optimizer step) leave first. Under
+        # dynamo tracing, is_compiling() folds the rest to a plain call, so
+        # nothing of ours is traced into graphs.
+        if fid == -1 or not a.active or _is_compiling():
             return func(*args, **kwargs)
-        fid = a.frames.ops.get(func)
         try:
             if fid is None:
                 fid = classify(a, func)
@@ -118,10 +137,9 @@ class OperatorMode(TorchFunctionMode):
                 if fid == -2:
                     return a.backward.run(func, args, kwargs)
                 return func(*args, **kwargs)
-            state = a.thread_state()
-            if state.suspended:
+            if a.suspended and get_ident() in a.suspended:  # inside a compiled region
                 return func(*args, **kwargs)
-            c = a.collector
+            c = self.collector
             frames = c.python_frames()
             frames.append(fid)
             node = c.enter(frames)
@@ -136,10 +154,14 @@ class OperatorMode(TorchFunctionMode):
                 marker.__exit__(None, None, None)
             c.exit()
         try:
-            a.record_output(node, fid, args, out)
-            if _grad_enabled():
-                tag_forward(out, state.ctx[-1] + tuple(frames[:-1]), fid)
+            if marker is None:  # on CUDA, Kineto's memory events give alloc_bytes instead
+                size = output_bytes(args, out)
+                if size:
+                    c.add(node, a.metric_alloc, size)
+            if fid in self.matmuls:
+                c.add(node, a.metric_flops, matmul_flops(args, out))
+            if _grad_enabled() and isinstance(out, (_Tensor, tuple, list)):
+                tag_forward(out, self.state().ctx[-1] + tuple(frames[:-1]), fid, self.hooks)
         except Exception as exc:  # noqa: BLE001
             a.fail(exc, "operator")
         return out
-

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from threading import get_ident
+
 import torch
 from torch.optim import optimizer as optimizer_mod
 from torch.utils.data import dataloader as dataloader_mod
@@ -49,7 +51,7 @@ class PhaseHooks:
         phase = None
         try:
             state = a.thread_state()
-            if a.active and not state.suspended:
+            if a.active and not (get_ident() in a.suspended):
                 phase = a.session.phase(name)
                 phase.__enter__()
             state.phases.append(phase)  # None too, so that _end pops what this call pushed

@@ -29,8 +29,7 @@ class ThreadState(threading.local):
         self.ctx: list[tuple[int, ...]] = [()]
         self.modules: list[Any] = []
         self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader)
-        self.last_backward: Any = None  # the backward context last counted on this thread
-        self.suspended = 0  # > 0 inside a compiled region: eager hooks stand aside
+        self.hooked: list[bool] = []  # per running autograd node: whether its pre-hook opened a scope
 
 
 class Frames:

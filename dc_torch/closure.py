@@ -1,0 +1,54 @@
+"""Optimizer closures run in the step's own phase, not in the optimizer phase.
+
+``optimizer.step(closure)`` — Lightning's automatic optimization, LBFGS —
+runs the forward and backward pass inside ``step``, so the optimizer phase
+opened by torch's step pre-hook would swallow them. A second global pre-hook,
+registered after the phase hook, hands ``step`` a wrapped closure that runs
+in the session's default phase (backward still marks itself inside it).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from torch.optim import optimizer as optimizer_mod
+
+
+class ClosureHooks:
+    """Installs and removes the closure-wrapping optimizer pre-hook."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self.handle: Any = None
+
+    def install(self) -> None:
+        self.handle = optimizer_mod.register_optimizer_step_pre_hook(self.pre)
+
+    def uninstall(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            handle.remove()
+
+    def pre(self, optimizer: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        if not self.adapter.active:
+            return None
+        try:
+            closure = kwargs.get("closure")
+            if callable(closure):
+                return args, {**kwargs, "closure": self.wrap(closure)}
+            if len(args) > 1 and callable(args[1]):  # args[0] is the optimizer
+                return (args[0], self.wrap(args[1]), *args[2:]), kwargs
+        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+            self.adapter.fail(exc, "closure")
+        return None
+
+    def wrap(self, closure: Callable) -> Callable:
+        session = self.adapter.session
+
+        @functools.wraps(closure)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with session.phase(session.default_phase):  # a no-op once the window has closed
+                return closure(*args, **kwargs)
+
+        return run

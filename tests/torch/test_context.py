@@ -1,0 +1,119 @@
+"""What the tree holds for eager PyTorch: lines, modules, operators, backward, phases."""
+
+from __future__ import annotations
+
+import torch
+
+import dc_torch
+from dc_core.config import StepRange
+from tests.torch.conftest import find, only_profile
+from tests.torch.models import TwoLine, train
+
+QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
+
+
+def _run(tmp_path, steps=6, window=StepRange(start=2, count=3), **overrides):
+    model = TwoLine()
+    with dc_torch.profile(logdir=str(tmp_path), steps=window, **{**QUIET, **overrides}) as prof:
+        train(model, steps, prof)
+    return only_profile(tmp_path)
+
+
+def _names(frames):
+    return [(f.kind, f.name) for f in frames]
+
+
+def test_helper_holds_forward_softmax_counted_per_step(tmp_path):
+    tree = _run(tmp_path).tree
+    nodes = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "torch.softmax")
+    assert len(nodes) == 1
+    path = tree.path_frames(nodes[0])
+    assert path[-2].kind == "python" and path[-2].name == "sharpen"
+    assert path[-2].file.endswith("tests/torch/models.py")
+    assert tree.value(nodes[0], "count") == 3  # three calls in three profiled steps
+    assert not path[-1].backward
+    assert tree.value(nodes[0], "cpu_time_ns") > 0
+
+
+def test_backward_ops_flagged_under_the_same_helper_frame(tmp_path):
+    tree = _run(tmp_path).tree
+    forward = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "torch.softmax")[0]
+    backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "torch.softmax")
+    assert len(backward) == 1
+    bpath, fpath = tree.path_frames(backward[0]), tree.path_frames(forward)
+    assert bpath[-1].backward and bpath[-1].detail == "SoftmaxBackward0"
+    assert tree.value(backward[0], "count") == 3
+    # the same context, frame for frame (file, line, module), below the phase
+    assert bpath[1:-1] == fpath[1:-1]
+    assert bpath[-2].name == "sharpen"
+    # the multiply on the same line has its own backward, under the same helper frame
+    mul = [n for n in tree.children(tree.parent[backward[0]]) if tree.node_frame(n).name == "torch.Tensor.mul"]
+    assert len(mul) == 1 and tree.node_frame(mul[0]).backward and tree.value(mul[0], "count") == 3
+
+
+def test_module_frames_carry_path_and_class(tmp_path):
+    tree = _run(tmp_path).tree
+    linear = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "torch.nn.functional.linear")
+    assert len(linear) == 1
+    modules = [f for f in tree.path_frames(linear[0]) if f.kind == "module"]
+    assert [(m.name, m.detail) for m in modules] == [("TwoLine", "TwoLine"), ("lin", "Linear")]
+    assert tree.value(linear[0], "count") == 3
+    assert tree.value(linear[0], "flops") == 3 * 2 * 4 * 8 * 8
+    # the module frame sits below the line that called it, and the line calling F.linear is torch's own: skipped
+    path = tree.path_frames(linear[0])
+    assert path[path.index(modules[1]) - 1].kind == "python"
+    assert path[path.index(modules[1]) + 1].kind == "operator"
+
+
+def test_window_steps_are_exact(tmp_path):
+    profile = _run(tmp_path, steps=8, window=StepRange(start=3, count=2))
+    assert profile.steps == (3, 5)
+    assert len(profile.step_times_ns) == 2
+    node = find(profile.tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "torch.softmax")[0]
+    assert profile.tree.value(node, "count") == 2
+
+
+def test_optimizer_phase_holds_the_update(tmp_path):
+    tree = _run(tmp_path).tree
+    optimizer = tree.find("optimizer")
+    assert optimizer is not None
+    assert tree.value(optimizer, "count") == 6  # step() and zero_grad() in 3 steps
+    ops = find(tree, lambda fs: fs[0].name == "optimizer" and fs[-1].kind == "operator")
+    names = {tree.node_frame(n).name for n in ops}
+    assert names & {"torch.Tensor.add_", "torch._foreach_add_"}
+
+
+def test_outside_a_window_nothing_is_hooked(tmp_path):
+    from torch.nn.modules import module as module_mod
+
+    seen = []
+    model = TwoLine()
+    prof = dc_torch.Profiler(logdir=str(tmp_path), steps=StepRange(start=2, count=1), **QUIET).start()
+    for step in range(4):
+        seen.append((torch._C._len_torch_function_stack(), len(module_mod._global_forward_pre_hooks)))
+        model(torch.randn(2, 8))
+        prof.step()
+    prof.stop()
+    assert seen == [(0, 0), (0, 0), (1, 1), (0, 0)]
+
+
+def test_profiling_does_not_change_results(tmp_path):
+    batches = [torch.randn(4, 8, generator=torch.Generator().manual_seed(i)) for i in range(5)]
+    torch.manual_seed(1)
+    plain = train(TwoLine(), 5, batches=batches)
+    torch.manual_seed(1)
+    model = TwoLine()
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=3), **QUIET) as prof:
+        profiled = train(model, 5, prof, batches=batches)
+    assert profiled == plain
+
+
+def test_comprehensive_mode_adds_aten_ops_below_torch_calls(tmp_path):
+    tree = _run(tmp_path, mode="comprehensive").tree
+    softmax = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::_softmax")
+    assert softmax and tree.node_frame(tree.parent[softmax[0]]).name == "torch.softmax"
+    addmm = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::addmm")
+    assert tree.value(addmm[0], "flops") == 3 * 2 * 4 * 8 * 8
+    backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::_softmax_backward_data")
+    assert backward and tree.node_frame(backward[0]).backward
+    assert tree.node_frame(tree.parent[backward[0]]).name == "torch.softmax"
