@@ -123,12 +123,14 @@ class OperatorMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        # Under dynamo tracing is_compiling() folds this to a plain call before
+        # any of our state is read, so nothing of ours is traced or guarded on.
+        # Metadata reads (half the calls in an optimizer step) leave next.
+        if _is_compiling():
+            return func(*args, **kwargs)
         fid = self.ops.get(func)
         a = self.adapter
-        # Metadata reads (half the calls in an optimizer step) leave first. Under
-        # dynamo tracing, is_compiling() folds the rest to a plain call, so
-        # nothing of ours is traced into graphs.
-        if fid == -1 or not a.active or _is_compiling():
+        if fid == -1 or not a.active:
             return func(*args, **kwargs)
         try:
             if fid is None:

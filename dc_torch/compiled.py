@@ -1,0 +1,165 @@
+"""``torch.compile`` backend: compiled regions as ``compiled`` frames.
+
+``torch.compile(model, backend="deepcontext")`` (registered through the
+``torch_dynamo_backends`` entry point) or ``backend=compile_backend(inner)``
+compiles with the inner backend (Inductor by default) and wraps the result.
+At run time inside a window, each call of the compiled graph is a
+``compiled`` scope under the calling Python line (time and count); the
+eager hooks stand aside inside it. Below it, every graph operation is placed
+under the source it came from, read from the FX node's ``nn_module_stack``
+(module frames) and ``stack_trace`` (the user's lines), with ``count`` one
+per execution. The graph's time stays on the compiled frame: the region runs
+as one unit, and per-kernel timing inside it is not measured here.
+The autograd node the region's output carries is tagged like an eager
+operator's, so the compiled backward lands under the same line, flagged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import threading
+from typing import Any, Callable
+
+import torch
+
+from dc_core.collector import KIND_COMPILED, KIND_MODULE, KIND_OPERATOR, KIND_PYTHON, METRIC_COUNT
+from dc_core.session import active_sessions
+
+from .adapter import TORCH_DIR, TorchAdapter
+from .autograd import tag_forward
+from .ops import op_name
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_graph_ids = itertools.count()
+
+
+def _active_adapter() -> TorchAdapter | None:
+    for session in active_sessions():
+        adapter = session.adapter
+        if isinstance(adapter, TorchAdapter) and adapter.active:
+            return adapter
+    return None
+
+
+def source_of(node: Any) -> list[tuple[int, str, str, int, str]]:
+    """Frames ``(kind, name, file, line, detail)`` an FX node came from: its modules
+    (outermost first, the root left out), then the user's lines, torch's own left out."""
+    frames: list[tuple[int, str, str, int, str]] = []
+    for path, cls in list((node.meta.get("nn_module_stack") or {}).values()):
+        name = re.sub(r"^L\['self'\]\.?", "", str(path)).replace("._modules['", ".").replace("']", "")
+        frames.append((KIND_MODULE, name or "self", "", 0, getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1])))
+    for file, line, func in _FRAME_RE.findall(node.meta.get("stack_trace") or ""):
+        if not file.startswith(TORCH_DIR) and not _own_file(file):
+            frames.append((KIND_PYTHON, func, file, int(line), ""))
+    return frames
+
+
+def _own_file(file: str) -> bool:
+    """The profiler's own hooks, which dynamo traced through (demo workloads are user code)."""
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return file.startswith(own + os.sep + "dc_") and "demo" not in os.path.basename(file)
+
+
+def _target_name(node: Any) -> str:
+    if node.op == "call_method":
+        return f"torch.Tensor.{node.target}"
+    if node.op == "call_module":
+        return str(node.target)
+    return op_name(node.target)
+
+
+class Region:
+    """One compiled graph: its frame, its operations' sources, its runtime wrapper."""
+
+    def __init__(self, gm: Any, inner_name: str) -> None:
+        self.name = f"torch.compile graph {next(_graph_ids)} ({inner_name})"
+        self.ops = [
+            (source_of(node), _target_name(node))
+            for node in gm.graph.nodes
+            if node.op in ("call_function", "call_method", "call_module")
+        ]
+        self._nodes: dict[tuple[int, int], list[int]] = {}  # (generation, region node) -> op nodes
+
+    def wrap(self, compiled: Callable) -> Callable:
+        region = self
+
+        def run(*args: Any) -> Any:
+            adapter = _active_adapter()
+            if adapter is None or torch.compiler.is_compiling():
+                return compiled(*args)
+            try:
+                node, frames = region._enter(adapter)
+            except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+                adapter.fail(exc, "compiled")
+                return compiled(*args)
+            ident = threading.get_ident()
+            nested = ident in adapter.suspended
+            adapter.suspended.add(ident)
+            try:
+                out = compiled(*args)
+            finally:
+                if not nested:
+                    adapter.suspended.discard(ident)
+                adapter.collector.exit()
+            try:
+                region._count(adapter, node)
+                if torch.is_grad_enabled():
+                    first = out[0] if isinstance(out, (tuple, list)) and out else out
+                    tag_forward(first, adapter.thread_state().ctx[-1] + tuple(frames[:-1]), frames[-1],
+                                adapter.backward.hooks)
+            except Exception as exc:  # noqa: BLE001
+                adapter.fail(exc, "compiled")
+            return out
+
+        run._deepcontext_region = region  # type: ignore[attr-defined]
+        return run
+
+    def _enter(self, adapter: TorchAdapter) -> tuple[int, list[int]]:
+        fid = adapter.session.frame(KIND_COMPILED, self.name)
+        adapter.frames.names[fid] = self.name
+        c = adapter.collector
+        frames = c.python_frames()
+        frames.append(fid)
+        return c.enter(frames), frames
+
+    def _count(self, adapter: TorchAdapter, region_node: int) -> None:
+        key = (adapter.generation, region_node)
+        nodes = self._nodes.get(key)
+        if nodes is None:
+            frame = adapter.session.frame
+            nodes = self._nodes[key] = [
+                adapter.collector.path(
+                    region_node, [frame(*source) for source in sources] + [frame(KIND_OPERATOR, target)]
+                )
+                for sources, target in self.ops
+            ]
+        c = adapter.collector
+        for node in nodes:
+            c.add(node, METRIC_COUNT, 1)
+
+
+def _inner_backend(inner: Any) -> tuple[Callable, str]:
+    if callable(inner):
+        return inner, getattr(inner, "__name__", type(inner).__name__)
+    from torch._dynamo import lookup_backend
+
+    return lookup_backend(inner), str(inner)
+
+
+def compile_backend(inner: Any = "inductor", **options: Any) -> Callable:
+    """A ``torch.compile`` backend that records compiled regions, compiling with ``inner``
+    (a registered backend name or a backend callable); ``options`` go to ``inner``."""
+
+    def deepcontext(gm: Any, example_inputs: list, **kwargs: Any) -> Callable:
+        backend, name = _inner_backend(inner)
+        compiled = backend(gm, example_inputs, **{**options, **kwargs})
+        return Region(gm, name).wrap(compiled)
+
+    return deepcontext
+
+
+def deepcontext_backend(gm: Any, example_inputs: list, **kwargs: Any) -> Callable:
+    """The ``deepcontext`` backend of the entry point: Inductor inside, regions recorded."""
+    return compile_backend("inductor")(gm, example_inputs, **kwargs)
