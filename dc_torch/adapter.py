@@ -21,6 +21,7 @@ from dc_core.session import active_sessions
 
 from .autograd import AtenMode, BackwardRunner
 from .closure import ClosureHooks
+from .collectives import CollectiveHooks
 from .device import DeviceTracer, cuda_present
 from .modules import ModuleHooks
 from .ops import OperatorMode
@@ -54,6 +55,7 @@ class TorchAdapter:
         self.modules = ModuleHooks(self)
         self.phases = PhaseHooks(self)
         self.closures = ClosureHooks(self)  # after phases: its pre-hook runs second
+        self.collectives = CollectiveHooks(self)
         self.device = DeviceTracer(self)
         self.metric_alloc = self.metric_flops = self.metric_device_time = -1
 
@@ -75,6 +77,7 @@ class TorchAdapter:
         self.modules.install()
         self.phases.install()
         self.closures.install()
+        self.collectives.install()
         modes = [OperatorMode(self)]
         if self.aten_forward:
             modes.insert(0, AtenMode(self))  # dispatch mode below the function mode
@@ -90,6 +93,7 @@ class TorchAdapter:
             self.modules.uninstall()
             self.phases.uninstall()
             self.closures.uninstall()
+            self.collectives.uninstall()
             self.device.stop()
 
     def environment(self) -> dict[str, str]:
