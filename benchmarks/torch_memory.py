@@ -1,0 +1,79 @@
+"""Profile size and memory for a 4-step vs a 40-step window on the GPT workload.
+
+DeepContext aggregates on the tree while it collects, so a longer window
+should cost about the same file size and collector memory; a
+``torch.profiler`` trace grows with the number of events. Both are printed.
+Collector memory is read as the process RSS growth across the window (the
+workload's own memory is warmed up first).
+
+    python benchmarks/torch_memory.py
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from dc_core.config import StepRange
+from dc_torch import Profiler
+from dc_torch.demo import make_workload, train_step
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def deepcontext_window(steps: int, logdir: str, model, optimizer, batch) -> tuple[int, int]:
+    """(file bytes, RSS growth bytes) of one window of ``steps`` steps."""
+    profiler = Profiler(logdir=logdir, run=f"w{steps}", steps=StepRange(start=1, count=steps))
+    profiler.start()
+    x, y = batch()
+    train_step(model, optimizer, x, y)
+    profiler.step()
+    before = peak = _rss()
+    for _ in range(steps):
+        x, y = batch()
+        train_step(model, optimizer, x, y)
+        peak = max(peak, _rss())
+        profiler.step()
+    profiler.stop()
+    (path,) = profiler.written
+    return path.stat().st_size, peak - before
+
+
+def torch_profiler_trace(steps: int, logdir: str, model, optimizer, batch) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        for _ in range(steps):
+            x, y = batch()
+            train_step(model, optimizer, x, y)
+            prof.step()
+    path = Path(logdir) / f"trace-{steps}.json"
+    prof.export_chrome_trace(str(path))
+    return path.stat().st_size
+
+
+def main() -> dict[str, float]:
+    torch.set_num_threads(1)
+    model, optimizer, batch = make_workload()
+    for _ in range(3):  # warm the allocator and the optimizer state
+        x, y = batch()
+        train_step(model, optimizer, x, y)
+    with tempfile.TemporaryDirectory() as logdir:
+        dc = {n: deepcontext_window(n, logdir, model, optimizer, batch) for n in (4, 40)}
+        tp = {n: torch_profiler_trace(n, logdir, model, optimizer, batch) for n in (4, 40)}
+    file_ratio = dc[40][0] / dc[4][0]
+    print(f"{'':32s} {'4 steps':>12s} {'40 steps':>12s} {'ratio':>7s}")
+    print(f"{'DeepContext profile file':32s} {dc[4][0]:12,d} {dc[40][0]:12,d} {file_ratio:7.2f}  (target ≤1.30)")
+    print(f"{'DeepContext RSS growth in window':32s} {dc[4][1]:12,d} {dc[40][1]:12,d}")
+    print(f"{'torch.profiler trace (stack)':32s} {tp[4]:12,d} {tp[40]:12,d} {tp[40] / tp[4]:7.2f}")
+    return {"file_ratio": file_ratio, "trace_ratio": tp[40] / tp[4]}
+
+
+if __name__ == "__main__":
+    main()
