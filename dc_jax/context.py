@@ -68,7 +68,11 @@ def _unwrap(component: str) -> tuple[str, set[str]]:
 
 
 def parse_op_name(op_name: str) -> tuple[str, list[str], str, bool]:
-    """Name stack → (jitted function, scope names, primitive, backward)."""
+    """Name stack → (jitted function, scope names, primitive, backward).
+
+    XLA joins the names of instructions it merged with ``;`` (two transposes
+    folded into one); the first name places the op."""
+    op_name = op_name.split(";", 1)[0]
     parts = split_name_stack(op_name)
     if not parts:
         return "", [], "", False
@@ -83,7 +87,8 @@ def parse_op_name(op_name: str) -> tuple[str, list[str], str, bool]:
         inner, wrappers = _unwrap(part)
         if not inner or wrappers & _FUNCTION_WRAPPERS:
             continue  # ``jvp()`` (no scope) or a nested jitted function, whose frames are in the stack
-        scopes.extend(s for s in inner.split("/") if s)
+        # ``jnp.einsum`` names its computation after its spec (``BTNH,BSNH->BNTS``): not a module
+        scopes.extend(s for s in inner.split("/") if s and "->" not in s)
     return function, scopes, primitive, backward
 
 

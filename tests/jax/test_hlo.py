@@ -115,3 +115,11 @@ def test_recorded_flax_classes_name_modules_and_optax_frames_mean_optimizer():
     assert context_of(Instruction("exp.1", "exponential", "jit(step)/exp", loss_stack)).phase == "forward"
     # A phase the user marked applies to ops the name stack does not place.
     assert context_of(Instruction("exp.1", "exponential", "jit(aug)/exp", ()), marked="dataloader").phase == "dataloader"
+
+
+def test_einsum_specs_and_merged_op_names_are_not_modules():
+    # jnp.einsum names its computation after the spec; XLA joins merged ops' names with ";".
+    merged = ("jit(step)/transpose(jvp(Net))/attn/vmap(BNTS,BSNH->BTNH)/transpose"
+              ";jit(step)/transpose(jvp(Net))/attn/vmap()/transpose")
+    assert parse_op_name(merged) == ("step", ["Net", "attn"], "transpose", True)
+    assert parse_op_name("jit(step)/jvp(Net)/attn/BTNH,BSNH->BNTS/dot_general")[1] == ["Net", "attn"]
