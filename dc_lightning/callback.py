@@ -1,0 +1,134 @@
+"""The Lightning callback: trainer hooks → DeepContext session calls.
+
+Phases need no hook here: the PyTorch adapter marks backward at
+``Tensor.backward`` and the optimizer at ``Optimizer.step`` (running
+Lightning's closure — forward and backward — outside the optimizer phase).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from dc_core.config import ProfilerConfig
+from dc_core.session import Session
+from dc_torch.adapter import TorchAdapter
+
+_PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric")
+_EVAL_LOOPS = ("validation", "test")
+
+
+def _importable(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+_modules = [m for m in map(_importable, ("lightning.pytorch", "pytorch_lightning")) if m is not None]
+_BASES = tuple(m.Callback for m in _modules) or (object,)  # one class for both packages
+
+
+class DeepContextCallback(*_BASES):  # type: ignore[misc]
+    """Profiles ``trainer.fit`` in step windows; one line in the trainer.
+
+    Steps are optimizer steps (``trainer.global_step``), so with gradient
+    accumulation a step spans all its micro-batches. Profiles go beside the
+    logger's scalars (``trainer.log_dir``, e.g. ``lightning_logs/version_0``)
+    unless ``logdir`` is given; each rank writes its own files.
+
+    Args:
+        config: What to profile; keyword ``overrides`` replace its fields
+            (``DEEPCONTEXT_CONFIG`` wins over both). With ``profile_eval=True``
+            validation and test batches are profiled as their own windows
+            (run ``<run>/validation``, ``<run>/test``; steps count batches).
+    """
+
+    def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
+        super().__init__()
+        self.config, self.overrides = config, overrides
+        self.session: Session | None = None
+        self.eval_sessions: dict[str, Session] = {}
+        self.eval_steps = {loop: 0 for loop in _EVAL_LOOPS}
+        self.written: list[Path] = []
+        self._step: int | None = None  # the optimizer step begun and not yet ended
+        self._eval: str | None = None
+        self._place: dict[str, Any] = {}
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.session is not None:
+            return
+        given = self.config or ProfilerConfig()
+        if "logdir" not in self.overrides and given.logdir == ProfilerConfig.logdir:
+            if trainer.loggers:  # log_dir broadcasts from rank 0: every rank calls it here
+                logdir, run = os.path.split(os.path.normpath(trainer.log_dir))
+            else:
+                logdir, run = os.path.join(trainer.default_root_dir, "lightning_logs"), "deepcontext"
+            self._place = {"logdir": logdir, "run": self.overrides.get("run", given.run or run)}
+        self._place.update(rank=trainer.global_rank, world_size=trainer.world_size)
+        self.session = self._session()
+
+    def _session(self, **extra: Any) -> Session:
+        session = Session(self.config, framework="torch", adapter=TorchAdapter(), default_phase="forward",
+                          **{**self.overrides, **self._place, **extra})
+        if not session.disabled:
+            for module in filter(None, map(_importable, _PACKAGES)):  # their frames are not user code
+                session.collector.skip_prefix(os.path.dirname(module.__file__) + os.sep)
+        return session
+
+    # --- training steps --------------------------------------------------------
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self._step is None and self.session is not None:
+            self._step = trainer.global_step
+            self.session.step_begin(self._step)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._step is not None and trainer.global_step != self._step:  # the optimizer stepped
+            step, self._step = self._step, None
+            self.session.step_end(step)
+
+    # --- validation and test: their own windows when profile_eval is set ----------
+    def _eval_begin(self, trainer: Any, loop: str) -> None:
+        if self.session is None or not self.session.config.profile_eval or trainer.sanity_checking:
+            return
+        if loop not in self.eval_sessions:
+            run = self.session.config.run
+            steps = {"start": 0, "count": self.session.config.steps.count, "every": None, "repeat": 1}
+            self.eval_sessions[loop] = self._session(run=f"{run}/{loop}" if run else loop, steps=steps,
+                                                     time_range=None)
+        self._eval = loop
+        self.eval_sessions[loop].step_begin(self.eval_steps[loop])
+
+    def _eval_end(self, loop: str) -> None:
+        if self._eval == loop:
+            self._eval = None
+            self.eval_sessions[loop].step_end(self.eval_steps[loop])
+            self.eval_steps[loop] += 1
+
+    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        self._eval_begin(trainer, "validation")
+
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        self._eval_end("validation")
+
+    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        self._eval_begin(trainer, "test")
+
+    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        self._eval_end("test")
+
+    # --- the end: flush whatever window is open ------------------------------------
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        for session in filter(None, (self.session, *self.eval_sessions.values())):
+            session.close()
+            self.written += session.written
+        self.session, self.eval_sessions, self._step, self._eval = None, {}, None, None
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.teardown(trainer, pl_module, "exception")

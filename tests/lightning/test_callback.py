@@ -1,0 +1,106 @@
+"""The Lightning callback on a tiny GPT: windows, phases, modules, logdir, accumulation, eval."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("lightning")
+
+from dc_core.logdir import load_profiles  # noqa: E402
+from dc_lightning import DeepContextCallback, is_available  # noqa: E402
+
+from .workload import TinyGPTModule, loader, trainer  # noqa: E402
+
+QUIET = dict(cpu_sampling_hz=0, system_interval_ms=0)
+
+
+def fit(tmp_path, callback, module=None, **kwargs):
+    val = kwargs.pop("val", None)
+    settings = dict(max_steps=6, default_root_dir=str(tmp_path), callbacks=[callback])
+    trainer(**{**settings, **kwargs}).fit(module or TinyGPTModule(), loader(), val)
+    return callback
+
+
+def test_window_phases_and_modules_beside_the_scalars(tmp_path):
+    assert is_available()
+    callback = fit(tmp_path, DeepContextCallback(steps={"start": 2, "count": 3}, **QUIET))
+    # the TensorBoard logger's version_0 is the run: the tab sits beside its scalars
+    (path,) = callback.written
+    assert path.relative_to(tmp_path).parts[:4] == ("lightning_logs", "version_0", "plugins", "deepcontext")
+    assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "lightning_logs/version_0").iterdir())
+    (profile,), errors = load_profiles(tmp_path / "lightning_logs")
+    assert errors == [] and profile.run == "version_0"
+    assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3 and path.name == "steps-2-4.pb"
+    tree = profile.tree
+    assert {tree.node_frame(n).name for n in tree.children(0)} >= {"forward", "backward", "optimizer"}
+    (attn,) = [n for n in tree.find_all(lambda f: f.name == "blocks.0.attn")
+               if tree.path_frames(n)[0].name == "forward"]
+    assert tree.node_frame(attn).detail == "SelfAttention" and tree.value(attn, "count") == 3
+    backward = tree.find_all(lambda f: f.kind == "operator" and f.backward)
+    assert any("blocks.0.attn" in [f.name for f in tree.path_frames(n)] for n in backward)
+
+
+def test_regression_closure_forward_not_under_optimizer(tmp_path):
+    # Lightning runs training_step inside optimizer.step(closure): it must stay in forward
+    callback = fit(tmp_path, DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET))
+    (profile,), _ = load_profiles(callback.written[0].parents[3])
+    tree = profile.tree
+    steps = tree.find_all(lambda f: f.name == "TinyGPTModule.training_step")
+    assert steps and {tree.path_frames(n)[0].name for n in steps} <= {"forward", "backward"}
+    modules = tree.find_all(lambda f: f.kind == "module")
+    assert all(tree.path_frames(n)[0].name != "optimizer" for n in modules)
+    # Lightning's own frames are skipped: the user's training_step follows the script's frames
+    assert not any("site-packages/lightning/" in f.file for n in steps for f in tree.path_frames(n))
+
+
+def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
+    callback = DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET)
+    fit(tmp_path, callback, max_steps=4, accumulate_grad_batches=2)
+    (profile,), _ = load_profiles(tmp_path)
+    assert profile.steps == (1, 3) and len(profile.step_times_ns) == 2
+    tree = profile.tree
+    (attn,) = [n for n in tree.find_all(lambda f: f.name == "blocks.0.attn")
+               if tree.path_frames(n)[0].name == "forward"]
+    assert tree.value(attn, "count") == 4  # 2 optimizer steps × 2 micro-batches
+
+
+def test_user_logdir_wins_and_validation_is_its_own_window(tmp_path):
+    callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 1, "count": 2},
+                                   profile_eval=True, **QUIET)
+    fit(tmp_path, callback, max_steps=4, val=loader(batches=3), val_check_interval=4, num_sanity_val_steps=2)
+    profiles, _ = load_profiles(tmp_path / "prof")
+    by_run = {p.run: p for p in profiles}
+    assert sorted(by_run) == [".", "validation"]
+    assert by_run["."].steps == (1, 3)
+    validation = by_run["validation"]  # sanity-check batches are not counted
+    assert validation.steps == (0, 2) and len(validation.step_times_ns) == 2
+    assert "backward" not in {validation.tree.node_frame(n).name for n in validation.tree.children(0)}
+
+
+def test_no_eval_window_by_default_and_nothing_outside_windows(tmp_path):
+    callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 100, "count": 1}, **QUIET)
+    fit(tmp_path, callback, max_steps=3, val=loader(batches=2), val_check_interval=2)
+    assert callback.written == [] and not (tmp_path / "prof").exists()
+
+
+def test_pytorch_lightning_trainer_accepts_it(tmp_path):
+    pl = pytest.importorskip("pytorch_lightning")
+    callback = DeepContextCallback(logdir=str(tmp_path), steps={"start": 1, "count": 1}, **QUIET)
+    pl.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, callbacks=[callback]).fit(_pl_module(pl), loader())
+    assert [p.name for p in callback.written] == ["steps-1-1.pb"]
+
+
+def _pl_module(pl):
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.inner = TinyGPTModule()
+
+        def training_step(self, batch, batch_idx):
+            return self.inner.loss(batch)
+
+        def configure_optimizers(self):
+            return self.inner.configure_optimizers()
+
+    return Module()
