@@ -1,0 +1,112 @@
+"""The Hugging Face callback: ``Trainer`` events → DeepContext session calls.
+
+Phases need no event here: the PyTorch adapter marks backward at
+``Tensor.backward`` and the optimizer at ``Optimizer.step``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from dc_core.config import ProfilerConfig
+from dc_core.session import Session
+from dc_torch.adapter import TorchAdapter
+
+_PACKAGES = ("transformers", "accelerate")
+
+
+class DeepContextCallback(TrainerCallback):
+    """Profiles ``Trainer.train`` in step windows; one line in the trainer.
+
+    Steps are optimizer steps (``state.global_step``): ``on_step_begin`` comes
+    at the first micro-batch of a step and ``on_step_end`` after the optimizer,
+    so with gradient accumulation (``on_substep_end`` between micro-batches)
+    a step spans all its micro-batches. Profiles go beside TensorBoard's
+    scalars (``args.logging_dir`` where the arguments have one, else
+    ``TENSORBOARD_LOGGING_DIR``, else ``<output_dir>/runs``) unless ``logdir``
+    is given; each process writes its own files (rank ``args.process_index``).
+
+    Args:
+        config: What to profile; keyword ``overrides`` replace its fields
+            (``DEEPCONTEXT_CONFIG`` wins over both). With ``profile_eval=True``
+            evaluation batches are profiled as their own windows (run
+            ``<run>/eval``; steps count prediction steps).
+    """
+
+    def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
+        self.config, self.overrides = config, overrides
+        self.session: Session | None = None
+        self.eval_session: Session | None = None
+        self.eval_step = 0
+        self.written: list[Path] = []
+        self._step: int | None = None
+        self._eval_open = False
+        self._place: dict[str, Any] = {}
+
+    def _session(self, **extra: Any) -> Session:
+        session = Session(self.config, framework="torch", adapter=TorchAdapter(), default_phase="forward",
+                          **{**self.overrides, **self._place, **extra})
+        if not session.disabled:
+            for name in _PACKAGES:  # their frames are not user code
+                try:
+                    module = importlib.import_module(name)
+                except ImportError:
+                    continue
+                session.collector.skip_prefix(os.path.dirname(module.__file__) + os.sep)
+        return session
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            return
+        given = self.config or ProfilerConfig()
+        if "logdir" not in self.overrides and given.logdir == ProfilerConfig.logdir:
+            logdir = getattr(args, "logging_dir", None) or os.environ.get("TENSORBOARD_LOGGING_DIR")
+            self._place = {"logdir": logdir or os.path.join(args.output_dir, "runs")}
+        self._place.update(rank=args.process_index, world_size=args.world_size)
+        self.session = self._session()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            self._step = state.global_step
+            self.session.step_begin(self._step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._step is not None:
+            step, self._step = self._step, None
+            self.session.step_end(step)
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Evaluation has no per-batch begin event: each prediction step ends one
+        eval step and begins the next (the first batch is not profiled)."""
+        if self.session is None or not self.session.config.profile_eval:
+            return
+        if self.eval_session is None:
+            run = self.session.config.run
+            steps = {"start": 0, "count": self.session.config.steps.count, "every": None, "repeat": 1}
+            self.eval_session = self._session(run=f"{run}/eval" if run else "eval", steps=steps, time_range=None)
+        self._end_eval_step()
+        self._eval_open = True
+        self.eval_session.step_begin(self.eval_step)
+
+    def _end_eval_step(self) -> None:
+        if self._eval_open:
+            self._eval_open = False
+            self.eval_session.step_end(self.eval_step)
+            self.eval_step += 1
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end_eval_step()
+
+    on_predict = on_evaluate
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end_eval_step()
+        for session in filter(None, (self.session, self.eval_session)):
+            session.close()
+            self.written += session.written
+        self.session, self.eval_session, self._step = None, None, None

@@ -1,0 +1,82 @@
+"""The HF callback on a tiny GPT-2 built from a config (no downloads), CPU only."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+
+from dc_core.logdir import load_profiles  # noqa: E402
+from dc_hf import DeepContextCallback, is_available  # noqa: E402
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n: int = 32, length: int = 16) -> None:
+        self.ids = torch.randint(0, 256, (n, length), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def train(tmp_path, callback, **args):
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64))
+    settings = dict(output_dir=str(tmp_path / "out"), use_cpu=True, report_to=[], max_steps=6,
+                    per_device_train_batch_size=4, logging_steps=100, save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=model, args=TrainingArguments(**{**settings, **args}), train_dataset=Tokens(),
+                      eval_dataset=Tokens(8), callbacks=[callback])
+    trainer.train()
+    return trainer
+
+
+def test_gpt2_attention_forward_and_backward_under_its_module(tmp_path):
+    assert is_available()
+    callback = DeepContextCallback(steps={"start": 2, "count": 3}, cpu_sampling_hz=0, system_interval_ms=0)
+    train(tmp_path, callback)
+    # default logdir: output_dir/runs (transformers 5 has no args.logging_dir)
+    assert [p.relative_to(tmp_path).as_posix() for p in callback.written] == [
+        f"out/runs/plugins/deepcontext/{callback.written[0].parent.name}/steps-2-4.pb"
+    ]
+    (profile,), errors = load_profiles(tmp_path)
+    assert errors == [] and profile.steps == (2, 5) and len(profile.step_times_ns) == 3
+    tree = profile.tree
+    assert {tree.node_frame(n).name for n in tree.children(0)} >= {"forward", "backward", "optimizer"}
+    attn = tree.find_all(lambda f: f.kind == "module" and f.name == "transformer.h.0.attn")
+    assert {tree.node_frame(n).detail for n in attn} == {"GPT2Attention"}
+    phases = {tree.path_frames(n)[0].name for n in attn}
+    assert phases == {"forward", "backward"}
+    below = [tree.node_frame(d) for n in attn for d in tree.preorder(n) if tree.node_frame(d).kind == "operator"]
+    assert any(not f.backward for f in below) and any(f.backward for f in below)
+    forward_ops = [n for n in attn if tree.path_frames(n)[0].name == "forward"]
+    assert tree.value(forward_ops[0], "count") == 3  # once per profiled step (2 layers are h.0, h.1)
+    # transformers' own frames are skipped: the module path starts at the test's call
+    path = [f for f in tree.path_frames(forward_ops[0]) if f.kind == "python"]
+    assert path and not any("/transformers/" in f.file for f in path)
+
+
+def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
+    callback = DeepContextCallback(steps={"start": 1, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0)
+    train(tmp_path, callback, max_steps=4, gradient_accumulation_steps=2, per_device_train_batch_size=2)
+    (profile,), _ = load_profiles(tmp_path)
+    assert profile.steps == (1, 3) and len(profile.step_times_ns) == 2
+    attn = profile.tree.find_all(lambda f: f.name == "transformer.h.0.attn")
+    forward = [n for n in attn if profile.tree.path_frames(n)[0].name == "forward"]
+    assert profile.tree.value(forward[0], "count") == 4  # 2 steps × 2 micro-batches
+
+
+def test_user_logdir_wins_and_eval_is_its_own_window(tmp_path):
+    callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 1, "count": 2},
+                                   profile_eval=True, cpu_sampling_hz=0, system_interval_ms=0)
+    train(tmp_path, callback, max_steps=3, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=2)
+    runs = sorted(p.relative_to(tmp_path / "prof").parts[0] for p in callback.written)
+    assert runs == ["eval", "plugins"]
+    profiles, _ = load_profiles(tmp_path / "prof")
+    (evaluation,) = [p for p in profiles if p.run == "eval"]
+    assert evaluation.steps == (0, 2)
+    assert "backward" not in {evaluation.tree.node_frame(n).name for n in evaluation.tree.children(0)}
