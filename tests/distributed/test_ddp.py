@@ -1,0 +1,46 @@
+"""Lightning DDP with two real CPU processes (gloo): both ranks write, the report merges them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning")
+
+from dc_core.logdir import load_profiles  # noqa: E402
+from dc_core.report import rank_step_stats, rank_top_frames  # noqa: E402
+
+SCRIPT = Path(__file__).with_name("ddp_fit.py")
+
+
+@pytest.mark.slow
+def test_two_ranks_write_and_merge_with_collectives(tmp_path):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("DEEPCONTEXT_CONFIG", None)
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plugin = tmp_path / "lightning_logs" / "version_0" / "plugins" / "deepcontext"
+    assert sorted(d.name.split("-")[0] for d in plugin.iterdir()) == ["0", "1"]
+    profiles, errors = load_profiles(tmp_path)
+    assert errors == [] and sorted(p.rank for p in profiles) == [0, 1]
+    assert all(p.steps == (2, 5) and len(p.step_times_ns) == 3 and p.world_size == 2 for p in profiles)
+    stats = rank_step_stats(profiles)
+    assert [s.rank for s in stats] == [0, 1] and all(s.max_ns >= s.p95_ns >= s.median_ns > 0 for s in stats)
+    for p in profiles:  # DDP's bucketed all-reduce, under the backward pass, with its time
+        tree = p.tree
+        (reduce,) = tree.find_all(lambda f: f.name == "c10d::allreduce_" and f.backward)
+        assert tree.path_frames(reduce)[0].name == "backward"
+        assert tree.value(reduce, "count") == 3 and tree.value(reduce, "cpu_time_ns") > 0
+        assert tree.value(reduce, "comm_time_ns") > 0  # launch to completion, from the future
+    ranks, rows = rank_top_frames(profiles, "cpu_time_ns", limit=50)
+    assert ranks == [0, 1]
+    (row,) = [values for frame, values in rows if frame.name == "c10d::allreduce_"]
+    assert all(v > 0 for v in row)
+    report = subprocess.run([sys.executable, "-m", "dc_core", "report", str(tmp_path)], capture_output=True,
+                            text=True, timeout=120, env={**env, "COLUMNS": "200"})
+    assert report.returncode == 0 and "slowest rank:" in report.stdout
