@@ -6,6 +6,9 @@ and records Flax module classes. ``uninstall`` (window closes) waits for the
 window's work, stops the trace, reads it back with ``jax.profiler.ProfileData``,
 maps every executed HLO instruction to its context (``context.py``) and adds
 its time and count to the collector's tree, before the session snapshots it.
+``open``/``close`` span the profiler's life: Flax NNX module calls are named
+in the name stack from the start (``nnx_hooks.py``), since a step is traced
+once, usually before the first window.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from . import trace
 from .context import context_of
 from .flax_hooks import ModuleRecorder
 from .hlo import Instruction, ModuleIndex
+from .nnx_hooks import NnxScopes
 
 logger = logging.getLogger("deepcontext")
 
@@ -66,6 +70,7 @@ class JaxAdapter:
         self._session: Any = None
         self._index = ModuleIndex()
         self._flax = ModuleRecorder()
+        self._nnx = NnxScopes()
         self._compiles: list[tuple[str, str, float, float, int, tuple[int, ...]]] = []
         self._phases: list[tuple[str, int, int]] = []  # (name, start, end) in monotonic ns
         self._clock0 = (0, 0)  # (wall ns, monotonic ns) when the trace started
@@ -73,6 +78,22 @@ class JaxAdapter:
         self.last_trace_bytes = 0
         self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
         self.last_convert_ns = 0  # reading the trace into the tree
+
+    # --- profiler lifetime ------------------------------------------------------
+    def open(self) -> None:
+        """The profiler started: name NNX module calls from now on (see ``nnx_hooks``).
+
+        Unlike the per-window hooks this spans the profiler's life, because
+        a step is usually traced (and its name stack fixed) before any window."""
+        try:
+            self._nnx.start()
+        except Exception:  # noqa: BLE001 - without names NNX ops still get Python frames
+            logger.warning("DeepContext: could not name Flax NNX modules", exc_info=True)
+            self._nnx.stop()
+
+    def close(self) -> None:
+        """The profiler stopped: restore the NNX module classes."""
+        self._nnx.stop()
 
     # --- session protocol ---------------------------------------------------
     def install(self, session: Any) -> None:
@@ -99,6 +120,7 @@ class JaxAdapter:
         self._dir = directory  # from here on, uninstall has a trace to stop
         jax.monitoring.register_event_time_span_listener(self._on_compile)
         self._flax.start()
+        self._nnx.refresh()
 
     def uninstall(self, session: Any) -> None:
         import jax
@@ -224,11 +246,12 @@ class JaxAdapter:
         modules = self._index.resolve(wanted)
         device_time = c.metric("device_time_ns", "ns")
         kernel_counts: dict[int, dict[int, int]] = {}  # operator node → kernel node → runs
+        classes = {**self._nnx.classes, **self._flax.classes}
         for op in ops:
             instruction = modules.get(op.module, {}).get(op.hlo_op)
             if instruction is None:  # module no longer alive: the op keeps its name only
                 instruction = Instruction(op.hlo_op, "", "", ())
-            ctx = context_of(instruction, op.phase, self._flax.classes)
+            ctx = context_of(instruction, op.phase, classes)
             frames = [session.frame(KIND_PHASE, ctx.phase)]
             for frame in ctx.frames:
                 if frame[0] == "python":

@@ -1,7 +1,8 @@
 """An executed HLO instruction → its place in the context tree.
 
 The path of an op reads: phase → the user's Python frames from the jitted
-function inward, interleaved with Flax module frames (``MLP``, ``MLP/Dense_0``)
+function inward, interleaved with Flax module frames (Linen ``MLP/Dense_0``,
+NNX ``MLP/layers/0``: root class, then attribute path, see ``nnx_hooks``)
 → operator (the JAX primitive, the HLO instruction as detail) → kernel.
 Ops made by reverse-mode differentiation carry ``transpose(...)`` in their
 name stack; they go under the ``backward`` phase with the same Python and
@@ -27,7 +28,13 @@ _INDEX_SUFFIX = re.compile(r"_\d+$")
 #: Name-stack wrappers that name a nested jitted function rather than a scope.
 _FUNCTION_WRAPPERS = {"jit", "pjit", "xla_call", "xla_pmap", "pmap", "core_call", "custom_jvp_call", "custom_vjp_call"}
 _LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
-_OPTIMIZER_MARKERS = (os.sep + "optax" + os.sep, os.sep + "flax" + os.sep + "training" + os.sep)
+_OPTIMIZER_MARKERS = (
+    os.sep + "optax" + os.sep,
+    os.sep + "flax" + os.sep + "training" + os.sep,
+    os.path.join(os.sep + "flax", "nnx", "training", "optimizer.py"),
+)
+#: This package's own frames (the NNX call wrappers) are no more the user's than Flax's.
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NOT_OPTIMIZER = os.sep + "optax" + os.sep + "losses" + os.sep
 
 
@@ -97,7 +104,7 @@ def is_library(file: str) -> bool:
     """Installed packages and the standard library are not the user's code."""
     if not file or file.startswith("<"):
         return file != "<string>" and bool(file)  # "<frozen ...>", not an exec'd user snippet
-    if any(marker in file for marker in _LIBRARY_MARKERS):
+    if any(marker in file for marker in _LIBRARY_MARKERS) or file.startswith(_OWN_DIR):
         return True
     stdlib = sysconfig.get_paths().get("stdlib", "")
     return bool(stdlib) and file.startswith(stdlib + os.sep)
@@ -139,6 +146,11 @@ def context_of(
                 break
     phase = _phase_of(instruction.stack, backward, marked)
     paths = ["/".join(scopes[: i + 1]) for i in range(len(scopes))]
+    if classes:  # a path between recorded modules that was never called itself (NNX ``layers``
+        # above ``layers/0``) is a container, not a module frame
+        deepest = max((i for i, path in enumerate(paths) if path in classes), default=-1)
+        keep = [i for i in range(len(paths)) if i >= deepest or paths[i] in classes]
+        paths, scopes = [paths[i] for i in keep], [scopes[i] for i in keep]
     module_classes = [
         (classes or {}).get(path) or (scope if i == 0 else _INDEX_SUFFIX.sub("", scope))
         for i, (path, scope) in enumerate(zip(paths, scopes))

@@ -61,6 +61,7 @@ class Profiler:
                 rank=rank, world_size=world, **self._overrides,
             )
             self.current_step = 0
+            self._adapter.open()
             self.session.step_begin(0)
         return self
 
@@ -83,7 +84,10 @@ class Profiler:
     def stop(self) -> None:
         """Flush an open window and release the trace; idempotent."""
         if self.session is not None:
-            self.session.close()
+            try:
+                self.session.close()
+            finally:
+                self._adapter.close()
 
     @property
     def written(self) -> list:

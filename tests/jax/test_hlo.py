@@ -117,6 +117,15 @@ def test_recorded_flax_classes_name_modules_and_optax_frames_mean_optimizer():
     assert context_of(Instruction("exp.1", "exponential", "jit(aug)/exp", ()), marked="dataloader").phase == "dataloader"
 
 
+def test_nnx_containers_never_called_are_not_module_frames():
+    stack = (Loc("step", "/u/t.py", 5), Loc("MLP.__call__", "/u/m.py", 9),
+             Loc("Linear.__call__", "/x/site-packages/flax/nnx/nn/linear.py", 1))
+    ins = Instruction("dot.1", "dot", "jit(step)/jvp(MLP)/layers/0/dot_general", stack, "dot_general")
+    ctx = context_of(ins, classes={"MLP": "MLP", "MLP/layers/0": "Linear"})
+    assert [f for f in ctx.frames if f[0] == "module"] == [("module", "MLP", "MLP"), ("module", "MLP/layers/0", "Linear")]
+    assert ctx.frames[-1] == ("module", "MLP/layers/0", "Linear")  # right above Linear's own (library) frame
+
+
 def test_einsum_specs_and_merged_op_names_are_not_modules():
     # jnp.einsum names its computation after the spec; XLA joins merged ops' names with ";".
     merged = ("jit(step)/transpose(jvp(Net))/attn/vmap(BNTS,BSNH->BTNH)/transpose"
