@@ -1,0 +1,108 @@
+"""What the tab shows around the tree: the run listing, one window's steps,
+system series and findings, and the ranks of a window side by side."""
+
+from __future__ import annotations
+
+import statistics
+
+from ..profile import Profile, ProfileError
+from .metadata import DATA_VERSION, METRICS
+from .params import NotFound, format_window
+from .store import Index, ProfileStore
+
+MAX_SERIES_POINTS = 600
+
+
+def runs(store: ProfileStore) -> dict:
+    """Runs, their ranks and windows, from file names only (nothing is read)."""
+    listing: dict[str, dict[int, dict]] = {}
+    for file in store.files():
+        ranks = listing.setdefault(file.run, {})
+        entry = ranks.setdefault(file.rank, {"rank": file.rank, "host": file.host, "windows": []})
+        window = format_window(file.steps)
+        if window not in entry["windows"]:
+            entry["windows"].append(window)
+    return {
+        "data_version": DATA_VERSION,
+        "metrics": METRICS,
+        "runs": [{"run": run, "ranks": [ranks[r] for r in sorted(ranks)]} for run, ranks in listing.items()],
+        "errors": dict(store.errors),
+    }
+
+
+def _downsample(t_ns: list[int], values: list[float], limit: int = MAX_SERIES_POINTS) -> tuple[list, list]:
+    """Every k-th point, keeping the maximum of each bucket so spikes survive."""
+    if len(values) <= limit:
+        return list(t_ns), list(values)
+    k = -(-len(values) // limit)
+    ts, vs = [], []
+    for i in range(0, len(values), k):
+        bucket = values[i:i + k]
+        j = max(range(len(bucket)), key=bucket.__getitem__)
+        ts.append(t_ns[i + j])
+        vs.append(bucket[j])
+    return ts, vs
+
+
+def window(index: Index) -> dict:
+    """Steps, system-monitor series, findings and environment of one window."""
+    p = index.profile
+    origin = min((s.t_ns[0] for s in p.system if s.t_ns), default=0)
+    series = []
+    for s in p.system:
+        ts, vs = _downsample(s.t_ns, s.values)
+        series.append({"name": s.name, "unit": s.unit, "device": s.device,
+                       "t_s": [(t - origin) / 1e9 for t in ts], "values": vs})
+    labels, frame, size = index.labels(), index.tree.frame, len(index.tree)
+    findings = []
+    for f in p.findings:
+        node = f.get("node", -1)
+        findings.append({**f, "node": node if 0 <= node < size else -1,
+                         "label": labels[frame[node]] if 0 < node < size else ""})
+    return {
+        **index.ref.as_dict(),
+        "host": p.host, "framework": p.framework, "mode": p.mode, "world_size": p.world_size,
+        "steps": list(p.steps), "step_times_ns": list(p.step_times_ns), "duration_ns": p.duration_ns,
+        "init_ns": p.init_ns, "nodes": size, "drops": dict(p.drops), "env": dict(p.env),
+        "metrics": [m for m in METRICS if m in index.metrics],
+        "totals": {m: index.incl(m)[0] for m in index.metrics},
+        "system": series, "findings": findings,
+    }
+
+
+def rank_summary(profile: Profile) -> dict:
+    """Per-rank numbers for the comparison table (kept, the tree is not)."""
+    tree = profile.tree
+    totals = {m: sum(col) for m, col in tree.excl.items()}
+    phases: dict[str, dict[str, int]] = {}
+    for node, parent in enumerate(tree.parent):
+        if parent == 0 and tree.node_frame(node).kind == "phase":
+            name = tree.node_frame(node).name
+            phases[name] = {m: tree.inclusive(m)[node] for m in tree.excl}
+    steps = profile.step_times_ns
+    return {
+        "rank": profile.rank, "host": profile.host, "totals": totals, "phases": phases,
+        "step_mean_ns": int(statistics.fmean(steps)) if steps else 0,
+        "step_max_ns": max(steps) if steps else 0, "steps": len(steps),
+    }
+
+
+def ranks(store: ProfileStore, run: str, window_steps: tuple[int, int], metric: str) -> dict:
+    """Every rank's summary for one window of ``run``, with each rank's
+    ``metric`` total and mean step time relative to the median rank."""
+    rows, errors = [], {}
+    for file in store.files():
+        if file.run != run or file.steps != window_steps:
+            continue
+        try:
+            rows.append(store.summary(file, rank_summary))
+        except (ProfileError, NotFound) as exc:  # a bad file drops out of the table, the rest stays
+            errors[f"{file.rank}-{file.host}"] = str(getattr(exc, "message", exc))
+    for key, pick in (("vs_median", lambda r: r["totals"].get(metric, 0)), ("step_vs_median", lambda r: r["step_mean_ns"])):
+        values = [pick(r) for r in rows]
+        median = statistics.median(values) if values else 0
+        for r, v in zip(rows, values):
+            r[key] = (v / median) if median else None
+    phases = sorted({name for r in rows for name in r["phases"]})
+    return {"run": run, "window": format_window(window_steps), "metric": metric, "ranks": rows,
+            "phases": phases, "errors": errors}

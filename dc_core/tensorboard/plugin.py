@@ -1,0 +1,185 @@
+"""The TensorBoard glue: loader, plugin and its explicit route table.
+
+Each route parses its query with `params` and calls one pure function; the
+``_respond`` wrapper turns `BadRequest` into 400, `NotFound` into 404, an
+unreadable profile into 422 and anything else into a logged 500 whose body
+carries no traceback. Static assets are listed one by one (no wildcard route).
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from typing import Callable, Mapping
+
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from ..profile import ProfileError
+from . import browse, diff, overview, params, source, tables
+from .metadata import PLUGIN_NAME, TAB_NAME
+from .store import Index, ProfileStore
+
+logger = logging.getLogger("deepcontext")
+
+STATIC_FILES = {
+    "index.js": "text/javascript",
+    "api.js": "text/javascript",
+    "dom.js": "text/javascript",
+    "table.js": "text/javascript",
+    "views.js": "text/javascript",
+    "flame.js": "text/javascript",
+    "details.js": "text/javascript",
+    "charts.js": "text/javascript",
+    "style.css": "text/css",
+}
+KINDS_PARAM_MAX = 8
+
+
+class DeepContextPlugin(base_plugin.TBPlugin):
+    """Serves the DeepContext tab for the profiles under ``context.logdir``."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext, store: ProfileStore | None = None) -> None:
+        self.store = store or ProfileStore(context.logdir or "")
+        self.source_roots = source.allowed_roots()
+
+    def is_active(self) -> bool:
+        return bool(self.store.files())
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/static/index.js", tab_name=TAB_NAME)
+
+    def get_plugin_apps(self) -> dict[str, Callable]:
+        routes = {
+            "/runs": lambda args: overview.runs(self.store),
+            "/window": lambda args: overview.window(self._index(args)),
+            "/children": self._children,
+            "/hotpath": self._hot_path,
+            "/flat": self._flat,
+            "/bottomup": self._bottom_up,
+            "/node": self._node,
+            "/source": self._source,
+            "/search": self._search,
+            "/flame": self._flame,
+            "/diff": self._diff,
+            "/diff/children": self._diff_children,
+            "/ranks": self._ranks,
+        }
+        apps = {path: _json_route(handler) for path, handler in routes.items()}
+        apps.update({f"/static/{name}": _static_route(name, kind) for name, kind in STATIC_FILES.items()})
+        return apps
+
+    # --- handlers: parse, then call one function ------------------------
+    def _index(self, args: Mapping[str, str], prefix: str = "") -> Index:
+        return self.store.index(params.profile_ref(args, prefix))
+
+    def _children(self, args):
+        index = self._index(args)
+        return tables.children(index, params.node_list(args, size=len(index)), params.metric(args),
+                               params.choice(args, "sort", tables.SORTS, "incl"), _limit(args))
+
+    def _hot_path(self, args):
+        index = self._index(args)
+        return tables.hot_path(index, params.node(args, len(index)), params.metric(args),
+                               params.number(args, "threshold", 0.05, 0.0, 1.0),
+                               params.choice(args, "sort", tables.SORTS, "incl"), _limit(args))
+
+    def _flat(self, args):
+        return tables.flat(self._index(args), params.metric(args), params.choice(args, "sort", tables.SORTS, "excl"),
+                           _kinds(args), _limit(args), params.integer(args, "offset", 0, hi=10**7))
+
+    def _bottom_up(self, args):
+        index = self._index(args)
+        path = params.node_list(args, "path", size=len(index.tree.frames)) if args.get("path") else []
+        return tables.bottom_up(index, path, params.metric(args), params.choice(args, "mode", ("excl", "incl"), "excl"),
+                                params.choice(args, "sort", tables.SORTS, "incl"), _kinds(args), _limit(args))
+
+    def _node(self, args):
+        index = self._index(args)
+        return browse.node_details(index, params.node(args, len(index), default=None), params.metric(args))
+
+    def _source(self, args):
+        index = self._index(args)
+        frame = index.tree.node_frame(params.node(args, len(index), default=None))
+        return source.snippet(frame.file, frame.line, self.source_roots)
+
+    def _search(self, args):
+        return browse.search(self._index(args), params.text(args, "q"), params.metric(args),
+                             params.integer(args, "limit", 50, lo=1, hi=500))
+
+    def _flame(self, args):
+        index = self._index(args)
+        return browse.flame(index, params.node(args, len(index)), params.metric(args),
+                            params.number(args, "min", 0.002, 0.0, 1.0),
+                            params.integer(args, "max", 3000, lo=1, hi=20000))
+
+    def _diff(self, args):
+        union = diff.union_of(self._index(args), self._index(args, "b_"))
+        return diff.diff_hot_path(union, params.metric(args), params.number(args, "threshold", 0.02, 0.0, 1.0),
+                                  _limit(args))
+
+    def _diff_children(self, args):
+        union = diff.union_of(self._index(args), self._index(args, "b_"))
+        nodes = params.node_list(args, size=diff.union_size(union))
+        return diff.diff_children(union, nodes, params.metric(args), _limit(args))
+
+    def _ranks(self, args):
+        run = params.run_name(params.text(args, "run"))
+        return overview.ranks(self.store, run, params.window(args), params.metric(args))
+
+
+def _limit(args: Mapping[str, str]) -> int:
+    return params.integer(args, "limit", 200, lo=1, hi=2000)
+
+
+def _kinds(args: Mapping[str, str]) -> list[str]:
+    raw = params.text(args, "kinds", default="all")
+    if raw == "all":
+        return []
+    kinds = raw.split(",")
+    if len(kinds) > KINDS_PARAM_MAX or any(k not in ("python", "module", "operator", "native", "kernel",
+                                                         "phase", "compiled") for k in kinds):
+        raise params.BadRequest("parameter 'kinds' must list frame kinds, e.g. operator,kernel")
+    return kinds
+
+
+def _json_route(handler: Callable[[Mapping[str, str]], dict]) -> Callable:
+    @wrappers.Request.application
+    def app(request: wrappers.Request) -> wrappers.Response:
+        code = 200
+        try:
+            body = handler(request.args.to_dict(flat=True))
+        except params.BadRequest as exc:
+            code, body = 400, {"error": str(exc)}
+        except params.NotFound as exc:
+            code, body = 404, {"error": str(exc)}
+        except ProfileError as exc:
+            code, body = 422, {"error": str(exc)}
+        except Exception:  # noqa: BLE001 - logged here; the browser gets no traceback
+            logger.exception("DeepContext plugin: %s failed", request.path)
+            code, body = 500, {"error": "internal error in the DeepContext plugin; see the TensorBoard log"}
+        return http_util.Respond(request, body, "application/json", code=code)
+
+    return app
+
+
+def _static_route(name: str, content_type: str) -> Callable:
+    cache: list[bytes] = []
+
+    @wrappers.Request.application
+    def app(request: wrappers.Request) -> wrappers.Response:
+        if not cache:
+            cache.append(resources.files(__package__).joinpath("static").joinpath(name).read_bytes())
+        return http_util.Respond(request, cache[0], content_type + "; charset=utf-8")
+
+    return app
+
+
+class DeepContextLoader(base_plugin.TBLoader):
+    """Entry point named in ``pyproject.toml`` (``tensorboard_plugins``)."""
+
+    def load(self, context: base_plugin.TBContext) -> DeepContextPlugin:
+        return DeepContextPlugin(context)

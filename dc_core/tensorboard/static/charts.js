@@ -1,0 +1,110 @@
+// Small SVG charts (step times, system-monitor series) and the per-rank
+// comparison table. Hand-written: the tab ships no chart library.
+
+import { clear, el, formatPercent, formatValue } from "./dom.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+const W = 520;
+const H = 140;
+const PAD = { left: 56, right: 8, top: 10, bottom: 22 };
+
+function svg(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function frame(title, yMax, format) {
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
+  root.appendChild(svg("title", {}, title));
+  const y0 = H - PAD.bottom;
+  root.appendChild(svg("line", { x1: PAD.left, x2: W - PAD.right, y1: y0, y2: y0, class: "axis" }));
+  root.appendChild(svg("text", { x: PAD.left - 4, y: PAD.top + 8, class: "tick", "text-anchor": "end" }, format(yMax)));
+  root.appendChild(svg("text", { x: PAD.left - 4, y: y0, class: "tick", "text-anchor": "end" }, format(0)));
+  return root;
+}
+
+/** Bars of step time per step of the window; a step over 1.5x the median is marked. */
+export function stepChart(stepTimesNs, firstStep) {
+  const box = el("div", { className: "chart-box" }, el("h4", {}, "Step time"));
+  if (!stepTimesNs.length) {
+    box.appendChild(el("div", { className: "muted" }, "No step times recorded."));
+    return box;
+  }
+  const max = Math.max(...stepTimesNs);
+  const median = [...stepTimesNs].sort((a, b) => a - b)[Math.floor(stepTimesNs.length / 2)];
+  const root = frame("step time per step", max, (v) => formatValue(v, "cpu_time_ns"));
+  const span = (W - PAD.left - PAD.right) / stepTimesNs.length;
+  const height = H - PAD.top - PAD.bottom;
+  stepTimesNs.forEach((t, i) => {
+    const h = max ? (t / max) * height : 0;
+    const rect = svg("rect", {
+      x: PAD.left + i * span + 1, y: H - PAD.bottom - h, width: Math.max(1, span - 2), height: h,
+      class: t > 1.5 * median ? "step outlier" : "step",
+    });
+    rect.appendChild(svg("title", {}, `step ${firstStep + i}: ${formatValue(t, "cpu_time_ns")}`));
+    root.appendChild(rect);
+    if (stepTimesNs.length <= 20) {
+      root.appendChild(svg("text", { x: PAD.left + (i + 0.5) * span, y: H - 6, class: "tick", "text-anchor": "middle" }, String(firstStep + i)));
+    }
+  });
+  box.appendChild(root);
+  return box;
+}
+
+const UNIT_METRIC = { "%": "count", bytes: "alloc_bytes" };
+
+/** One line chart per series name (devices as separate lines). */
+export function seriesCharts(series) {
+  const box = el("div", { className: "charts" });
+  const byName = new Map();
+  for (const s of series) {
+    if (!byName.has(s.name)) byName.set(s.name, []);
+    byName.get(s.name).push(s);
+  }
+  if (!byName.size) box.appendChild(el("div", { className: "muted" }, "No system-monitor samples in this window."));
+  for (const [name, group] of byName) {
+    const unit = group[0].unit;
+    const fmt = unit === "%" ? (v) => `${Math.round(v)}%` : (v) => formatValue(Math.round(v), UNIT_METRIC[unit] || "count");
+    const yMax = Math.max(unit === "%" ? 100 : 1, ...group.flatMap((s) => s.values));
+    const tMax = Math.max(1e-9, ...group.flatMap((s) => s.t_s));
+    const root = frame(name, yMax, fmt);
+    group.forEach((s, k) => {
+      const points = s.t_s.map((t, i) => {
+        const x = PAD.left + (t / tMax) * (W - PAD.left - PAD.right);
+        const y = H - PAD.bottom - (s.values[i] / yMax) * (H - PAD.top - PAD.bottom);
+        return `${x.toFixed(1)},${y.toFixed(1)}`;
+      });
+      root.appendChild(svg("polyline", { points: points.join(" "), class: `series s${k % 4}` }));
+    });
+    root.appendChild(svg("text", { x: W - PAD.right, y: H - 6, class: "tick", "text-anchor": "end" }, `${tMax.toFixed(1)} s`));
+    const devices = group.map((s) => (s.device < 0 ? "all" : `device ${s.device}`)).join(", ");
+    box.appendChild(el("div", { className: "chart-box" }, el("h4", {}, `${name} (${devices})`), root));
+  }
+  return box;
+}
+
+/** Ranks of one window side by side; outliers against the median highlighted. */
+export function ranksTable(data, metric) {
+  const box = el("div", { className: "ranks" });
+  clear(box);
+  const head = ["rank", "host", "steps", "mean step", "vs median", `${metric} total`, "vs median",
+    ...data.phases.map((p) => `${p}`)];
+  const table = el("table", { className: "metrics wide" }, el("tr", {}, ...head.map((h) => el("th", {}, h))));
+  for (const r of data.ranks) {
+    const flag = (v) => (v && (v > 1.15 || v < 0.85) ? "off" : "");
+    const ratio = (v) => (v === null || v === undefined ? "\u2013" : `${v.toFixed(2)}\u00d7`);
+    table.appendChild(el("tr", {},
+      el("td", {}, String(r.rank)), el("td", {}, r.host), el("td", {}, String(r.steps)),
+      el("td", {}, formatValue(r.step_mean_ns, "cpu_time_ns")),
+      el("td", { className: flag(r.step_vs_median) }, ratio(r.step_vs_median)),
+      el("td", {}, formatValue(r.totals[metric] || 0, metric)),
+      el("td", { className: flag(r.vs_median) }, ratio(r.vs_median)),
+      ...data.phases.map((p) => el("td", {}, r.phases[p] ? `${formatValue(r.phases[p][metric] || 0, metric)} (${formatPercent(r.phases[p][metric] || 0, r.totals[metric])})` : "\u2013"))));
+  }
+  box.appendChild(table);
+  if (data.ranks.length < 2) box.appendChild(el("div", { className: "muted" }, "Only one rank wrote this window."));
+  for (const [which, why] of Object.entries(data.errors || {})) box.appendChild(el("div", { className: "error" }, `${which}: ${why}`));
+  return box;
+}

@@ -1,0 +1,82 @@
+// Side panels: the selected node in depth (path, metrics, forward vs
+// backward, source) and the analyzer's findings, each linking to its node.
+
+import { get, refParams } from "./api.js";
+import { clear, el, formatPercent, formatValue, kindBadge } from "./dom.js";
+
+const METRIC_ORDER = ["cpu_time_ns", "device_time_ns", "count", "samples", "alloc_bytes", "flops"];
+
+/** Fill `panel` with the details of `node`; `onReveal(nodeId)` opens it in the tree. */
+export async function showDetails(panel, state, node, onReveal) {
+  clear(panel).append(el("h3", {}, "Details"), el("div", { className: "muted" }, "Loading\u2026"));
+  const params = { ...refParams(state.ref), node, metric: state.metric };
+  const [info, src] = await Promise.all([get("node", params), get("source", params)]);
+  const row = info.node;
+  const where = row.file ? `${row.file}${row.line ? `:${row.line}` : ""}` : "";
+  const path = el("ol", { className: "path" });
+  for (const step of info.path) {
+    path.appendChild(el("li", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); onReveal(step.id); } },
+      kindBadge(step.kind), " ", step.label)));
+  }
+  const metrics = el("table", { className: "metrics" },
+    el("tr", {}, el("th", {}, "metric"), el("th", {}, "inclusive"), el("th", {}, "exclusive")));
+  for (const m of METRIC_ORDER.filter((name) => name in row.incl)) {
+    metrics.appendChild(el("tr", {}, el("td", {}, m), el("td", {}, formatValue(row.incl[m], m)), el("td", {}, formatValue(row.excl[m], m))));
+  }
+  clear(panel).append(
+    el("h3", {}, "Details"),
+    el("div", { className: "detail-title" }, kindBadge(row.kind, row.backward), " ", el("span", { className: "label" }, row.label)),
+    row.detail ? el("div", { className: "muted" }, `class ${row.detail}`) : "",
+    where ? el("div", { className: "mono" }, where) : "",
+    el("div", {}, `${formatPercent(row.incl[state.metric] || 0, info.total)} of the window's ${state.metric}`),
+    metrics,
+    splitSection(info.split, state.metric, onReveal),
+    el("h4", {}, "Call path"), path,
+    sourceSection(src),
+  );
+}
+
+function splitSection(split, metric, onReveal) {
+  if (!split) return el("div", { className: "muted" }, "No model context above this node (forward/backward split n/a).");
+  const rows = split.phases.map((p) => el("tr", {},
+    el("td", {}, p.phase),
+    el("td", {}, formatValue(p.incl[metric] || 0, metric)),
+    el("td", {}, ...p.nodes.slice(0, 4).map((id) => el("a", { href: "#", className: "node-link", onclick: (e) => { e.preventDefault(); onReveal(id); } }, `#${id}`)))));
+  return el("div", { className: "split" },
+    el("h4", {}, "Forward vs backward for this context"),
+    el("div", { className: "muted" }, split.context),
+    el("table", { className: "metrics" }, el("tr", {}, el("th", {}, "phase"), el("th", {}, metric), el("th", {}, "nodes")), ...rows));
+}
+
+function sourceSection(src) {
+  if (!src.available) return el("div", { className: "muted source-none" }, `Source not shown: ${src.reason}.`);
+  const pre = el("pre", { className: "source" });
+  src.lines.forEach((text, i) => {
+    const number = src.first + i;
+    pre.appendChild(el("div", { className: number === src.line ? "src-line hit" : "src-line" },
+      el("span", { className: "ln" }, String(number).padStart(5, " ")), " ", text));
+  });
+  return el("div", {}, el("h4", {}, "Source"), pre);
+}
+
+const SEVERITY_ORDER = { critical: 0, high: 1, warning: 2, medium: 3, info: 4, low: 5 };
+
+/** Fill `panel` with the window's findings; those with a node link to it. */
+export function showFindings(panel, findings, onReveal) {
+  clear(panel).append(el("h3", {}, `Findings (${findings.length})`));
+  if (!findings.length) {
+    panel.appendChild(el("div", { className: "muted" }, "The analyzer left no findings in this window."));
+    return;
+  }
+  const sorted = [...findings].sort((a, b) => (SEVERITY_ORDER[a.severity] ?? 9) - (SEVERITY_ORDER[b.severity] ?? 9));
+  for (const f of sorted) {
+    const link = f.node > 0
+      ? el("a", { href: "#", className: "node-link", onclick: (e) => { e.preventDefault(); onReveal(f.node); } }, `show ${f.label || `#${f.node}`}`)
+      : "";
+    panel.appendChild(el("div", { className: `finding sev-${String(f.severity).replace(/[^a-z]/gi, "")}` },
+      el("div", {}, el("span", { className: "sev" }, f.severity), " ", el("b", {}, f.rule)),
+      el("div", {}, f.message),
+      f.suggestion ? el("div", { className: "suggestion" }, f.suggestion) : "",
+      link));
+  }
+}

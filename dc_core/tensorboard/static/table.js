@@ -1,0 +1,149 @@
+// A lazily expanded tree table: rows arrive a level at a time from the
+// server, are kept by key, and are drawn as one list of visible rows.
+
+import { bar, clear, el, highlighted, kindBadge } from "./dom.js";
+
+/**
+ * columns: [{ title, sortKey?, cell(row) -> string|Node, className? }]
+ * fetchChildren(keys) -> Promise<{ [key]: rows }>, each row with `kids`.
+ * keyOf(row, parentKey) -> string; barOf(row) -> 0..1; onSelect(row, key).
+ */
+export class LazyTable {
+  constructor({ columns, fetchChildren, keyOf, barOf, onSelect, onSort, sort, emptyText }) {
+    this.columns = columns;
+    this.fetchChildren = fetchChildren;
+    this.keyOf = keyOf || ((row) => String(row.id));
+    this.barOf = barOf || (() => 0);
+    this.onSelect = onSelect || (() => {});
+    this.onSort = onSort;
+    this.sort = sort;
+    this.emptyText = emptyText || "Nothing to show.";
+    this.entries = new Map(); // key -> { row, depth, kids: keys[] | null, open, more }
+    this.roots = [];
+    this.query = "";
+    this.matches = new Set();
+    this.selected = null;
+    this.element = el("div", { className: "table", role: "treegrid" });
+    const widths = columns.map((c) => c.width || "96px").join(" ");
+    this.element.style.setProperty("--cols", `${widths} 140px`);
+  }
+
+  /** Replace everything with these top-level rows. */
+  setRoots(rows) {
+    this.entries.clear();
+    this.roots = rows.map((row) => this._add(row, null, 0));
+    this.draw();
+  }
+
+  _add(row, parentKey, depth) {
+    const key = this.keyOf(row, parentKey);
+    const old = this.entries.get(key);
+    this.entries.set(key, { row, depth, kids: old ? old.kids : null, open: old ? old.open : false, more: 0 });
+    return key;
+  }
+
+  /** Store fetched children (a { key: rows } map) and mark parents open. */
+  addChildren(map, more = {}) {
+    for (const [parentKey, rows] of Object.entries(map)) {
+      const parent = this.entries.get(parentKey);
+      if (!parent) continue;
+      parent.kids = rows.map((row) => this._add(row, parentKey, parent.depth + 1));
+      parent.more = more[parentKey] || 0;
+      parent.open = true;
+    }
+  }
+
+  /** Open the rows with these keys, fetching the children not loaded yet. */
+  async expand(keys) {
+    const missing = keys.filter((k) => this.entries.has(k) && this.entries.get(k).kids === null);
+    if (missing.length) {
+      const result = await this.fetchChildren(missing);
+      this.addChildren(result.children || result, result.more || {});
+    }
+    for (const key of keys) {
+      const entry = this.entries.get(key);
+      if (entry) entry.open = true;
+    }
+    this.draw();
+  }
+
+  async toggle(key) {
+    const entry = this.entries.get(key);
+    if (!entry || !entry.row.kids) return;
+    if (entry.open) {
+      entry.open = false;
+      this.draw();
+    } else {
+      await this.expand([key]);
+    }
+  }
+
+  setQuery(query, matchKeys = []) {
+    this.query = query;
+    this.matches = new Set(matchKeys);
+    this.draw();
+  }
+
+  select(key, scroll = false) {
+    this.selected = key;
+    this.draw();
+    const entry = this.entries.get(key);
+    if (entry) this.onSelect(entry.row, key);
+    if (scroll) {
+      const node = this.element.querySelector(".row.selected");
+      if (node && node.scrollIntoView) node.scrollIntoView({ block: "center" });
+    }
+  }
+
+  _header() {
+    const cells = this.columns.map((column) => {
+      const active = column.sortKey && column.sortKey === this.sort;
+      const attrs = { className: `cell head ${column.className || ""} ${active ? "sorted" : ""}` };
+      if (column.sortKey && this.onSort) attrs.onclick = () => this.onSort(column.sortKey);
+      return el("div", attrs, column.title, active ? " \u25be" : "");
+    });
+    return el("div", { className: "row header" }, ...cells, el("div", { className: "cell head bar-head" }));
+  }
+
+  _rowElement(key, entry) {
+    const { row, depth } = entry;
+    const toggle = row.kids
+      ? el("span", { className: "toggle", onclick: (e) => { e.stopPropagation(); this.toggle(key); } },
+        entry.open ? "\u25be" : "\u25b8")
+      : el("span", { className: "toggle leaf" }, "\u00b7");
+    const name = el("div", { className: "cell name", style: { paddingLeft: `${4 + depth * 14}px` }, title: row.label },
+      toggle, kindBadge(row.kind, row.backward), el("span", { className: "label" }, highlighted(row.label, this.query)));
+    const cells = this.columns.slice(1).map((column) => el("div", { className: `cell num ${column.className || ""}` },
+      column.cell(row)));
+    const classes = ["row", `kind-row-${row.kind}`];
+    if (key === this.selected) classes.push("selected");
+    if (this.matches.has(key)) classes.push("match");
+    return el("div", {
+      className: classes.join(" "), dataset: { key }, role: "row",
+      onclick: () => this.select(key), ondblclick: () => this.toggle(key),
+    }, name, ...cells, bar(this.barOf(row), row.backward ? "backward" : ""));
+  }
+
+  draw() {
+    const body = el("div", { className: "rows" });
+    const walk = (keys) => {
+      for (const key of keys) {
+        const entry = this.entries.get(key);
+        if (!entry) continue;
+        body.appendChild(this._rowElement(key, entry));
+        if (entry.open && entry.kids) {
+          walk(entry.kids);
+          if (entry.more) {
+            body.appendChild(el("div", { className: "row more", style: { paddingLeft: `${18 + (entry.depth + 1) * 14}px` } },
+              `\u2026 ${entry.more} more rows not shown (smallest first left out)`));
+          }
+        }
+      }
+    };
+    walk(this.roots);
+    if (!this.roots.length) body.appendChild(el("div", { className: "empty" }, this.emptyText));
+    const scroll = this.element.scrollTop;
+    clear(this.element).append(this._header(), body);
+    this.element.scrollTop = scroll;
+  }
+}
