@@ -172,7 +172,11 @@ def host_sync(w: Window) -> list[dict[str, Any]]:
 
     Info on CPU where a sync costs little; warning on a GPU (each one stalls the
     launch queue) or when frequent or heavy."""
-    syncs = [o for o in w.top_ops if op_name(w.tree.node_frame(o)) in _SYNCS and w.phase(o) != "backward"]
+    # Syncs inside backward and the optimizer step come from the framework's own
+    # code (e.g. a for-loop AdamW reads its step counter with .item()), not from
+    # a line the user can change; optimizer_unfused covers the optimizer.
+    syncs = [o for o in w.top_ops
+             if op_name(w.tree.node_frame(o)) in _SYNCS and w.phase(o) not in ("backward", "optimizer")]
     out = []
     for ops in w.scopes(syncs, by_function=False).values():
         calls = sum(w.tree.value(o, "count") for o in ops)

@@ -128,3 +128,18 @@ def test_unfused_norm_with_torch_function_names():
     f = only(analyze(p), "unfused_norm")
     assert f["evidence"]["kind"] == "RMSNorm" and f["path"] == ["forward", "train.py:20 train", "norm", "model.py:22 forward"]
     assert {"pow", "mean", "rsqrt", "mul"} <= set(f["evidence"]["operators"])
+
+
+def test_regression_host_sync_blamed_the_loop_for_the_optimizers_own_item_calls():
+    """A for-loop AdamW reads its step counter with .item() for every parameter:
+    framework code under the user's ``optimizer.step()`` line, not a user sync."""
+    from dc_core.analyzer import analyze
+    from dc_core.profile import Profile
+    from dc_core.tree import tree_from_lists
+
+    tree = tree_from_lists(
+        ("forward", ("python:train_step|train.py:10", "operator:torch.nn.functional.linear @cpu_time_ns=9000000,count=3")),
+        ("optimizer", ("python:train_step|train.py:12", "operator:torch.Tensor.item @cpu_time_ns=500000,count=162")),
+    )
+    profile = Profile(tree=tree, steps=(0, 3), step_times_ns=[3_200_000] * 3)
+    assert [f for f in analyze(profile) if f["rule"] == "host_sync"] == []
