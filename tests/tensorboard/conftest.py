@@ -1,0 +1,106 @@
+"""A small logdir with two ranks, two windows, findings, system series and
+hostile names, and the plugin served in-process by TensorBoard's own WSGI app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorboard")
+pytest.importorskip("werkzeug")
+
+from tensorboard.backend.application import TensorBoardWSGI  # noqa: E402
+from tensorboard.plugins.base_plugin import TBContext  # noqa: E402
+from werkzeug.test import Client  # noqa: E402
+
+from dc_core.logdir import write_profile  # noqa: E402
+from dc_core.profile import Profile, Series  # noqa: E402
+from dc_core.tensorboard.plugin import DeepContextPlugin  # noqa: E402
+from dc_core.tensorboard.store import ProfileStore  # noqa: E402
+from dc_core.tree import tree_from_lists  # noqa: E402
+
+EVIL = "<img src=x onerror=alert(1)>"
+PREFIX = "/data/plugin/deepcontext"
+
+
+def model_tree(src: Path, scale: int = 1):
+    """forward and backward of one encoder line, plus an optimizer step."""
+    line = f"python:forward|{src}:3"
+    return tree_from_lists(
+        ("forward",
+            ("module:encoder",
+                (line,
+                    (f"aten::mm @cpu_time_ns={300 * scale},count=3", f"kernel:sgemm @device_time_ns={900 * scale}"),
+                    "aten::relu @cpu_time_ns=50,count=1")),
+            (f"module:{EVIL}", "aten::add @cpu_time_ns=20,count=1")),
+        ("backward",
+            ("module:encoder",
+                (line,
+                    ("aten::mm [backward] @cpu_time_ns=600,count=3", "kernel:sgemm @device_time_ns=1800")))),
+        ("optimizer", "python:step|/etc/passwd:1 @cpu_time_ns=100,count=1"),
+    )
+
+
+def make_profile(src: Path, rank: int, steps: tuple[int, int], scale: int = 1) -> Profile:
+    tree = model_tree(src, scale)
+    evil = tree.find("forward", EVIL)
+    return Profile(
+        tree=tree, steps=steps, step_times_ns=[10_000_000 * scale, 12_000_000, 30_000_000][: steps[1] - steps[0]],
+        rank=rank, host="node-a", world_size=2,
+        system=[Series("cpu_percent", -1, [0, 500_000_000, 1_000_000_000], [20.0, 80.0, 50.0])],
+        findings=[{"rule": "slow_module", "severity": "warning", "message": f"{EVIL} is slow",
+                   "suggestion": "fuse it", "path": [], "evidence": {}, "node": evil}],
+    )
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    """A source file under the working directory (an allowed source root)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    file = work / "model.py"
+    file.write_text("import torch\n\ndef forward(x):\n    return x @ x\n")
+    return file
+
+
+@pytest.fixture
+def logdir(tmp_path: Path, src: Path) -> Path:
+    root = tmp_path / "logs"
+    for rank in (0, 1):
+        write_profile(make_profile(src, rank, (5, 8), scale=1 + rank), root, "run-a")
+        write_profile(make_profile(src, rank, (8, 10), scale=2), root, "run-a")
+    write_profile(make_profile(src, 0, (5, 8), scale=3), root, "nested/run-b")
+    return root
+
+
+@pytest.fixture
+def plugin(logdir: Path, src: Path, monkeypatch: pytest.MonkeyPatch) -> DeepContextPlugin:
+    monkeypatch.chdir(src.parent)
+    monkeypatch.delenv("DEEPCONTEXT_SOURCE_ROOTS", raising=False)
+    # A zero listing TTL: files written during a test are seen at once.
+    return DeepContextPlugin(TBContext(logdir=str(logdir)), store=ProfileStore(logdir, listing_ttl_s=0))
+
+
+class Api:
+    """GETs against the plugin routes; ``json(route, **query)`` checks the status."""
+
+    def __init__(self, plugin: DeepContextPlugin) -> None:
+        self.client = Client(TensorBoardWSGI([plugin]))
+
+    def get(self, route: str, **query):
+        return self.client.get(PREFIX + route, query_string={k: str(v) for k, v in query.items()})
+
+    def json(self, route: str, status: int = 200, **query):
+        response = self.get(route, **query)
+        assert response.status_code == status, response.get_data(as_text=True)
+        assert response.mimetype == "application/json"
+        return response.get_json()
+
+
+@pytest.fixture
+def api(plugin: DeepContextPlugin) -> Api:
+    return Api(plugin)
+
+
+A = {"run": "run-a", "rank": 0, "window": "5-8"}

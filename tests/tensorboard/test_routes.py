@@ -1,0 +1,173 @@
+"""The plugin's routes in-process (werkzeug Client on TensorBoard's WSGI app)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import EVIL, A, Api
+
+
+def rows_by_label(rows):
+    return {r["label"]: r for r in rows}
+
+
+def test_listing_names_runs_ranks_and_windows(api: Api):
+    body = api.json("/runs")
+    assert body["data_version"] == 1
+    runs = {r["run"]: r for r in body["runs"]}
+    assert set(runs) == {"run-a", "nested/run-b"}
+    assert [(r["rank"], r["host"], r["windows"]) for r in runs["run-a"]["ranks"]] == [
+        (0, "node-a", ["5-8", "8-10"]), (1, "node-a", ["5-8", "8-10"])]
+
+
+def test_plugin_is_active_only_with_profiles(plugin, tmp_path):
+    from tensorboard.plugins.base_plugin import TBContext
+
+    from dc_core.tensorboard.plugin import DeepContextPlugin
+
+    assert plugin.is_active()
+    assert not DeepContextPlugin(TBContext(logdir=str(tmp_path / "empty"))).is_active()
+    assert plugin.frontend_metadata().es_module_path == "/static/index.js"
+
+
+def test_children_are_lazy_and_sorted_by_metric(api: Api):
+    body = api.json("/children", **A, node=0, metric="cpu_time_ns")
+    top = body["children"]["0"]
+    assert [r["label"] for r in top] == ["backward", "forward", "optimizer"]  # 600 > 370 > 100
+    assert body["total"] == 1070
+    forward = rows_by_label(top)["forward"]
+    assert forward["incl"]["cpu_time_ns"] == 370 and forward["excl"]["cpu_time_ns"] == 0
+    assert forward["kids"] == 2
+    # Only the requested level comes back: no grandchildren.
+    deeper = api.json("/children", **A, node=forward["id"], metric="cpu_time_ns", sort="name")
+    assert [r["label"] for r in deeper["children"][str(forward["id"])]] == [EVIL, "encoder"]
+
+
+def test_hot_path_follows_the_heaviest_child(api: Api):
+    body = api.json("/hotpath", **A, node=0, metric="device_time_ns", threshold=0.1)
+    labels = {r["id"]: r["label"] for rows in body["children"].values() for r in rows}
+    path = [labels.get(n, "root") for n in body["chain"]]
+    assert path == ["root", "backward", "encoder", "model.py:3 forward", "aten::mm [backward]", "sgemm"]
+    assert body["root"]["label"] == "steps 5\u20137"
+
+
+def test_flat_and_bottom_up(api: Api):
+    flat = api.json("/flat", **A, metric="device_time_ns", sort="excl", kinds="kernel")
+    assert [(r["label"], r["excl"]["device_time_ns"], r["nodes"]) for r in flat["rows"]] == [("sgemm", 2700, 2)]
+    top = api.json("/bottomup", **A, metric="device_time_ns", kinds="kernel")
+    sgemm = top["rows"][0]
+    callers = api.json("/bottomup", **A, metric="device_time_ns", path=sgemm["id"])["rows"]
+    assert [(r["label"], r["incl"]["device_time_ns"]) for r in callers] == [
+        ("aten::mm [backward]", 1800), ("aten::mm", 900)]
+
+
+def test_node_details_pair_forward_and_backward_by_context(api: Api):
+    tree = api.json("/search", **A, q="aten::mm [backward]")
+    node = tree["matches"][0]["id"]
+    body = api.json("/node", **A, node=node, metric="cpu_time_ns")
+    assert [p["label"] for p in body["path"]] == ["backward", "encoder", "model.py:3 forward", "aten::mm [backward]"]
+    split = {p["phase"]: p["incl"]["cpu_time_ns"] for p in body["split"]["phases"]}
+    assert split == {"forward": 350, "backward": 600}
+    assert body["split"]["context"] == "model.py:3 forward"
+
+
+def test_search_returns_paths_to_reveal(api: Api):
+    body = api.json("/search", **A, q="SGEMM", metric="device_time_ns")
+    assert body["count"] == 2
+    assert [m["incl"] for m in body["matches"]] == [1800, 900]
+    assert all(len(m["path"]) == 5 and m["path"][-1] == m["id"] for m in body["matches"])
+
+
+def test_flame_is_preorder_and_pruned(api: Api):
+    body = api.json("/flame", **A, node=0, metric="cpu_time_ns", min=0.05)
+    labels = [n["label"] for n in body["nodes"]]
+    assert labels[0] == "steps 5\u20137" and labels[1] == "backward"  # heaviest first
+    assert "aten::add" not in labels  # 20 of 1070 is under 5%
+    ids = {n["id"] for n in body["nodes"]}
+    assert all(n["p"] in ids for n in body["nodes"][1:])
+    zoomed = api.json("/flame", **A, node=body["nodes"][1]["id"], metric="cpu_time_ns")
+    assert [a["label"] for a in zoomed["ancestors"]] == []  # backward sits under the root only
+    assert zoomed["nodes"][0]["label"] == "backward"
+
+
+def test_diff_sorts_by_biggest_change(api: Api):
+    body = api.json("/diff", **A, b_run="run-a", b_rank=1, b_window="5-8", metric="cpu_time_ns", threshold=0)
+    assert (body["total_a"], body["total_b"]) == (1070, 1370)  # rank 1 doubles forward mm
+    top = body["children"]["0"]
+    assert top[0]["label"] == "forward" and top[0]["b"] - top[0]["a"] == 300
+    more = api.json("/diff/children", **A, b_run="nested/run-b", b_rank=0, b_window="5-8", node=top[0]["id"],
+                    metric="cpu_time_ns")
+    assert more["children"][str(top[0]["id"])][0]["label"] == "encoder"
+
+
+def test_ranks_and_window_overview(api: Api):
+    ranks = api.json("/ranks", run="run-a", window="5-8", metric="cpu_time_ns")
+    assert [(r["rank"], r["totals"]["cpu_time_ns"]) for r in ranks["ranks"]] == [(0, 1070), (1, 1370)]
+    assert ranks["phases"] == ["backward", "forward", "optimizer"]
+    window = api.json("/window", **A)
+    assert window["step_times_ns"] == [10_000_000, 12_000_000, 30_000_000]
+    assert window["system"][0]["values"] == [20.0, 80.0, 50.0]
+    assert window["findings"][0]["label"] == EVIL
+
+
+def test_source_only_from_allowed_roots(api: Api):
+    found = api.json("/search", **A, q="model.py")["matches"][0]
+    snippet = api.json("/source", **A, node=found["id"])
+    assert snippet["available"] and snippet["lines"][snippet["line"] - snippet["first"]] == "def forward(x):"
+    forged = api.json("/search", **A, q="step")["matches"][0]  # names /etc/passwd
+    refused = api.json("/source", **A, node=forged["id"])
+    assert not refused["available"] and "root:" not in str(refused)
+
+
+def test_static_assets_are_served_one_by_one(api: Api):
+    index = api.get("/static/index.js")
+    assert index.status_code == 200 and index.mimetype == "text/javascript"
+    assert b"export async function render" in index.data
+    assert api.get("/static/style.css").mimetype == "text/css"
+    assert api.get("/static/plugin.py").status_code == 404
+    assert api.get("/static/../plugin.py").status_code == 404
+
+
+@pytest.mark.parametrize("query", [
+    {"run": "run-a", "rank": "zero", "window": "5-8", "node": "0"},
+    {"run": "run-a", "rank": "0", "window": "5_8", "node": "0"},
+    {"run": "run-a", "rank": "0", "window": "8-5", "node": "0"},
+    {"run": "run-a", "rank": "0", "window": "5-8", "node": "99999"},
+    {"run": "run-a", "rank": "0", "window": "5-8", "node": "-1"},
+    {"run": "run-a", "rank": "0", "window": "5-8", "node": "1,x"},
+    {"run": "run-a", "rank": "0", "window": "5-8", "node": "0", "metric": "__class__"},
+    {"run": "run-a", "rank": "0", "window": "5-8", "node": "0", "limit": "1e9"},
+    {"run": "run-a", "rank": "0", "window": "5-8", "node": "0", "sort": "drop table"},
+    {"rank": "0", "window": "5-8", "node": "0"},
+    {"run": "run-a\x00", "rank": "0", "window": "5-8", "node": "0"},
+])
+def test_malformed_parameters_are_400(api: Api, query):
+    body = api.json("/children", status=400, **query)
+    assert body["error"] and "Traceback" not in body["error"]
+
+
+@pytest.mark.parametrize("run", ["..", "../logs/run-a", "/etc", "run-a/../../x", "run-a/./x", "C:\\x", "..\\..\\x"])
+def test_paths_out_of_the_logdir_are_400(api: Api, run):
+    assert "run" in api.json("/window", status=400, run=run, rank=0, window="5-8")["error"]
+    assert api.json("/ranks", status=400, run=run, window="5-8", metric="count")["error"]
+
+
+def test_bad_numbers_and_unknown_windows(api: Api):
+    api.json("/flame", status=400, **A, min="nan")
+    api.json("/hotpath", status=400, **A, threshold="2")
+    api.json("/bottomup", status=400, **A, kinds="operator,<script>")
+    assert "no profile" in api.json("/window", status=404, run="run-a", rank=7, window="5-8")["error"]
+
+
+def test_hostile_names_travel_as_json_strings(api: Api):
+    response = api.get("/children", **A, node=1)
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert EVIL in [r["label"] for r in response.get_json()["children"]["1"]]
+
+
+def test_corrupt_file_is_422_and_listed(api: Api, logdir):
+    bad = logdir / "run-a" / "plugins" / "deepcontext" / "0-node-a" / "steps-20-21.pb"
+    bad.write_bytes(b"\x08\x99garbage")
+    body = api.json("/window", status=422, run="run-a", rank=0, window="20-22")
+    assert "steps-20-21.pb" in body["error"] and str(logdir) not in body["error"]
+    assert "run-a/plugins/deepcontext/0-node-a/steps-20-21.pb" in api.json("/runs")["errors"]
