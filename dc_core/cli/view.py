@@ -1,0 +1,44 @@
+"""``deepcontext view LOGDIR``: TensorBoard on the logdir, DeepContext tab included."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "view", help="open the profiles in TensorBoard's DeepContext tab",
+        description="Start TensorBoard on LOGDIR with the DeepContext tab (Ctrl+C to stop).",
+    )
+    parser.add_argument("logdir", help="directory holding <run>/plugins/deepcontext/ profiles")
+    parser.add_argument("--port", type=int, default=6006, help="port to listen on (default 6006; 0 picks a free one)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1, this machine only)")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def plugins() -> list:
+    """TensorBoard's plugins with ours exactly once: registered through the
+    entry point when the package is installed, added here when run from a
+    source tree."""
+    from tensorboard import default
+
+    from ..tensorboard.plugin import DeepContextLoader
+
+    dynamic = [p for p in default.get_dynamic_plugins() if p is not DeepContextLoader]
+    return default.get_static_plugins() + dynamic + [DeepContextLoader()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from .common import fail
+
+    if not Path(args.logdir).is_dir():
+        return fail(f"logdir {args.logdir!r} does not exist or is not a directory")
+    try:
+        from tensorboard import program
+    except ImportError:
+        return fail("TensorBoard is not installed: pip install 'deepcontext[tensorboard]'")
+    board = program.TensorBoard(plugins=plugins())
+    board.configure(argv=[None, "--logdir", str(args.logdir), "--port", str(args.port), "--host", args.host])
+    return int(board.main() or 0)
