@@ -47,6 +47,7 @@ class TorchAdapter:
         self.untagged: dict[str, Any] = {}
         self.suspended: set[int] = set()  # threads inside a compiled region: eager hooks stand aside
         self.matmul_frames: set[int] = set()
+        self.on_uninstall: list[Any] = []  # callables run once when the window closes (e.g. kernel shims out)
         self._state = ThreadState()
         self._modes: list[Any] = []
         self._install_thread = 0
@@ -94,6 +95,9 @@ class TorchAdapter:
             self.phases.uninstall()
             self.closures.uninstall()
             self.collectives.uninstall()
+            closers, self.on_uninstall = self.on_uninstall, []
+            for close in closers:
+                close()
             self.device.stop()
 
     def environment(self) -> dict[str, str]:
