@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..tree import Frame
-from .store import Index
+from .store import Children, Index
 
 
 @dataclass
@@ -22,17 +22,13 @@ class Union:
     parent: list[int]
     frame: list[int]  # union frame id per union node
     b_node: list[int]  # B's node per union node, -1 where B lacks the path
-    _kids: list[list[int]] | None = None
+    _kids: Children | None = None
     _values: dict = field(default_factory=dict)
 
     def children(self, node: int) -> list[int]:
         if self._kids is None:
-            kids: list[list[int]] = [[] for _ in self.parent]
-            for i, p in enumerate(self.parent):
-                if p >= 0:
-                    kids[p].append(i)
-            self._kids = kids
-        return self._kids[node]
+            self._kids = Children(self.parent)
+        return self._kids(node)
 
     def values(self, metric: str) -> tuple[list[int], list[int]]:
         cached = self._values.get(metric)
