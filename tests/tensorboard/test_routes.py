@@ -171,3 +171,17 @@ def test_corrupt_file_is_422_and_listed(api: Api, logdir):
     body = api.json("/window", status=422, run="run-a", rank=0, window="20-22")
     assert "steps-20-21.pb" in body["error"] and str(logdir) not in body["error"]
     assert "run-a/plugins/deepcontext/0-node-a/steps-20-21.pb" in api.json("/runs")["errors"]
+
+
+def test_every_static_file_is_routed_and_every_import_resolves():
+    import re
+    from importlib import resources
+
+    from dc_core.tensorboard.plugin import STATIC_FILES
+
+    static = resources.files("dc_core.tensorboard").joinpath("static")
+    shipped = {p.name for p in static.iterdir() if p.is_file()}
+    assert shipped == set(STATIC_FILES)
+    for name in shipped:
+        imports = re.findall(r'from "\./([\w.]+)"', static.joinpath(name).read_text())
+        assert set(imports) <= shipped, name
