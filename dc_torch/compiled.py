@@ -17,21 +17,19 @@ operator's, so the compiled backward lands under the same line, flagged.
 from __future__ import annotations
 
 import itertools
-import os
-import re
 import threading
 from typing import Any, Callable
 
 import torch
 
-from dc_core.collector import KIND_COMPILED, KIND_MODULE, KIND_OPERATOR, KIND_PYTHON, METRIC_COUNT
+from dc_core.collector import KIND_COMPILED, KIND_OPERATOR, METRIC_COUNT
 from dc_core.session import active_sessions
 
-from .adapter import TORCH_DIR, TorchAdapter
+from .adapter import TorchAdapter
 from .autograd import tag_forward
 from .ops import op_name
+from .source import source_of
 
-_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _graph_ids = itertools.count()
 
 
@@ -41,25 +39,6 @@ def _active_adapter() -> TorchAdapter | None:
         if isinstance(adapter, TorchAdapter) and adapter.active:
             return adapter
     return None
-
-
-def source_of(node: Any) -> list[tuple[int, str, str, int, str]]:
-    """Frames ``(kind, name, file, line, detail)`` an FX node came from: its modules
-    (outermost first, the root left out), then the user's lines, torch's own left out."""
-    frames: list[tuple[int, str, str, int, str]] = []
-    for path, cls in list((node.meta.get("nn_module_stack") or {}).values()):
-        name = re.sub(r"^L\['self'\]\.?", "", str(path)).replace("._modules['", ".").replace("']", "")
-        frames.append((KIND_MODULE, name or "self", "", 0, getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1])))
-    for file, line, func in _FRAME_RE.findall(node.meta.get("stack_trace") or ""):
-        if not file.startswith(TORCH_DIR) and not _own_file(file):
-            frames.append((KIND_PYTHON, func, file, int(line), ""))
-    return frames
-
-
-def _own_file(file: str) -> bool:
-    """The profiler's own hooks, which dynamo traced through (demo workloads are user code)."""
-    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return file.startswith(own + os.sep + "dc_") and "demo" not in os.path.basename(file)
 
 
 def _target_name(node: Any) -> str:
