@@ -8,10 +8,12 @@ At run time inside a window, each call of the compiled graph is a
 eager hooks stand aside inside it. Below it, every graph operation is placed
 under the source it came from, read from the FX node's ``nn_module_stack``
 (module frames) and ``stack_trace`` (the user's lines), with ``count`` one
-per execution. The graph's time stays on the compiled frame: the region runs
-as one unit, and per-kernel timing inside it is not measured here.
-The autograd node the region's output carries is tagged like an eager
-operator's, so the compiled backward lands under the same line, flagged.
+per execution. With Inductor, the kernels it generated sit beside those
+operations under the same source, with their own time (``inductor.py``);
+what is left on the compiled frame is the wrapper's own work (allocation,
+Python glue). The autograd node the region's output carries is tagged like
+an eager operator's, so the compiled backward lands under the same line,
+flagged, with its kernels below it under their forward source.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dc_core.session import active_sessions
 
 from .adapter import TorchAdapter
 from .autograd import tag_forward
+from .inductor import Generated, compile_with_kernels
 from .ops import op_name
 from .source import source_of
 
@@ -60,6 +63,29 @@ class Region:
             if node.op in ("call_function", "call_method", "call_module")
         ]
         self._nodes: dict[tuple[int, int], list[int]] = {}  # (generation, region node) -> op nodes
+        self.generated: list[Generated] = []  # Inductor's modules: forward, then backward when compiled
+        self._swapped_for: TorchAdapter | None = None
+
+    def add_generated(self, generated: Generated) -> None:
+        """A module Inductor generated for this region (a backward may come mid-window)."""
+        self.generated.append(generated)
+        adapter = self._swapped_for
+        if adapter is not None and adapter.active:
+            generated.swap(adapter)
+
+    def _kernels_on(self, adapter: TorchAdapter) -> None:
+        """Time the generated kernels until the window closes."""
+        if self._swapped_for is adapter or not self.generated:
+            return
+        self._swapped_for = adapter
+        adapter.on_uninstall.append(self._kernels_off)
+        for generated in self.generated:
+            generated.swap(adapter)
+
+    def _kernels_off(self) -> None:
+        self._swapped_for = None
+        for generated in self.generated:
+            generated.restore()
 
     def wrap(self, compiled: Callable) -> Callable:
         region = self
@@ -69,6 +95,7 @@ class Region:
             if adapter is None or torch.compiler.is_compiling():
                 return compiled(*args)
             try:
+                region._kernels_on(adapter)
                 node, frames = region._enter(adapter)
             except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
                 adapter.fail(exc, "compiled")
@@ -132,9 +159,13 @@ def compile_backend(inner: Any = "inductor", **options: Any) -> Callable:
     (a registered backend name or a backend callable); ``options`` go to ``inner``."""
 
     def deepcontext(gm: Any, example_inputs: list, **kwargs: Any) -> Callable:
+        if inner == "inductor":  # compile_fx takes gm over: read its sources first
+            region = Region(gm, "inductor")
+            compiled = compile_with_kernels(gm, example_inputs, region.add_generated, **{**options, **kwargs})
+            return region.wrap(compiled)
         backend, name = _inner_backend(inner)
-        compiled = backend(gm, example_inputs, **{**options, **kwargs})
-        return Region(gm, name).wrap(compiled)
+        region = Region(gm, name)
+        return region.wrap(backend(gm, example_inputs, **{**options, **kwargs}))
 
     return deepcontext
 
