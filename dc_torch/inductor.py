@@ -69,7 +69,21 @@ def compile_with_kernels(gm: Any, example_inputs: list, found: Callable[["Genera
         return compiled
 
     with torch._functorch.config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, example_inputs, inner_compile=inner, **kwargs)
+        return compile_fx(gm, example_inputs, inner_compile=inner, **compile_fx_kwargs(kwargs))
+
+
+def compile_fx_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``torch.compile``'s ``mode=`` and ``options=`` (passed to a named backend as
+    keywords) as Inductor's ``config_patches``, the way Inductor's own wrapper does."""
+    kwargs = dict(kwargs)
+    mode, options = kwargs.pop("mode", None), kwargs.pop("options", None)
+    patches = dict(kwargs.pop("config_patches", None) or {})
+    if mode and mode != "default":
+        patches.update(torch._inductor.list_mode_options(mode))
+    patches.update(options or {})
+    if patches:
+        kwargs["config_patches"] = patches
+    return kwargs
 
 
 def _fresh_provenance() -> Any:

@@ -13,7 +13,7 @@ import dc_torch
 from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_PYTHON
 from dc_core.config import StepRange
 from dc_torch.compiled import deepcontext_backend
-from dc_torch.inductor import Generated, kernel_sites
+from dc_torch.inductor import Generated, compile_fx_kwargs, kernel_sites
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
 
@@ -221,3 +221,10 @@ def test_shared_generated_module_regression_originals_back_whatever_the_restore_
         for i in order:
             pair[i].restore()
         assert namespace == {"cpp_fused_0": fused, "extern_kernels": extern}
+
+
+def test_torch_compile_mode_and_options_become_inductor_config_patches():
+    assert compile_fx_kwargs({}) == {}
+    kwargs = compile_fx_kwargs({"mode": "max-autotune-no-cudagraphs", "options": {"trace.enabled": False}})
+    assert kwargs == {"config_patches": {"max_autotune": True, "coordinate_descent_tuning": True,
+                                         "trace.enabled": False}}
