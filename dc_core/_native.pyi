@@ -74,6 +74,14 @@ class Collector:
         """Find or insert the node for ``frame`` under ``parent``."""
     def path(self, parent: int, frames: Sequence[int]) -> int:
         """``child`` repeatedly: the node at the end of ``frames`` under ``parent``."""
+    def mirror(self, node: int, top: int) -> int:
+        """The node whose path below ``top`` repeats ``node``'s path below its
+        phase (the root's child it descends from): for ``root → forward → a → b``
+        and ``top`` = the backward phase node, ``backward → a → b``. A phase
+        node or the root gives ``top``. Memoized per ``(node, top)`` until
+        ``reset``; this is how backward work lands under its forward context."""
+    def parent(self, node: int) -> int:
+        """Parent of ``node``; -1 for the root."""
     def add(self, node: int, metric: int, value: int) -> None:
         """Add ``value`` to the node's exclusive metric."""
     def node_count(self) -> int: ...

@@ -110,6 +110,7 @@ class Collector:
         self._parent = array("q")
         self._node_frame = array("q")
         self._children: dict[tuple[int, int], int] = {}
+        self._mirrors: dict[tuple[int, int], int] = {}
         self._values: list[array] = []
         # scopes: each thread finds its stack through a thread-local; the
         # registry (thread id -> stack) lets the sampler and reset() reach all
@@ -202,6 +203,24 @@ class Collector:
             for frame in frames:
                 node = self.child(node, frame)
             return node
+
+    def mirror(self, node: int, top: int) -> int:
+        with self._lock:
+            self._check("node", node, len(self._parent))
+            self._check("node", top, len(self._parent))
+            found = self._mirrors.get((node, top))
+            if found is None:
+                frames, here = [], node
+                while here > 0 and self._parent[here] > 0:  # up to the root's child, not including it
+                    frames.append(self._node_frame[here])
+                    here = self._parent[here]
+                found = self._mirrors[(node, top)] = self.path(top, frames[::-1])
+            return found
+
+    def parent(self, node: int) -> int:
+        with self._lock:
+            self._check("node", node, len(self._parent))
+            return self._parent[node]
 
     def add(self, node: int, metric: int, value: int) -> None:
         with self._lock:
@@ -381,6 +400,7 @@ class Collector:
             del self._parent[1:]
             del self._node_frame[1:]
             self._children.clear()
+            self._mirrors.clear()
             for column in self._values:
                 del column[1:]
                 column[0] = 0

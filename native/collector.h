@@ -50,6 +50,14 @@ class Collector {
     return tree_.child(parent, frame);
   }
   int64_t path(int64_t parent, const int64_t* frames, size_t n);
+  int64_t mirror(int64_t node, int64_t top) {
+    DC_HOT_LOCK;
+    return tree_.mirror(node, top);
+  }
+  int64_t parent(int64_t node) {
+    DC_HOT_LOCK;
+    return tree_.parent(node);
+  }
   void add(int64_t node, int64_t metric, int64_t value) {
     DC_HOT_LOCK;
     tree_.add(node, metric, value);

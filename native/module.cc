@@ -205,6 +205,19 @@ PYBIND11_MODULE(_native, m) {
              return c.path(parent, ids.data(), ids.size());
            },
            py::arg("parent"), py::arg("frames"))
+      .def("mirror",
+           [](Collector& c, int64_t node, int64_t top) {
+             check_node(c, node);
+             check_node(c, top);
+             return c.mirror(node, top);
+           },
+           py::arg("node"), py::arg("top"))
+      .def("parent",
+           [](Collector& c, int64_t node) {
+             check_node(c, node);
+             return c.parent(node);
+           },
+           py::arg("node"))
       .def("add",
            [](Collector& c, int64_t node, int64_t metric, int64_t value) {
              check_node(c, node);

@@ -31,10 +31,24 @@ int64_t Tree::insert(int64_t parent, int64_t frame) {
   return id;
 }
 
+int64_t Tree::mirror(int64_t node, int64_t top) {
+  if (const int64_t* hit = mirrors_.find(static_cast<uint64_t>(node), static_cast<uint64_t>(top)))
+    return *hit;
+  mirror_frames_.clear();
+  // Frames from `node` up to (not including) the root's child, innermost first.
+  for (int64_t n = node; n > 0 && parent_[static_cast<size_t>(n)] > 0; n = parent_[static_cast<size_t>(n)])
+    mirror_frames_.push_back(frame_[static_cast<size_t>(n)]);
+  int64_t out = top;
+  for (size_t i = mirror_frames_.size(); i-- > 0;) out = child(out, mirror_frames_[i]);
+  mirrors_.insert(static_cast<uint64_t>(node), static_cast<uint64_t>(top), out);
+  return out;
+}
+
 void Tree::clear() {
   parent_.assign(1, -1);  // node 0: the root, frame 0
   frame_.assign(1, 0);
   children_.clear();
+  mirrors_.clear();
   for (auto& c : columns_) std::vector<int64_t>().swap(c);
   dropped_nodes_ = 0;
 }

@@ -35,6 +35,12 @@ class Tree {
     col[static_cast<size_t>(node)] += value;
   }
 
+  // The node whose path below `top` repeats `node`'s path below its depth-1
+  // ancestor (its phase); memoized per (node, top) until clear().
+  int64_t mirror(int64_t node, int64_t top);
+
+  int64_t parent(int64_t node) const { return parent_[static_cast<size_t>(node)]; }
+
   bool valid_node(int64_t node) const {
     return node >= 0 && static_cast<size_t>(node) < parent_.size();
   }
@@ -66,6 +72,8 @@ class Tree {
   std::vector<int64_t> parent_;
   std::vector<int64_t> frame_;
   PairMap children_;
+  PairMap mirrors_;  // (node, top) -> mirror(node, top)
+  std::vector<int64_t> mirror_frames_;  // reused scratch
   std::vector<std::string> names_, units_;
   std::vector<std::vector<int64_t>> columns_;
 };

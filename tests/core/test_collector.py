@@ -181,6 +181,54 @@ def test_child_finds_or_inserts_and_path_chains(collector):
         c.child(c.node_count(), fwd)
 
 
+def test_parent_of_each_node_and_minus_one_for_the_root(collector):
+    c = collector
+    fwd, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    a = c.child(0, fwd)
+    b = c.child(a, mm)
+    assert (c.parent(0), c.parent(a), c.parent(b)) == (-1, 0, a)
+    with pytest.raises((IndexError, ValueError)):
+        c.parent(c.node_count())
+
+
+def test_mirror_replays_the_path_below_the_phase_under_another_top(collector):
+    c = collector
+    fwd, bwd = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_PHASE, "backward")
+    line, mod, mm = (c.intern(reference.KIND_PYTHON, "f", "m.py", 3), c.intern(reference.KIND_MODULE, "lin"),
+                     c.intern(reference.KIND_OPERATOR, "aten::mm"))
+    f_phase, b_phase = c.child(0, fwd), c.child(0, bwd)
+    deep = c.path(f_phase, [line, mod, mm])
+    count = c.node_count()
+    mirrored = c.mirror(deep, b_phase)
+    assert Snap(c).path(mirrored) == ("backward", "f", "lin", "aten::mm")
+    assert c.node_count() == count + 3
+    assert c.mirror(deep, b_phase) == mirrored and c.node_count() == count + 3  # memoized, nothing new
+    assert c.mirror(c.parent(deep), b_phase) == c.parent(mirrored)  # the context of an operator
+    assert c.mirror(f_phase, b_phase) == b_phase and c.mirror(0, b_phase) == b_phase
+    assert c.mirror(deep, f_phase) == deep  # under its own phase: itself
+    elsewhere = c.mirror(deep, mirrored)  # any top, not only phases
+    assert Snap(c).path(elsewhere) == ("backward", "f", "lin", "aten::mm", "f", "lin", "aten::mm")
+    with pytest.raises((IndexError, ValueError)):
+        c.mirror(c.node_count(), b_phase)
+    with pytest.raises((IndexError, ValueError)):
+        c.mirror(deep, c.node_count())
+
+
+def test_mirror_after_reset_rebuilds_instead_of_returning_stale_nodes(collector):
+    c = collector
+    fwd, bwd, mm = (c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_PHASE, "backward"),
+                    c.intern(reference.KIND_OPERATOR, "aten::mm"))
+    f_phase = c.child(0, fwd)
+    deep, b_phase = c.child(f_phase, mm), c.child(0, bwd)
+    assert c.mirror(deep, b_phase) == c.node_count() - 1  # the newest node
+    c.reset()
+    other = c.intern(reference.KIND_OPERATOR, "aten::bmm")
+    # the same ids again, other nodes: (deep, b_phase) is now (backward → bmm, forward)
+    assert (c.child(0, bwd), c.child(c.child(0, bwd), other), c.child(0, fwd)) == (f_phase, deep, b_phase)
+    mirrored = c.mirror(deep, b_phase)
+    assert mirrored < c.node_count() and Snap(c).path(mirrored) == ("forward", "aten::bmm")
+
+
 def test_metrics_register_once_with_a_unit_and_add_exclusive_values(collector):
     c = collector
     assert (c.metric("cpu_time_ns", "ns"), c.metric("count", "1"), c.metric("samples", "1")) == (0, 1, 2)
