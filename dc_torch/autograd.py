@@ -1,16 +1,21 @@
 """Backward operators under the forward context that created them.
 
-Forward: the operator mode tags the autograd node its call created (and the
-untagged nodes just behind it, for composite calls such as ``cross_entropy``)
-with the call's context path and the node's sequence number, in
-``node.metadata``, and registers two shared hooks on it. Backward: the
-pre-hook asks autograd which node is running
-(``torch._C._current_autograd_node()``) and opens a scope at
+Forward: the operator mode marks the autograd node its call created (and the
+unmarked nodes just behind it, for composite calls such as ``cross_entropy``)
+in ``node.metadata`` with the operator's *scope node* (``tag_op``), and
+registers two shared hooks on it. Backward: the pre-hook asks autograd which
+node is running (``torch._C._current_autograd_node()``) and opens a scope at
 ``backward phase → the same context path → forward operator [backward]``
-(detail: the autograd node's name); the post-hook closes it. The scope's
-parent is explicit, so nodes autograd runs on its worker threads land in the
-same place. ``count`` is one per run of the node whose sequence number the
-forward call produced.
+(detail: the autograd node's name), found by the collector's ``mirror`` of the
+operator's parent under the backward phase; the post-hook closes it. The
+scope's parent is explicit, so nodes autograd runs on its worker threads land
+in the same place. ``count`` is one per run of the node the forward call
+returned.
+
+Why a node id and not the context path: building the path tuple per forward
+call and rebuilding the node from it per backward node cost about ×1.02 of the
+GPT step; the mark is now one small tuple, and the backward node is memoized
+per (forward node, autograd node type) for the window.
 
 Measured on the GPT workload, a dispatch mode around backward (one Python
 call per ATen op) cost about ×1.14 alone; node hooks cost a fraction of
@@ -19,6 +24,7 @@ that, so ATen ops are recorded only in comprehensive mode (``AtenMode``).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -31,61 +37,179 @@ KEY = "deepcontext"
 BACKWARD_ENTRY_POINTS = {torch.Tensor.backward, torch.autograd.grad}
 _current_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
-_ACCUMULATE = "torch::autograd::AccumulateGrad"
+_ACCUMULATE = torch._C._functions.AccumulateGrad
+_task_id = torch._C._current_graph_task_id
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 
 
-def tag_forward(out: Any, context: tuple[int, ...], fid: int, hooks: "NodeHooks") -> None:
-    """Remember on ``out``'s autograd node (and the nodes just behind it that the
-    same call created) the context path and operator that made it, and hook them."""
+def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks") -> None:
+    """Mark ``out``'s autograd node, and the nodes behind it that the same call
+    created (composite calls such as ``cross_entropy``), as made by the
+    operator scope ``op_node`` (frame ``fid``) of this window, and hook them.
+
+    ``first_seq`` is autograd's next sequence number before the call: the
+    nodes the call created are exactly those numbered from there on."""
     if not isinstance(out, _Tensor):
         if isinstance(out, (tuple, list)) and out and isinstance(out[0], _Tensor):
             out = out[0]
         else:
             return
     node = out.grad_fn
-    if node is None:
+    if node is None or node._sequence_nr() < first_seq:
+        return  # no node of this call's (e.g. an input returned as is)
+    mark = pack(hooks.adapter.generation, op_node, fid)
+    node.metadata[KEY] = mark | 1
+    pre, post = hooks.hook(out, node)
+    pending = [node]
+    while pending:
+        for nxt, _ in pending.pop().next_functions:
+            if nxt is None or type(nxt) is _ACCUMULATE or nxt._sequence_nr() < first_seq:
+                continue
+            meta = nxt.metadata
+            if KEY in meta:  # reached twice (a diamond inside the call)
+                continue
+            meta[KEY] = mark
+            nxt.register_prehook(pre)
+            if post is not None:
+                nxt.register_hook(post)
+            pending.append(nxt)
+
+
+def tag_forward(out: Any, context: tuple[int, ...], fid: int, hooks: "NodeHooks") -> None:
+    """Like ``tag_op`` for a call that has no scope node of its own in the
+    forward tree: ``context`` is the frame path below the phase (e.g. a
+    compiled region's calling line and modules), ``fid`` its frame."""
+    if not isinstance(out, _Tensor):
+        if isinstance(out, (tuple, list)) and out and isinstance(out[0], _Tensor):
+            out = out[0]
+        else:
+            return
+    node = out.grad_fn
+    if node is None or KEY in node.metadata:
         return
-    meta = node.metadata
-    if KEY in meta:
-        return
-    info = meta[KEY] = Origin(context, fid, node._sequence_nr(), node.name())
-    pre, post = hooks.pre, hooks.post
-    node.register_prehook(pre)
-    node.register_hook(post)
-    pending, budget = [node], 8  # internal nodes of a composite call: bounded walk to tagged inputs
+    generation = hooks.adapter.generation
+    node.metadata[KEY] = (generation, context, fid, True)
+    pre, post = hooks.hook(out, node)
+    pending, budget = [node], 8
     while pending and budget:
         for nxt, _ in pending.pop().next_functions:
-            if nxt is None or KEY in nxt.metadata or nxt.name() == _ACCUMULATE:
+            if nxt is None or type(nxt) is _ACCUMULATE or KEY in nxt.metadata:
                 continue
-            nxt.metadata[KEY] = info
+            nxt.metadata[KEY] = (generation, context, fid, False)
             nxt.register_prehook(pre)
-            nxt.register_hook(post)
+            if post is not None:
+                nxt.register_hook(post)
             pending.append(nxt)
             budget -= 1
 
 
-class Origin:
-    """The forward call an autograd node came from, and its backward node per window."""
+def pack(generation: int, op_node: int, fid: int) -> int:
+    """A forward call's mark, main-node bit clear. Marks are plain ints: one
+    stays on every hooked node until its graph dies, and ints are not tracked
+    by the garbage collector (a tuple per node cost a collection every step)."""
+    return ((generation << 31 | fid) << 32 | op_node) << 1
 
-    __slots__ = ("context", "fid", "seq", "node_name", "generation", "node")
 
-    def __init__(self, context: tuple[int, ...], fid: int, seq: int, node_name: str) -> None:
-        self.context, self.fid, self.seq, self.node_name = context, fid, seq, node_name
-        self.generation, self.node = -1, 0
+def unpack(mark: int) -> tuple[int, int, int, bool]:
+    """``(generation, op_node, fid, main)`` of a mark made by ``pack``."""
+    return mark >> 64, (mark >> 1) & 0xFFFFFFFF, (mark >> 33) & 0x7FFFFFFF, bool(mark & 1)
 
 
 class NodeHooks:
-    """Times each tagged autograd node as an operator scope under its forward context.
+    """Times each marked autograd node as an operator scope under its forward context.
 
-    Registered on the nodes a forward call created (``tag_forward``); the
-    hooks run on whichever thread autograd runs the node on, and the scope's
-    parent is explicit, so autograd's worker threads land in the same place.
+    Registered on the nodes a forward call created (``tag_op``); the scope's
+    parent is explicit, so nodes run on autograd's worker threads land in the
+    same place. Two ways to close a node's scope:
+
+    * nodes autograd runs on the thread that called ``backward`` (CPU tensors)
+      get one pre-hook: it closes the previous node's scope on this thread and
+      opens its own; the last one closes when the backward pass ends (an
+      engine callback). A second hook per node cost about ×1.02 of the GPT
+      step. What runs between two hooked nodes (``AccumulateGrad``, the
+      engine's own work) is billed to the node before it. On the output's
+      own node the hook is a tensor hook (``_backward_hooks``), which torch
+      registers without a Python handle object: a third of the cost.
+    * nodes run on device worker threads, where no end-of-pass callback runs,
+      get a pre- and a post-hook.
     """
 
     def __init__(self, adapter: Any) -> None:
         self.adapter = adapter
-        self.pre = self._pre  # bound once: registered on every tagged node
-        self.post = self._post
+        self.generation = -1
+        self.nodes: dict[Any, tuple[int, bool]] = {}  # (mark, node type) -> (backward node, inner)
+        # bound once: registered on every marked node
+        self.paired = (self._pre, self._post)
+        self.chained = (self._chained, None)
+        self._chained_hook = self.chained[0]
+
+    def hook(self, out: Any, node: Any) -> tuple[Any, Any]:
+        """Hook ``node``, ``out``'s autograd node; returns the hooks for the nodes behind it."""
+        if not out.is_cpu:
+            pre, post = self.paired
+            node.register_prehook(pre)
+            node.register_hook(post)
+            return self.paired
+        if type(out) is _Tensor and out._backward_hooks is None:
+            # What Tensor.register_hook does, minus its handle; a hook the user
+            # adds later joins this dict and runs after ours.
+            hooks = OrderedDict()
+            hooks[KEY] = self._chained_hook
+            out._backward_hooks = hooks
+            node._register_hook_dict(out)
+        else:
+            node.register_prehook(self._chained_hook)
+        return self.chained
+
+    def _open(self, a: Any) -> None:
+        """Open the scope of the node autograd is running now."""
+        if self.generation != a.generation:
+            self.nodes.clear()
+            self.generation = a.generation
+        node = _current_node()
+        key = (node.metadata.get(KEY), type(node))
+        found = self.nodes.get(key)
+        if found is None:
+            found = self.nodes[key] = backward_node(a, node, key[0])
+        parent, inner = found
+        c = a.collector
+        c.enter((), parent)
+        if inner:
+            # An inner node of a composite call: its scope's count is taken
+            # back, so ``count`` is one per forward call's backward.
+            c.add(parent, METRIC_COUNT, -1)
+
+    def _chained(self, grads: Any) -> None:
+        a = self.adapter
+        if not a.active:
+            return
+        try:
+            passes = a.thread_state().passes
+            task = _task_id()
+            if passes and passes[-1][0] == task:
+                a.collector.unwind(passes[-1][1])  # the previous node's scope ends here
+            else:  # this thread's first node of a backward pass
+                passes.append((task, a.collector.depth()))
+                _queue_callback(self._end_pass)
+            self._open(a)
+        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+            a.fail(exc, "backward")
+
+    _chained.__torch_unserializable__ = True  # type: ignore[attr-defined]  # no warning from torch.save
+
+    def _end_pass(self) -> None:
+        a = self.adapter
+        try:
+            passes = a.thread_state().passes
+            task = _task_id()
+            while passes:
+                done, base = passes.pop()
+                if a.active:
+                    a.collector.unwind(base)
+                if done == task:
+                    break
+        except Exception as exc:  # noqa: BLE001
+            a.fail(exc, "backward")
 
     def _pre(self, grad_outputs: Any) -> None:
         a = self.adapter
@@ -94,9 +218,7 @@ class NodeHooks:
             state.hooked.append(False)
             return
         try:
-            node = _current_node()
-            parent = backward_parent(a, node, state)
-            a.collector.enter((), parent)
+            self._open(a)
             state.hooked.append(True)
         except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
             state.hooked.append(False)
@@ -109,27 +231,23 @@ class NodeHooks:
             a.collector.exit()
 
 
-def backward_parent(a: Any, node: Any, state: Any) -> int:
-    """Node of ``backward → forward context → operator [backward]`` for autograd ``node``.
+def backward_node(a: Any, node: Any, mark: Any) -> tuple[int, bool]:
+    """Node of ``backward → forward context → operator [backward]`` for autograd
+    ``node``, and whether it is an inner node of its forward call.
 
-    Every hooked node's scope adds 1 to ``count`` on exit; a node that is not
-    the one the forward call returned (an inner node of a composite call)
-    takes that 1 back, so ``count`` is one per forward call's backward."""
-    info = node.metadata.get(KEY)
-    if info is None:  # AccumulateGrad, or a node made outside the window: under the phase
-        name = node.name()
-        info = a.untagged.get(name)
-        if info is None:
-            info = a.untagged[name] = Origin((), a.frames.op(name, FLAG_BACKWARD), -1, "")
-    if info.generation != a.generation:
-        frames = info.context + (
-            a.frames.backward_op(a.frames.names[info.fid], info.node_name) if info.node_name else info.fid,
-        )
-        info.node = a.collector.path(a.backward_phase_node(), frames)
-        info.generation = a.generation
-    if info.seq >= 0 and node._sequence_nr() != info.seq:
-        a.collector.add(info.node, METRIC_COUNT, -1)
-    return info.node
+    A node marked in an earlier window (its graph outlived the window), or not
+    at all, has no forward node in this tree: it goes under the phase by name."""
+    c, frames, top = a.collector, a.frames, a.backward_phase_node()
+    name = node.name()
+    if type(mark) is int:
+        generation, op_node, fid, main = unpack(mark)
+        if generation == a.generation:
+            context = c.mirror(c.parent(op_node), top)
+            return c.child(context, frames.backward_op(frames.names[fid], name)), not main
+    elif mark is not None:
+        generation, context, fid, main = mark
+        return c.path(top, context + (frames.backward_op(frames.names[fid], name),)), not main
+    return c.child(top, frames.op(name, FLAG_BACKWARD)), False
 
 
 class AtenMode(TorchDispatchMode):
@@ -184,7 +302,12 @@ class BackwardRunner:
         except Exception as exc:  # noqa: BLE001
             a.fail(exc, "backward")
             return func(*args, **kwargs)
+        passes = a.thread_state().passes
+        opened = len(passes)
         try:
             return func(*args, **kwargs)
         finally:
+            # After a failed backward the engine runs no end-of-pass callback;
+            # leaving the phase closes the scopes, this forgets the pass.
+            del passes[opened:]
             phase.__exit__(None, None, None)

@@ -19,11 +19,13 @@ from threading import get_ident
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from .autograd import BACKWARD_ENTRY_POINTS, tag_forward
+from .autograd import BACKWARD_ENTRY_POINTS, tag_op
 
 _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_next_seq = torch._C._autograd._get_sequence_nr
+_NO_KWARGS: dict = {}  # never mutated: ``**`` unpacking copies it
 _strided = torch.strided
 
 #: Calls that only read metadata or flip state: not operators worth a node.
@@ -69,32 +71,45 @@ def classify(adapter: Any, func: Callable) -> int:
 
 def output_bytes(args: tuple, out: Any) -> int:
     """Bytes of output storage the call allocated: outputs whose storage is
-    not shared with a tensor argument (views and in-place results allocate nothing)."""
+    not shared with a tensor argument (views and in-place results allocate nothing).
+
+    The common cases read tensor metadata only: ``untyped_storage()`` makes a
+    Python storage object that lives as long as the activation, one more
+    object for the garbage collector per call."""
     if isinstance(out, _Tensor):
         for arg in args:
             if out is arg:  # in-place, or returned as is
                 return 0
-        if out.layout != _strided:
-            return 0
-        if out._base is None:  # owns its storage (a view or an in-place result would not)
-            return out.untyped_storage().nbytes()
-        storage = out.untyped_storage()
-        ptr = storage.data_ptr()
+        base = out._base
+        if base is None:  # owns its storage (a view or an in-place result would not)
+            return out.nbytes if out.layout == _strided else 0
         for arg in args:
-            if isinstance(arg, _Tensor) and arg.layout == torch.strided and arg.untyped_storage().data_ptr() == ptr:
-                return 0
-        return storage.nbytes()
+            if arg is base or (isinstance(arg, _Tensor) and arg._base is base):
+                return 0  # a view of an argument
+        return _storage_bytes(args, out)
     if isinstance(out, (tuple, list)):
         seen: set[int] = set()
         total = 0
         for o in out[:16]:
-            if isinstance(o, _Tensor) and o.layout == torch.strided:
+            if isinstance(o, _Tensor) and o.layout == _strided:
                 ptr = o.untyped_storage().data_ptr()
                 if ptr not in seen:
                     seen.add(ptr)
                     total += output_bytes(args, o)
         return total
     return 0
+
+
+def _storage_bytes(args: tuple, out: Any) -> int:
+    """A view of something that is not an argument: new unless it shares an argument's storage."""
+    if out.layout != _strided:
+        return 0
+    storage = out.untyped_storage()
+    ptr = storage.data_ptr()
+    for arg in args:
+        if isinstance(arg, _Tensor) and arg.layout == _strided and arg.untyped_storage().data_ptr() == ptr:
+            return 0
+    return storage.nbytes()
 
 
 def matmul_flops(args: tuple, out: Any) -> int:
@@ -122,7 +137,7 @@ class OperatorMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
-            kwargs = {}
+            kwargs = _NO_KWARGS
         # Under dynamo tracing is_compiling() folds this to a plain call before
         # any of our state is read, so nothing of ours is traced or guarded on.
         # Metadata reads (half the calls in an optimizer step) leave next.
@@ -142,10 +157,9 @@ class OperatorMode(TorchFunctionMode):
             if a.suspended and get_ident() in a.suspended:  # inside a compiled region
                 return func(*args, **kwargs)
             c = self.collector
-            frames = c.python_frames()
-            frames.append(fid)
-            node = c.enter(frames)
+            node = c.enter((fid,), -1, True)  # capture and enter in one native call
             marker = a.device.mark(node) if a.device.on else None
+            first_seq = _next_seq() if _grad_enabled() else -1
         except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
             a.fail(exc, "operator")
             return func(*args, **kwargs)
@@ -162,8 +176,8 @@ class OperatorMode(TorchFunctionMode):
                     c.add(node, a.metric_alloc, size)
             if fid in self.matmuls:
                 c.add(node, a.metric_flops, matmul_flops(args, out))
-            if _grad_enabled() and isinstance(out, (_Tensor, tuple, list)):
-                tag_forward(out, self.state().ctx[-1] + tuple(frames[:-1]), fid, self.hooks)
+            if first_seq >= 0 and isinstance(out, (_Tensor, tuple, list)):
+                tag_op(out, node, fid, first_seq, self.hooks)
         except Exception as exc:  # noqa: BLE001
             a.fail(exc, "operator")
         return out

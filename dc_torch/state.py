@@ -30,6 +30,9 @@ class ThreadState(threading.local):
         self.modules: list[Any] = []
         self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader)
         self.hooked: list[bool] = []  # per running autograd node: whether its pre-hook opened a scope
+        # per backward pass running on this thread, innermost last: (graph task
+        # id, collector depth its node scopes sit on)
+        self.passes: list[tuple[int, int]] = []
 
 
 class Frames:

@@ -1,0 +1,131 @@
+"""Backward attribution: how backward nodes are hooked, timed and placed."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+import dc_torch
+from dc_core.config import StepRange
+from dc_core.logdir import load_profiles
+from dc_torch.autograd import pack, unpack
+from tests.torch.conftest import find, only_profile
+from tests.torch.models import TwoLine, sharpen
+
+QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
+
+
+def _backward_ops(tree, name):
+    return find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == name and fs[-1].backward)
+
+
+def test_marks_round_trip():
+    assert unpack(pack(7, 123456, 4321) | 1) == (7, 123456, 4321, True)
+    assert unpack(pack(0, 2**32 - 1, 2**31 - 1)) == (0, 2**32 - 1, 2**31 - 1, False)
+
+
+def test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path):
+    model = TwoLine()
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    linear = _backward_ops(tree, "torch.nn.functional.linear")
+    by_detail = {tree.node_frame(n).detail: n for n in linear}
+    assert set(by_detail) == {"AddmmBackward0", "TBackward0"}  # the weight's transpose is the call's inner node
+    assert tree.value(by_detail["AddmmBackward0"], "count") == 3  # one per forward call's backward
+    assert tree.value(by_detail["TBackward0"], "count") == 0
+    assert all(tree.value(n, "cpu_time_ns") > 0 for n in linear)
+    assert tree.parent[by_detail["AddmmBackward0"]] == tree.parent[by_detail["TBackward0"]]
+
+
+def test_direct_autograd_backward_closes_its_scopes_when_the_pass_ends(tmp_path):
+    """``torch.autograd.backward`` is no entry point of ours (it is timed as an
+    operator): the engine's end-of-pass callback closes the last node's scope,
+    so scopes stay balanced and later forward work nests under no operator."""
+    model = TwoLine()
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
+        for _ in range(2):
+            torch.autograd.backward(model(torch.randn(4, 8)).sum())
+            sharpen(torch.randn(4, 8))  # forward work after the pass
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    for node in range(1, len(tree)):
+        path = tree.path_frames(node)
+        assert not any(f.kind == "operator" for f in path[:-1]), path  # operators are leaves
+    softmax = _backward_ops(tree, "torch.softmax")
+    assert len(softmax) == 1 and tree.value(softmax[0], "count") == 2
+    after = find(tree, lambda fs: fs[-1].name == "torch.softmax" and not fs[-1].backward)
+    assert sum(tree.value(n, "count") for n in after) == 4
+
+
+def test_a_users_tensor_hook_still_runs_and_changes_the_gradient(tmp_path):
+    def run(profiled):
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(8, 8)
+        x = torch.randn(4, 8)
+        seen = []
+
+        def step():
+            h = lin(x)
+            handle = h.register_hook(lambda g: seen.append(g.shape) or g * 0)
+            out = torch.softmax(h * 2.0, dim=-1)
+            kept = out.register_hook(lambda g: g * 3)
+            out.sum().backward()
+            handle.remove()
+            kept.remove()
+
+        if profiled:
+            with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET) as prof:
+                step()
+                prof.step()
+        else:
+            step()
+        return lin.weight.grad.clone(), seen
+
+    (plain, plain_seen), (profiled, profiled_seen) = run(False), run(True)
+    assert torch.equal(plain, profiled) and torch.count_nonzero(profiled) == 0
+    assert plain_seen == profiled_seen == [torch.Size([4, 8])]
+    tree = only_profile(tmp_path).tree
+    assert tree.value(_backward_ops(tree, "torch.softmax")[0], "count") == 1  # our hook ran as well
+
+
+def test_a_graph_that_outlives_its_window_lands_under_the_phase_by_node_name(tmp_path):
+    model = TwoLine()
+    window = StepRange(start=0, count=1, every=2, repeat=2)  # steps 0 and 2
+    with dc_torch.profile(logdir=str(tmp_path), steps=window, **QUIET) as prof:
+        old = model(torch.randn(4, 8)).sum()  # marked in the first window
+        prof.step()
+        prof.step()
+        old.backward()  # run in the second
+        prof.step()
+    profiles, errors = load_profiles(tmp_path)
+    assert not errors and len(profiles) == 2
+    tree = profiles[-1].tree
+    softmax = find(tree, lambda fs: fs[-1].name == "SoftmaxBackward0")
+    assert len(softmax) == 1
+    path = tree.path_frames(softmax[0])
+    assert [f.name for f in path] == ["backward", "SoftmaxBackward0"] and path[-1].backward
+    assert tree.value(softmax[0], "count") == 1
+
+
+def test_alloc_bytes_count_fresh_outputs_not_views(tmp_path):
+    x = torch.randn(16, 8)
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
+        for _ in range(2):
+            fresh = F.relu(x)
+            fresh.view(8, 16).t().add_(1.0)
+            torch.cat([fresh, x]).split(4)
+            prof.step()
+    tree = only_profile(tmp_path).tree
+
+    def alloc(name):
+        nodes = find(tree, lambda fs: fs[-1].name == name)
+        assert len(nodes) == 1, name
+        return tree.value(nodes[0], "alloc_bytes")
+
+    assert alloc("torch.nn.functional.relu") == 2 * 16 * 8 * 4
+    assert alloc("torch.cat") == 2 * 32 * 8 * 4
+    assert alloc("torch.Tensor.view") == alloc("torch.Tensor.t") == alloc("torch.Tensor.add_") == 0
+    assert alloc("torch.Tensor.split") == 0
