@@ -1,21 +1,20 @@
 """Backward operators under the forward context that created them.
 
-Forward: the operator mode marks the autograd node its call created (and the
-unmarked nodes just behind it, for composite calls such as ``cross_entropy``)
-in ``node.metadata`` with the operator's *scope node* (``tag_op``), and
-registers two shared hooks on it. Backward: the pre-hook asks autograd which
-node is running (``torch._C._current_autograd_node()``) and opens a scope at
-``backward phase → the same context path → forward operator [backward]``
-(detail: the autograd node's name), found by the collector's ``mirror`` of the
-operator's parent under the backward phase; the post-hook closes it. The
-scope's parent is explicit, so nodes autograd runs on its worker threads land
-in the same place. ``count`` is one per run of the node the forward call
-returned.
+Forward: the operator mode marks the autograd nodes its call created (the
+output's node, and for composite calls such as ``cross_entropy`` the inner
+nodes behind it) in ``node.metadata`` with the operator's *scope node*
+(``tag_op``), and hooks them (``NodeHooks``). Backward: a pre-hook asks
+autograd which node is running (``torch._C._current_autograd_node()``) and
+opens a scope at ``backward phase → the same context path → forward operator
+[backward]`` (detail: the autograd node's name), found by the collector's
+``mirror`` of the operator's parent under the backward phase. The scope's
+parent is explicit, so nodes autograd runs on its worker threads land in the
+same place. ``count`` is one per run of the node the forward call returned.
 
 Why a node id and not the context path: building the path tuple per forward
 call and rebuilding the node from it per backward node cost about ×1.02 of the
-GPT step; the mark is now one small tuple, and the backward node is memoized
-per (forward node, autograd node type) for the window.
+GPT step; the mark is one int, and the backward node is memoized per (mark,
+autograd node type) for the window.
 
 Measured on the GPT workload, a dispatch mode around backward (one Python
 call per ATen op) cost about ×1.14 alone; node hooks cost a fraction of
