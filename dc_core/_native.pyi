@@ -103,8 +103,11 @@ class Collector:
         else the root. With ``capture``, the Python frames of
         ``python_frames()`` are inserted between ``base`` and ``frames``.
         The scope records its start time and its user depth: the current user
-        depth when ``user_depth`` is -1, else ``user_depth`` (0 for scopes such
-        as phases under which captures start at the outermost frame)."""
+        depth when ``user_depth`` is -1; the innermost open scope's (0 if none)
+        when it is -2, with no stack walk (for scopes that add no Python frames
+        of their own, e.g. an ATen op inside a torch call); else ``user_depth``
+        (0 for scopes such as phases under which captures start at the
+        outermost frame)."""
     def exit(self) -> int:
         """Close this thread's innermost scope; returns its inclusive elapsed
         ns. With no open scope it returns -1 and does nothing."""

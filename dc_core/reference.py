@@ -279,7 +279,9 @@ class Collector:
                 floor = scopes[-1].user_depth if scopes else 0
                 frames = self._python_ids(here, floor) + list(frames)
             node = self.path(base, frames)
-            if user_depth < 0:
+            if user_depth == -2:  # inherit the enclosing scope's
+                user_depth = scopes[-1].user_depth if scopes else 0
+            elif user_depth < 0:
                 user_depth = self._user_depth(here)
             scopes.append(_Scope(node, now_ns(), user_depth))
             return node

@@ -74,6 +74,7 @@ int64_t Collector::enter(const int64_t* frames, size_t n, int64_t parent, bool c
   const bool nested = !ts->stack.empty();
   int64_t base = parent >= 0 ? parent : (nested ? ts->stack.back().node : 0);
   int64_t min_depth = nested ? ts->stack.back().user_depth : 0;
+  if (user_depth == kInheritUserDepth) user_depth = min_depth;
   // Without capture the walk is still needed unless the caller gave the user
   // depth: it is what later captures inside this scope are cut at.
   scratch_.clear();

@@ -31,6 +31,8 @@
 
 namespace dc {
 
+constexpr int64_t kInheritUserDepth = -2;
+
 class Collector {
  public:
   Collector(int64_t max_nodes, int64_t max_samples);
@@ -65,7 +67,8 @@ class Collector {
 
   // Python call paths and scopes
   void python_frames(std::vector<int64_t>* out);
-  // user_depth < 0: measure it from the current stack.
+  // user_depth -1: measure it from the current stack; kInheritUserDepth: the
+  // innermost open scope's (0 if none), without walking the stack.
   int64_t enter(const int64_t* frames, size_t n, int64_t parent, bool capture,
                 int64_t user_depth);
   int64_t exit();

@@ -491,3 +491,37 @@ def test_explicit_user_depth_0_lets_captures_start_at_the_outermost_frame(collec
     s = Snap(c)
     assert s.path(op) == ("forward", *[s.frame(i).name for i in everything], "aten::mm")
     assert s.node_frame(c.child(0, phase)).name == "forward"
+
+
+def test_user_depth_minus_2_inherits_the_enclosing_scopes(collector):
+    """A scope that adds no Python frames (an ATen op inside a torch call)
+    takes its parent scope's user depth instead of measuring the stack."""
+    c = collector
+    phase, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    seen = {}
+
+    def deeper():
+        seen["frames"] = c.python_frames()
+
+    def user():
+        c.enter([mm], -1, False, -2)  # inherits the phase's 0, not this function's depth
+        deeper()
+        seen["from_phase"] = seen.pop("frames")
+        c.exit()
+        c.enter([mm], -1, True)  # measured: this function's depth
+        seen["op"] = c.enter([mm], -1, False, -2)  # inherits that
+        deeper()
+        seen["inherited"] = seen.pop("frames")
+        c.unwind(1)
+
+    c.enter([phase], 0, False, 0)
+    user()
+    c.unwind(0)
+    assert c.enter([mm], -1, False, -2) == c.child(0, mm)  # no scope open: depth 0
+    c.exit()
+    s = Snap(c)
+    assert [s.frame(i).name for i in seen["inherited"]] == [deeper.__qualname__]
+    assert [s.frame(i).name for i in seen["from_phase"][-3:]] == [
+        test_user_depth_minus_2_inherits_the_enclosing_scopes.__qualname__, user.__qualname__, deeper.__qualname__]
+    assert s.path(seen["op"])[-2:] == ("aten::mm", "aten::mm")
+    assert s.tree()[s.path(seen["op"])]["count"] == 1
