@@ -117,3 +117,16 @@ def test_comprehensive_mode_adds_aten_ops_below_torch_calls(tmp_path):
     backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::_softmax_backward_data")
     assert backward and tree.node_frame(backward[0]).backward
     assert tree.node_frame(tree.parent[backward[0]]).name == "torch.softmax"
+
+
+def test_comprehensive_mode_counts_batched_matmul_flops_from_shapes(tmp_path):
+    a, b = torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, 6)
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), mode="comprehensive", **QUIET) as prof:
+        for _ in range(2):
+            torch.bmm(a, b).sum().backward()
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    forward = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::bmm")
+    assert len(forward) == 1 and tree.value(forward[0], "flops") == 2 * (2 * 3 * 4 * 6 * 5)
+    backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::bmm")
+    assert backward and sum(tree.value(n, "flops") for n in backward) == 2 * (2 * 3 * 4 * 5 * 6)  # grad of a only
