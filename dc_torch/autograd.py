@@ -58,7 +58,7 @@ def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks")
         return  # no node of this call's (e.g. an input returned as is)
     mark = pack(hooks.adapter.generation, op_node, fid)
     node.metadata[KEY] = mark | 1
-    pre, post = hooks.hook(out, node)
+    paired = hooks.hook(out, node)
     pending = [node]
     while pending:
         for nxt, _ in pending.pop().next_functions:
@@ -68,9 +68,7 @@ def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks")
             if KEY in meta:  # reached twice (a diamond inside the call)
                 continue
             meta[KEY] = mark
-            nxt.register_prehook(pre)
-            if post is not None:
-                nxt.register_hook(post)
+            hooks.attach(nxt, paired)
             pending.append(nxt)
 
 
@@ -88,16 +86,14 @@ def tag_forward(out: Any, context: tuple[int, ...], fid: int, hooks: "NodeHooks"
         return
     generation = hooks.adapter.generation
     node.metadata[KEY] = (generation, context, fid, True)
-    pre, post = hooks.hook(out, node)
+    paired = hooks.hook(out, node)
     pending, budget = [node], 8
     while pending and budget:
         for nxt, _ in pending.pop().next_functions:
             if nxt is None or type(nxt) is _ACCUMULATE or KEY in nxt.metadata:
                 continue
             nxt.metadata[KEY] = (generation, context, fid, False)
-            nxt.register_prehook(pre)
-            if post is not None:
-                nxt.register_hook(post)
+            hooks.attach(nxt, paired)
             pending.append(nxt)
             budget -= 1
 
@@ -126,9 +122,10 @@ class NodeHooks:
       opens its own; the last one closes when the backward pass ends (an
       engine callback). A second hook per node cost about ×1.02 of the GPT
       step. What runs between two hooked nodes (``AccumulateGrad``, the
-      engine's own work) is billed to the node before it. On the output's
-      own node the hook is a tensor hook (``_backward_hooks``), which torch
-      registers without a Python handle object: a third of the cost.
+      engine's own work) is billed to the node before it. The hook is
+      registered as a tensor pre-hook through ``node._register_hook_dict``
+      with one shared holder tensor (``_hook_holder``): no dict and no
+      ``RemovableHandle`` per node, a tenth of ``register_prehook``'s cost.
     * nodes run on device worker threads, where no end-of-pass callback runs,
       get a pre- and a post-hook.
     """
@@ -138,27 +135,24 @@ class NodeHooks:
         self.generation = -1
         self.nodes: dict[Any, tuple[int, bool]] = {}  # (mark, node type) -> (backward node, inner)
         # bound once: registered on every marked node
-        self.paired = (self._pre, self._post)
-        self.chained = (self._chained, None)
-        self._chained_hook = self.chained[0]
+        self._pre_hook, self._post_hook, self._chained_hook = self._pre, self._post, self._chained
+        self.holder = _hook_holder(self._chained_hook)
 
-    def hook(self, out: Any, node: Any) -> tuple[Any, Any]:
-        """Hook ``node``, ``out``'s autograd node; returns the hooks for the nodes behind it."""
-        if not out.is_cpu:
-            pre, post = self.paired
-            node.register_prehook(pre)
-            node.register_hook(post)
-            return self.paired
-        if type(out) is _Tensor and out._backward_hooks is None:
-            # What Tensor.register_hook does, minus its handle; a hook the user
-            # adds later joins this dict and runs after ours.
-            hooks = OrderedDict()
-            hooks[KEY] = self._chained_hook
-            out._backward_hooks = hooks
-            node._register_hook_dict(out)
+    def hook(self, out: Any, node: Any) -> bool:
+        """Hook ``node``, ``out``'s autograd node; returns whether it is paired
+        (run on a device thread), for the inner nodes behind it."""
+        paired = not out.is_cpu
+        self.attach(node, paired)
+        return paired
+
+    def attach(self, node: Any, paired: bool) -> None:
+        if paired:
+            node.register_prehook(self._pre_hook)
+            node.register_hook(self._post_hook)
+        elif self.holder is not None:
+            node._register_hook_dict(self.holder)
         else:
             node.register_prehook(self._chained_hook)
-        return self.chained
 
     def _open(self, a: Any) -> None:
         """Open the scope of the node autograd is running now."""
@@ -194,8 +188,6 @@ class NodeHooks:
         except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
             a.fail(exc, "backward")
 
-    _chained.__torch_unserializable__ = True  # type: ignore[attr-defined]  # no warning from torch.save
-
     def _end_pass(self) -> None:
         a = self.adapter
         try:
@@ -228,6 +220,31 @@ class NodeHooks:
         state = a.thread_state()
         if state.hooked and state.hooked.pop() and a.active:
             a.collector.exit()
+
+
+def _hook_holder(hook: Any) -> Any:
+    """A tensor whose ``_backward_hooks`` holds ``hook``: ``node._register_hook_dict(holder)``
+    makes torch call ``hook`` before ``node`` runs, the way ``Tensor.register_hook``
+    hooks a tensor's node, with the dict shared by every node. ``None`` where this
+    torch does not do so (then ``register_prehook`` is used)."""
+    try:
+        holder = torch.empty(0)
+        hooks = OrderedDict()
+        hooks[KEY] = hook
+        holder._backward_hooks = hooks
+        seen = []
+        probe = OrderedDict()
+        probe[KEY] = lambda grad: seen.append(_current_node().name())
+        tester = torch.empty(0)
+        tester._backward_hooks = probe
+        with torch.enable_grad():
+            x = torch.ones(2, requires_grad=True)
+            y = x * 2.0
+            y.grad_fn._register_hook_dict(tester)
+            y.sum().backward()
+        return holder if seen == ["MulBackward0"] else None
+    except Exception:  # noqa: BLE001 - an internal API: fall back to the public one
+        return None
 
 
 def backward_node(a: Any, node: Any, mark: Any) -> tuple[int, bool]:

@@ -8,6 +8,7 @@ from torch.nn import functional as F
 import dc_torch
 from dc_core.config import StepRange
 from dc_core.logdir import load_profiles
+import dc_torch.autograd as autograd
 from dc_torch.autograd import pack, unpack
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, sharpen
@@ -24,7 +25,13 @@ def test_marks_round_trip():
     assert unpack(pack(0, 2**32 - 1, 2**31 - 1)) == (0, 2**32 - 1, 2**31 - 1, False)
 
 
-def test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path):
+def test_nodes_are_hooked_through_the_shared_holder_on_this_torch():
+    assert autograd._hook_holder(lambda grad: None) is not None
+
+
+def test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path, monkeypatch, holder=True):
+    if not holder:  # where torch has no usable _register_hook_dict: the public register_prehook
+        monkeypatch.setattr(autograd, "_hook_holder", lambda hook: None)
     model = TwoLine()
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
         for _ in range(3):
@@ -38,6 +45,10 @@ def test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path):
     assert tree.value(by_detail["TBackward0"], "count") == 0
     assert all(tree.value(n, "cpu_time_ns") > 0 for n in linear)
     assert tree.parent[by_detail["AddmmBackward0"]] == tree.parent[by_detail["TBackward0"]]
+
+
+def test_without_the_holder_register_prehook_gives_the_same_tree(tmp_path, monkeypatch):
+    test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path, monkeypatch, holder=False)
 
 
 def test_direct_autograd_backward_closes_its_scopes_when_the_pass_ends(tmp_path):
