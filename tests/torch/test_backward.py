@@ -29,9 +29,15 @@ def test_nodes_are_hooked_through_the_shared_holder_on_this_torch():
     assert autograd._hook_holder(lambda grad: None) is not None
 
 
-def test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path, monkeypatch, holder=True):
+def test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path, monkeypatch, holder=True, paired=False):
     if not holder:  # where torch has no usable _register_hook_dict: the public register_prehook
         monkeypatch.setattr(autograd, "_hook_holder", lambda hook: None)
+    if paired:  # as for tensors on a device, whose nodes run on autograd's device threads
+        def hook(self, out, node):
+            self.attach(node, True)
+            return True
+
+        monkeypatch.setattr(autograd.NodeHooks, "hook", hook)
     model = TwoLine()
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
         for _ in range(3):
@@ -49,6 +55,10 @@ def test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path, monkeyp
 
 def test_without_the_holder_register_prehook_gives_the_same_tree(tmp_path, monkeypatch):
     test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path, monkeypatch, holder=False)
+
+
+def test_paired_pre_and_post_hooks_give_the_same_tree(tmp_path, monkeypatch):
+    test_composite_call_inner_nodes_are_timed_and_counted_once(tmp_path, monkeypatch, paired=True)
 
 
 def test_direct_autograd_backward_closes_its_scopes_when_the_pass_ends(tmp_path):
