@@ -2,8 +2,10 @@
 
 Workload (issue 3): 4 blocks, d=128, 4 heads, batch 8×64, vocab 512, AdamW,
 one thread. Every configuration runs in the same process, interleaved in
-rounds so that machine noise hits all of them alike; the printed ratios are
-median step times over the unprofiled median.
+rounds so that machine noise hits all of them alike; every ratio printed
+comes from this one run: median step time over the unprofiled median, and
+the range of the per-round ratios (each round's median over that round's
+unprofiled median), which shows how noisy the machine was.
 
     python benchmarks/torch_overhead.py [--steps 12] [--rounds 3]
 """
@@ -78,21 +80,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model, optimizer, batch = make_workload()
     batches = [batch() for _ in range(4)]
     samples: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    rounds: dict[str, list[float]] = {name: [] for name in CONFIGS}  # per-round medians
     with tempfile.TemporaryDirectory() as logdir:
         _timed(3, batches, model, optimizer, lambda: None)  # warm up allocator and caches
         for _ in range(args.rounds):
             for name in CONFIGS:
-                samples[name] += run_config(name, args.steps, logdir, batches, model, optimizer)
+                times = run_config(name, args.steps, logdir, batches, model, optimizer)
+                samples[name] += times
+                rounds[name].append(statistics.median(times))
     base = statistics.median(samples["unprofiled"])
     ratios = {}
     print(f"GPT step on CPU, 1 thread: {len(samples['unprofiled'])} steps per configuration")
-    print(f"{'configuration':45s} {'median ms':>10s} {'ratio':>7s} {'target':>7s}")
+    print(f"{'configuration':45s} {'median ms':>10s} {'ratio':>7s} {'per round':>13s} {'target':>7s}")
     for name in CONFIGS:
         median = statistics.median(samples[name])
         ratios[name] = median / base
+        per_round = [m / u for m, u in zip(rounds[name], rounds["unprofiled"])]
+        spread = f"{min(per_round):.3f}-{max(per_round):.3f}"
         target = TARGETS.get(name)
         mark = "" if target is None else (f"≤{target:.2f}" + (" ok" if ratios[name] <= target else " MISS"))
-        print(f"{name:45s} {median * 1e3:10.2f} {ratios[name]:7.3f} {mark:>7s}")
+        print(f"{name:45s} {median * 1e3:10.2f} {ratios[name]:7.3f} {spread:>13s} {mark:>7s}")
     return ratios
 
 

@@ -54,11 +54,16 @@ def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks")
         else:
             return
     node = out.grad_fn
-    if node is None or node._sequence_nr() < first_seq:
+    if node is None:
+        return
+    seq = node._sequence_nr()
+    if seq < first_seq:
         return  # no node of this call's (e.g. an input returned as is)
     mark = pack(hooks.adapter.generation, op_node, fid)
     node.metadata[KEY] = mark | 1
     paired = hooks.hook(out, node)
+    if seq == first_seq:
+        return  # the output's node is the call's first: nothing behind it is the call's
     pending = [node]
     while pending:
         for nxt, _ in pending.pop().next_functions:
@@ -237,7 +242,7 @@ def _hook_holder(hook: Any) -> Any:
         probe[KEY] = lambda grad: seen.append(_current_node().name())
         tester = torch.empty(0)
         tester._backward_hooks = probe
-        with torch.enable_grad():
+        with torch.inference_mode(False), torch.enable_grad():
             x = torch.ones(2, requires_grad=True)
             y = x * 2.0
             y.grad_fn._register_hook_dict(tester)

@@ -134,6 +134,7 @@ class OperatorMode(TorchFunctionMode):
         self.collector = adapter.collector
         self.matmuls = adapter.matmul_frames
         self.hooks = adapter.backward.hooks
+        self.device = adapter.device
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -158,7 +159,7 @@ class OperatorMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             c = self.collector
             node = c.enter((fid,), -1, True)  # capture and enter in one native call
-            marker = a.device.mark(node) if a.device.on else None
+            marker = self.device.mark(node) if self.device.on else None
             first_seq = _next_seq() if _grad_enabled() else -1
         except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
             a.fail(exc, "operator")
@@ -170,7 +171,9 @@ class OperatorMode(TorchFunctionMode):
                 marker.__exit__(None, None, None)
             c.exit()
         try:
-            if marker is None:  # on CUDA, Kineto's memory events give alloc_bytes instead
+            # In-place calls (most of an optimizer step) return their first argument.
+            # On CUDA, Kineto's memory events give alloc_bytes instead.
+            if marker is None and not (args and out is args[0]):
                 size = output_bytes(args, out)
                 if size:
                     c.add(node, a.metric_alloc, size)

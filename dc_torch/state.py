@@ -14,10 +14,11 @@ from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_OPER
 class ThreadState(threading.local):
     """What one thread is inside of while a window is open.
 
-    ``ctx`` mirrors the collector's scopes as frame paths: ``ctx[-1]`` is the
-    frame path from the phase down to the innermost open module scope, so an
-    operator's full forward context is ``ctx[-1] + its captured frames`` and
-    the backward pass can rebuild the same path under the backward phase.
+    ``ctx`` mirrors the collector's module scopes as frame paths: ``ctx[-1]``
+    is the frame path from the phase down to the innermost open module scope,
+    for calls that have no scope node of their own to mark autograd nodes
+    with (compiled regions, ``autograd.tag_forward``); eager operators mark
+    theirs with their scope node (``autograd.tag_op``).
     """
 
     def __init__(self) -> None:
