@@ -9,7 +9,7 @@ opens a scope at ``backward phase → the same context path → forward operator
 [backward]`` (detail: the autograd node's name), found by the collector's
 ``mirror`` of the operator's parent under the backward phase. The scope's
 parent is explicit, so nodes autograd runs on its worker threads land in the
-same place. ``count`` is one per run of the node the forward call returned.
+same place. ``count`` is exact per autograd node: one per run.
 
 Why a node id and not the context path: building the path tuple per forward
 call and rebuilding the node from it per backward node cost about ×1.02 of the
@@ -30,7 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from dc_core.collector import FLAG_BACKWARD, METRIC_COUNT
+from dc_core.collector import FLAG_BACKWARD
 
 KEY = "deepcontext"
 BACKWARD_ENTRY_POINTS = {torch.Tensor.backward, torch.autograd.grad}
@@ -138,7 +138,7 @@ class NodeHooks:
     def __init__(self, adapter: Any) -> None:
         self.adapter = adapter
         self.generation = -1
-        self.nodes: dict[Any, tuple[int, bool]] = {}  # (mark, node type) -> (backward node, inner)
+        self.nodes: dict[Any, int] = {}  # (mark, node type) -> backward node
         # bound once: registered on every marked node
         self._pre_hook, self._post_hook, self._chained_hook = self._pre, self._post, self._chained
         self.holder = _hook_holder(self._chained_hook)
@@ -166,16 +166,10 @@ class NodeHooks:
             self.generation = a.generation
         node = _current_node()
         key = (node.metadata.get(KEY), type(node))
-        found = self.nodes.get(key)
-        if found is None:
-            found = self.nodes[key] = backward_node(a, node, key[0])
-        parent, inner = found
-        c = a.collector
-        c.enter((), parent)
-        if inner:
-            # An inner node of a composite call: its scope's count is taken
-            # back, so ``count`` is one per forward call's backward.
-            c.add(parent, METRIC_COUNT, -1)
+        parent = self.nodes.get(key)
+        if parent is None:
+            parent = self.nodes[key] = backward_node(a, node, key[0])
+        a.collector.enter((), parent)
 
     def _chained(self, grads: Any) -> None:
         a = self.adapter
@@ -252,23 +246,24 @@ def _hook_holder(hook: Any) -> Any:
         return None
 
 
-def backward_node(a: Any, node: Any, mark: Any) -> tuple[int, bool]:
+def backward_node(a: Any, node: Any, mark: Any) -> int:
     """Node of ``backward → forward context → operator [backward]`` for autograd
-    ``node``, and whether it is an inner node of its forward call.
+    ``node`` (detail: the node's name, so a composite call's inner nodes get
+    their own rows).
 
     A node marked in an earlier window (its graph outlived the window), or not
     at all, has no forward node in this tree: it goes under the phase by name."""
     c, frames, top = a.collector, a.frames, a.backward_phase_node()
     name = node.name()
     if type(mark) is int:
-        generation, op_node, fid, main = unpack(mark)
+        generation, op_node, fid, _ = unpack(mark)
         if generation == a.generation:
             context = c.mirror(c.parent(op_node), top)
-            return c.child(context, frames.backward_op(frames.names[fid], name)), not main
+            return c.child(context, frames.backward_op(frames.names[fid], name))
     elif mark is not None:
-        generation, context, fid, main = mark
-        return c.path(top, context + (frames.backward_op(frames.names[fid], name),)), not main
-    return c.child(top, frames.op(name, FLAG_BACKWARD)), False
+        _, context, fid, _ = mark
+        return c.path(top, context + (frames.backward_op(frames.names[fid], name),))
+    return c.child(top, frames.op(name, FLAG_BACKWARD))
 
 
 class AtenMode(TorchDispatchMode):

@@ -50,6 +50,8 @@ def op_name(func: Callable) -> str:
         return name
     qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
     module = getattr(func, "__module__", None) or ""
+    if module == "torch" and qualname.startswith("_VariableFunctionsClass."):
+        return "torch." + qualname.split(".", 1)[1]  # torch._foreach_mul_, as the user wrote it
     return f"{module}.{qualname}" if module and not qualname.startswith(module) else qualname
 
 

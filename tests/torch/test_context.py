@@ -130,3 +130,12 @@ def test_comprehensive_mode_counts_batched_matmul_flops_from_shapes(tmp_path):
     assert len(forward) == 1 and tree.value(forward[0], "flops") == 2 * (2 * 3 * 4 * 6 * 5)
     backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::bmm")
     assert backward and sum(tree.value(n, "flops") for n in backward) == 2 * (2 * 3 * 4 * 5 * 6)  # grad of a only
+
+
+def test_regression_foreach_ops_were_named_after_their_implementation_class():
+    import torch
+
+    from dc_torch.ops import op_name
+
+    assert op_name(torch._foreach_mul_) == "torch._foreach_mul_"
+    assert op_name(torch.softmax) == "torch.softmax"
