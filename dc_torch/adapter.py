@@ -63,6 +63,7 @@ class TorchAdapter:
     # --- session protocol -----------------------------------------------------
     def install(self, session: Any) -> None:
         _register_fork_guard()
+        _warm_up()
         if self.session is not session:
             self.session, self.frames = session, Frames(session)
         c = self.collector = session.collector
@@ -148,6 +149,16 @@ class TorchAdapter:
                 return
             self._modes.pop()
             mode.__exit__(None, None, None)
+
+
+@functools.cache
+def _warm_up() -> None:
+    """Pay torch's one-off costs before the window's first step: naming the
+    first operator builds torch's table of overridable functions (~10 ms),
+    which would otherwise land on the user's first module."""
+    from torch.overrides import resolve_name
+
+    resolve_name(torch.add)
 
 
 @functools.cache

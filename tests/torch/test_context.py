@@ -139,3 +139,29 @@ def test_regression_foreach_ops_were_named_after_their_implementation_class():
 
     assert op_name(torch._foreach_mul_) == "torch._foreach_mul_"
     assert op_name(torch.softmax) == "torch.softmax"
+
+
+def test_regression_first_operator_of_a_window_paid_for_torchs_name_table(tmp_path):
+    """Naming the first operator built torch's overridable-function table
+    (~10 ms) inside the window, billed to the user's first module; the adapter
+    now builds it when it installs, before the first step starts."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import torch
+        from torch.overrides import _get_overridable_functions
+        from dc_core.session import Session
+        from dc_torch.adapter import TorchAdapter
+        session = Session(logdir={str(tmp_path)!r}, steps={{"start": 0, "count": 1}}, cpu_sampling_hz=0,
+                          system_interval_ms=0, framework="torch", adapter=TorchAdapter())
+        assert _get_overridable_functions.cache_info().currsize == 0
+        session.step_begin(0)  # opens the window: the adapter installs
+        print(_get_overridable_functions.cache_info().currsize)
+        session.step_end(0)
+        session.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "1"
