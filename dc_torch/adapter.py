@@ -111,6 +111,10 @@ class TorchAdapter:
         return env
 
     # --- used by the hooks --------------------------------------------------------
+    def modes(self) -> list[Any]:
+        """This adapter's torch modes on the installing thread's stacks."""
+        return list(self._modes)
+
     def thread_state(self) -> ThreadState:
         state = self._state
         if state.generation != self.generation:

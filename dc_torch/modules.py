@@ -9,12 +9,14 @@ that called them, and the module's own forward lines nest below it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from threading import get_ident
 
 import torch
 from torch.nn.modules import module as module_mod
+from torch.utils._python_dispatch import _pop_mode, _push_mode
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -27,6 +29,7 @@ class ModuleHooks:
         self.handles: list[Any] = []
 
     def install(self) -> None:
+        _skip_in_dynamo(self.pre, self.post)
         self.handles = [
             module_mod.register_module_forward_pre_hook(self.pre),
             module_mod.register_module_forward_hook(self.post, always_call=True),
@@ -46,6 +49,14 @@ class ModuleHooks:
             return
         try:
             state = a.thread_state()
+            if type(module) is _optimized_module():
+                # Dynamo guards on the torch-function mode stack (and runs eagerly
+                # under a dispatch mode): with our modes on them, a model compiled
+                # before the window would recompile when it opens. The compiled
+                # region records itself (dc_torch.compiled), so our modes stand
+                # aside meanwhile; the wrapper gets no frame (its _orig_mod does).
+                state.set_aside.append(_set_aside_modes(a))
+                return
             if (get_ident() in a.suspended):
                 return
             fid = a.frames.module(module, state.modules[0] if state.modules else module)
@@ -64,6 +75,10 @@ class ModuleHooks:
         a = self.adapter
         try:
             state = a.thread_state()
+            if type(module) is _optimized_module():
+                if state.set_aside:
+                    _restore_modes(state.set_aside.pop())
+                return
             if state.modules and state.modules[-1] is module:
                 state.modules.pop()
                 state.ctx.pop()
@@ -71,3 +86,48 @@ class ModuleHooks:
                     a.collector.exit()
         except Exception as exc:  # noqa: BLE001
             a.fail(exc, "module")
+
+
+def _optimized_module() -> type | None:
+    """``torch.compile(module)``'s wrapper class, or None while dynamo is not
+    loaded (then nothing is compiled, and importing it here would cost seconds)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return getattr(eval_frame, "OptimizedModule", None)
+
+
+def _set_aside_modes(adapter: Any) -> tuple[list[Any], list[Any]]:
+    """Pop the adapter's modes off the top of this thread's function-mode and
+    dispatch-mode stacks (dynamo runs a frame eagerly under a dispatch mode)."""
+    ours = {id(m) for m in adapter.modes()}
+    return _pop_ours(ours, torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
+                     torch._C._pop_torch_function_stack), \
+        _pop_ours(ours, torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, _pop_mode)
+
+
+def _pop_ours(ours: set[int], length: Any, at: Any, pop: Any) -> list[Any]:
+    popped = []
+    while length() and id(at(length() - 1)) in ours:
+        popped.append(pop())
+    return popped
+
+
+def _restore_modes(popped: tuple[list[Any], list[Any]]) -> None:
+    function_modes, dispatch_modes = popped
+    for mode in reversed(dispatch_modes):
+        _push_mode(mode)
+    for mode in reversed(function_modes):
+        torch._C._push_on_torch_function_stack(mode)
+
+
+def _skip_in_dynamo(*hooks: Any) -> None:
+    """Tell dynamo never to trace the hooks or anything they call: global module
+    hooks also run around compiled modules, where converting their frames cost
+    ~25 ms each in the first profiled step. Only when the user compiles (dynamo
+    already loaded); a torch without this API just pays that once."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    try:
+        strategy = eval_frame.FrameExecStrategy(eval_frame.FrameAction.SKIP, eval_frame.FrameAction.SKIP)
+        for hook in hooks:
+            eval_frame.set_code_exec_strategy(hook.__code__, strategy)
+    except AttributeError:
+        return

@@ -30,6 +30,7 @@ class ThreadState(threading.local):
         self.ctx: list[tuple[int, ...]] = [()]
         self.modules: list[Any] = []
         self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader)
+        self.set_aside: list[tuple] = []  # our modes popped while a compiled module runs
         self.hooked: list[bool] = []  # per running autograd node: whether its pre-hook opened a scope
         # per backward pass running on this thread, innermost last: (graph task
         # id, collector depth its node scopes sit on)

@@ -59,3 +59,31 @@ def test_backend_is_registered_by_name():
     if "deepcontext" not in names:
         pytest.skip("package not installed (pip install -e .): entry points not registered")
     assert names["deepcontext"] == "dc_torch.compiled:deepcontext_backend"
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)` when there are global hooks")
+@pytest.mark.parametrize("mode", ["lightweight", "comprehensive"])
+def test_regression_opening_a_window_recompiled_the_model(tmp_path, inductor_cache, mode):
+    """The operator mode on torch's function-mode stack failed dynamo's guard,
+    so a model compiled before the window recompiled in its first step (and
+    dynamo converted the module hooks' frames). Now the mode stands aside
+    around compiled modules and the hooks are never traced."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.compile(TwoLine(), backend=deepcontext_backend)
+    x = torch.randn(4, 8)
+    model(x).sum().backward()  # compiled before any window
+    graphs = counters["stats"]["unique_graphs"]
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
+                          system_interval_ms=0, mode=mode) as prof:
+        prof.start()
+        for _ in range(4):
+            model(x).sum().backward()
+            prof.step()
+    assert counters["stats"]["unique_graphs"] == graphs
+    tree = only_profile(tmp_path).tree
+    (region,) = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].kind == "compiled")
+    assert tree.value(region, "count") == 2
