@@ -77,32 +77,6 @@ def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks")
             pending.append(nxt)
 
 
-def tag_forward(out: Any, context: tuple[int, ...], fid: int, hooks: "NodeHooks") -> None:
-    """Like ``tag_op`` for a call that has no scope node of its own in the
-    forward tree: ``context`` is the frame path below the phase (e.g. a
-    compiled region's calling line and modules), ``fid`` its frame."""
-    if not isinstance(out, _Tensor):
-        if isinstance(out, (tuple, list)) and out and isinstance(out[0], _Tensor):
-            out = out[0]
-        else:
-            return
-    node = out.grad_fn
-    if node is None or KEY in node.metadata:
-        return
-    generation = hooks.adapter.generation
-    node.metadata[KEY] = (generation, context, fid, True)
-    paired = hooks.hook(out, node)
-    pending, budget = [node], 8
-    while pending and budget:
-        for nxt, _ in pending.pop().next_functions:
-            if nxt is None or type(nxt) is _ACCUMULATE or KEY in nxt.metadata:
-                continue
-            nxt.metadata[KEY] = (generation, context, fid, False)
-            hooks.attach(nxt, paired)
-            pending.append(nxt)
-            budget -= 1
-
-
 def pack(generation: int, op_node: int, fid: int) -> int:
     """A forward call's mark, main-node bit clear. Marks are plain ints: one
     stays on every hooked node until its graph dies, and ints are not tracked
@@ -260,9 +234,6 @@ def backward_node(a: Any, node: Any, mark: Any) -> int:
         if generation == a.generation:
             context = c.mirror(c.parent(op_node), top)
             return c.child(context, frames.backward_op(frames.names[fid], name))
-    elif mark is not None:
-        _, context, fid, _ = mark
-        return c.path(top, context + (frames.backward_op(frames.names[fid], name),))
     return c.child(top, frames.op(name, FLAG_BACKWARD))
 
 

@@ -28,10 +28,12 @@ from dc_core.collector import KIND_COMPILED, KIND_OPERATOR, METRIC_COUNT
 from dc_core.session import active_sessions
 
 from .adapter import TorchAdapter
-from .autograd import tag_forward
+from .autograd import tag_op
 from .inductor import Generated, compile_with_kernels
 from .ops import op_name
 from .source import source_of
+
+_next_seq = torch._C._autograd._get_sequence_nr
 
 _graph_ids = itertools.count()
 
@@ -103,6 +105,7 @@ class Region:
             ident = threading.get_ident()
             nested = ident in adapter.suspended
             adapter.suspended.add(ident)
+            first_seq = _next_seq()
             try:
                 out = compiled(*args)
             finally:
@@ -112,9 +115,8 @@ class Region:
             try:
                 region._count(adapter, node)
                 if torch.is_grad_enabled():
-                    first = out[0] if isinstance(out, (tuple, list)) and out else out
-                    tag_forward(first, adapter.thread_state().ctx[-1] + tuple(frames[:-1]), frames[-1],
-                                adapter.backward.hooks)
+                    # the region's backward goes under the same calling line, mirrored
+                    tag_op(out, node, frames[-1], first_seq, adapter.backward.hooks)
             except Exception as exc:  # noqa: BLE001
                 adapter.fail(exc, "compiled")
             return out

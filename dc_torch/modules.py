@@ -60,11 +60,7 @@ class ModuleHooks:
             if (get_ident() in a.suspended):
                 return
             fid = a.frames.module(module, state.modules[0] if state.modules else module)
-            c = a.collector
-            frames = c.python_frames()
-            frames.append(fid)
-            c.enter(frames)
-            state.ctx.append(state.ctx[-1] + tuple(frames))
+            a.collector.enter((fid,), -1, True)
             state.modules.append(module)
         except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
             a.fail(exc, "module")
@@ -81,7 +77,6 @@ class ModuleHooks:
                 return
             if state.modules and state.modules[-1] is module:
                 state.modules.pop()
-                state.ctx.pop()
                 if a.active:
                     a.collector.exit()
         except Exception as exc:  # noqa: BLE001

@@ -12,14 +12,9 @@ from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_OPER
 
 
 class ThreadState(threading.local):
-    """What one thread is inside of while a window is open.
-
-    ``ctx`` mirrors the collector's module scopes as frame paths: ``ctx[-1]``
-    is the frame path from the phase down to the innermost open module scope,
-    for calls that have no scope node of their own to mark autograd nodes
-    with (compiled regions, ``autograd.tag_forward``); eager operators mark
-    theirs with their scope node (``autograd.tag_op``).
-    """
+    """What one thread is inside of while a window is open. Operators and
+    compiled regions mark their autograd nodes with their own scope node
+    (``autograd.tag_op``), so no context paths are kept here."""
 
     def __init__(self) -> None:
         self.generation = -1
@@ -27,7 +22,6 @@ class ThreadState(threading.local):
 
     def reset(self, generation: int) -> None:
         self.generation = generation
-        self.ctx: list[tuple[int, ...]] = [()]
         self.modules: list[Any] = []
         self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader)
         self.set_aside: list[tuple] = []  # our modes popped while a compiled module runs
