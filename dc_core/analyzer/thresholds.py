@@ -36,7 +36,7 @@ DEFAULTS: dict[str, float] = {
     "step_outlier.min_steps_sigma": 10,
     "step_outlier.median_ratio": 2.0,
     "step_outlier.min_steps_median": 3,
-    "step_outlier.min_excess_ms": 1.0,  # below this, a "slow" step is jitter
+    "step_outlier.min_excess_ms": 5.0,  # below this, a "slow" step is jitter (or a window's first-call costs)
     "system.min_samples": 5,
     "low_gpu_utilization.max_p95": 70.0,
     "cpu_bottleneck.min_cpu_p95": 90.0,
