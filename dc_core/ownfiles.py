@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ def profiler_files() -> list[str]:
         for path in sorted((root / package).rglob("*.py")):
             if "demo" not in path.relative_to(root / package).parts[0]:
                 files.append(str(path))
-    launcher = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if launcher is not None and launcher.name == "deepcontext":  # our console script
+    # Our console script; Python records the main script's path made absolute.
+    launcher = Path(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else None
+    if launcher is not None and launcher.name == "deepcontext":
         files.append(str(launcher))
     return files
 

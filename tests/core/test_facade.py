@@ -62,3 +62,9 @@ def test_guard_sees_a_sampler_left_running(make_collector):
     assert _leftovers([c], before)
     c.stop_sampler()
     assert _leftovers([c], before) == []
+
+
+def test_regression_console_script_frame_showed_when_invoked_by_a_relative_path(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [".venv/bin/deepcontext", "demo"])
+    assert str(tmp_path / ".venv/bin/deepcontext") in profiler_files()
