@@ -28,7 +28,8 @@ class DeepContextCallback(TrainerCallback):
     so with gradient accumulation (``on_substep_end`` between micro-batches)
     a step spans all its micro-batches. Profiles go beside TensorBoard's
     scalars (``args.logging_dir`` where the arguments have one, else
-    ``TENSORBOARD_LOGGING_DIR``, else ``<output_dir>/runs``) unless ``logdir``
+    ``TENSORBOARD_LOGGING_DIR``, else the run ``report_to="tensorboard"`` just
+    opened under ``<output_dir>/runs``, else ``<output_dir>/runs``) unless ``logdir``
     is given; each process writes its own files (rank ``args.process_index``).
 
     Args:
@@ -66,7 +67,7 @@ class DeepContextCallback(TrainerCallback):
         given = self.config or ProfilerConfig()
         if "logdir" not in self.overrides and given.logdir == ProfilerConfig.logdir:
             logdir = getattr(args, "logging_dir", None) or os.environ.get("TENSORBOARD_LOGGING_DIR")
-            self._place = {"logdir": logdir or os.path.join(args.output_dir, "runs")}
+            self._place = {"logdir": logdir or _scalar_run(args.output_dir) or os.path.join(args.output_dir, "runs")}
         self._place.update(rank=args.process_index, world_size=args.world_size)
         self.session = self._session()
 
@@ -110,3 +111,11 @@ class DeepContextCallback(TrainerCallback):
             session.close()
             self.written += session.written
         self.session, self.eval_session, self._step = None, None, None
+
+
+def _scalar_run(output_dir: str) -> str | None:
+    """The run directory TensorBoard's callback opened at train begin (it runs
+    before user callbacks): the newest ``<output_dir>/runs/*`` with an event file."""
+    runs = Path(output_dir) / "runs"
+    found = [d for d in runs.glob("*") if d.is_dir() and any(d.glob("events.out.tfevents.*"))]
+    return str(max(found, key=lambda d: d.stat().st_mtime)) if found else None

@@ -80,3 +80,13 @@ def test_user_logdir_wins_and_eval_is_its_own_window(tmp_path):
     (evaluation,) = [p for p in profiles if p.run == "eval"]
     assert evaluation.steps == (0, 2)
     assert "backward" not in {evaluation.tree.node_frame(n).name for n in evaluation.tree.children(0)}
+
+
+def test_profiles_land_in_the_tensorboard_run_beside_the_scalars(tmp_path):
+    pytest.importorskip("tensorboard")
+    callback = DeepContextCallback(steps={"start": 1, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0)
+    train(tmp_path, callback, report_to=["tensorboard"], logging_steps=1)
+    (written,) = callback.written
+    run_dir = written.parents[3]  # <run>/plugins/deepcontext/<rank>-<host>/steps-1-2.pb
+    assert run_dir.parent == tmp_path / "out" / "runs"
+    assert list(run_dir.glob("events.out.tfevents.*")), "the scalars' event file is in the same run"
