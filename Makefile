@@ -2,6 +2,7 @@
 #   make demo   - create .venv, install with every integration, profile the demo, print the report
 #   make test   - install what the tests need and run the whole suite
 #   make bench  - run the benchmarks (ratios against peers measured in the same run)
+#   make test-cuda - only the tests that need a CUDA device
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +12,7 @@ PIP    := $(BIN)/python -m pip
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench install install-test browser clean
+.PHONY: demo test test-cuda bench install install-test browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +44,10 @@ demo: install
 
 test: install-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The CUDA paths (Kineto kernels, the caching allocator, NVML) on a machine with a GPU.
+test-cuda: install-test
+	$(BIN)/python -m pytest -m requires_cuda -rs
 
 bench: install
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done

@@ -79,3 +79,20 @@ def make_collector(request: pytest.FixtureRequest, collectors_created: list):
 def collector(make_collector):
     """A fresh collector, once per implementation (``native``, ``reference``)."""
     return make_collector()
+
+
+def _cuda_present() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return os.path.exists("/dev/nvidiactl")
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``requires_cuda`` tests run where a CUDA device is, and are skipped elsewhere."""
+    marked = [item for item in items if "requires_cuda" in item.keywords]
+    if marked and not _cuda_present():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in marked:
+            item.add_marker(skip)

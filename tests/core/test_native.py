@@ -234,3 +234,21 @@ def test_monitor_reports_this_process(c):
     assert len(m["t_ns"]) >= 3 and max(m["rss_bytes"]) > len(blob)
     assert all(len(cores) == os.cpu_count() for cores in m["cpu_percent"])
     del blob
+
+
+@pytest.mark.requires_cuda
+def test_monitor_reads_every_gpu_through_nvml():
+    """With a GPU, the monitor's NVML columns hold one value per device per sample."""
+    import torch
+
+    from dc_core import _native
+
+    c = _native.Collector()
+    c.start_monitor(20)
+    time.sleep(0.1)
+    c.stop_monitor()
+    samples = c.monitor_samples()
+    devices = torch.cuda.device_count()
+    assert all(len(row) == devices for row in samples["gpu_util_percent"])
+    assert all(0 <= v <= 100 for row in samples["gpu_util_percent"] for v in row)
+    assert all(v > 0 for row in samples["gpu_mem_bytes"] for v in row)

@@ -10,15 +10,7 @@ import torch  # noqa: E402
 
 from dc_core.logdir import load_profiles  # noqa: E402
 
-requires_cuda = pytest.mark.requires_cuda
-
-
-def pytest_collection_modifyitems(config, items):
-    if not torch.cuda.is_available():
-        skip = pytest.mark.skip(reason="needs a CUDA device")
-        for item in items:
-            if "requires_cuda" in item.keywords:
-                item.add_marker(skip)
+requires_cuda = pytest.mark.requires_cuda  # skipped without a device by tests/conftest.py
 
 
 @pytest.fixture(autouse=True)
