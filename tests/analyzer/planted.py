@@ -109,11 +109,11 @@ class Planted(nn.Module):
 
 def run_planted_model(logdir, steps: int = 6):
     torch.manual_seed(0)
-    model = Planted()
+    model = Planted(width=128)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     # sizes chosen so each planted problem costs milliseconds per step: a busy
     # host's scheduling hiccups (~10 ms) stay a small share of the window
-    x = torch.randn(2048, 512)
+    x = torch.randn(32768, 128)  # 4x the elements of a (2048, 512) input for the norm, the same matmul
     gates = torch.rand(256, 4096)
     gates[gates < 0.02] = 0  # zeros send cumprod's backward down its slow path
     gates.requires_grad_()
