@@ -141,14 +141,16 @@ def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 5):
     written = []
     for rank in range(world_size):
         torch.manual_seed(0)
-        model = mlp(256)
+        # steps of milliseconds, the straggler's several times more: a loaded
+        # host's hiccups must not decide which rank is slowest
+        model = mlp(512)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        x = torch.randn(128, 256)
+        x = torch.randn(512, 512)
         with dc_torch.profile(logdir=str(logdir), steps=WINDOW, rank=rank, host="node0", world_size=world_size) as prof:
             for _ in range(steps):
                 loss = model(x).square().mean()
                 if rank == slow_rank:
-                    loss = loss + straggler_work(torch.randn(384, 384)).mean()
+                    loss = loss + straggler_work(torch.randn(768, 768)).mean()
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
