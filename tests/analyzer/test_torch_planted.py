@@ -63,7 +63,7 @@ def test_planted_model_problems_are_found_where_they_are(tmp_path):
 
     casts = _at(found, "dtype_conversion", "ping_pong")
     assert casts["evidence"]["operators"] == ["torch.Tensor.float", "torch.Tensor.half"]
-    assert casts["evidence"]["per_step"] == 64  # 32 casts forward, and each one's backward copy
+    assert casts["evidence"]["per_step"] == 24  # 12 casts forward, and each one's backward copy
 
     norm = _at(found, "unfused_norm", "norm (RMSNorm)")
     assert norm["path"][-1].endswith("RMSNorm.forward")
