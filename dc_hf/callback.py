@@ -14,6 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from dc_core.config import ProfilerConfig
+from dc_core.eval_windows import EvalWindows, batch_count
 from dc_core.session import Session
 from dc_torch.adapter import TorchAdapter
 
@@ -36,17 +37,16 @@ class DeepContextCallback(TrainerCallback):
         config: What to profile; keyword ``overrides`` replace its fields
             (``DEEPCONTEXT_CONFIG`` wins over both). With ``profile_eval=True``
             evaluation batches are profiled as their own windows (run
-            ``<run>/eval``; steps count prediction steps).
+            ``<run>/eval``; steps count batches, from the first).
     """
 
     def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
         self.config, self.overrides = config, overrides
         self.session: Session | None = None
-        self.eval_session: Session | None = None
-        self.eval_step = 0
+        self.evals = EvalWindows(self._session)
         self.written: list[Path] = []
         self._step: int | None = None
-        self._eval_open = False
+        self._eval_batches = 0  # batches of the evaluation running
         self._place: dict[str, Any] = {}
 
     def _session(self, **extra: Any) -> Session:
@@ -80,37 +80,36 @@ class DeepContextCallback(TrainerCallback):
         if self._step is not None:
             step, self._step = self._step, None
             self.session.step_end(step)
+        self._maybe_eval_follows(control)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._maybe_eval_follows(control)
+
+    def _maybe_eval_follows(self, control: Any) -> None:
+        """Evaluation has no begin event: its first batch begins where the flow
+        callback (run before ours) has just set ``control.should_evaluate``."""
+        if control.should_evaluate and self.session is not None and self.session.config.profile_eval:
+            self.evals.begin(self.session, "eval")
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Evaluation has no per-batch begin event: each prediction step ends one
-        eval step and begins the next (the first batch is not profiled)."""
-        if self.session is None or not self.session.config.profile_eval:
-            return
-        if self.eval_session is None:
-            run = self.session.config.run
-            steps = {"start": 0, "count": self.session.config.steps.count, "every": None, "repeat": 1}
-            self.eval_session = self._session(run=f"{run}/eval" if run else "eval", steps=steps, time_range=None)
-        self._end_eval_step()
-        self._eval_open = True
-        self.eval_session.step_begin(self.eval_step)
-
-    def _end_eval_step(self) -> None:
-        if self._eval_open:
-            self._eval_open = False
-            self.eval_session.step_end(self.eval_step)
-            self.eval_step += 1
+        """Ends one eval batch and, unless it was the loader's last, begins the next."""
+        if self.session is not None and self.session.config.profile_eval:
+            self.evals.end()
+            self._eval_batches += 1
+            if self._eval_batches != batch_count(kwargs.get("eval_dataloader")):
+                self.evals.begin(self.session, "eval")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._end_eval_step()
+        self.evals.end()
+        self._eval_batches = 0
 
     on_predict = on_evaluate
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._end_eval_step()
-        for session in filter(None, (self.session, self.eval_session)):
-            session.close()
-            self.written += session.written
-        self.session, self.eval_session, self._step = None, None, None
+        if self.session is not None:
+            self.session.close()
+            self.written += self.session.written + self.evals.close()
+        self.session, self._step = None, None
 
 
 def _scalar_run(output_dir: str) -> str | None:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from dc_core.config import ProfilerConfig
+from dc_core.eval_windows import EvalWindows
 from dc_core.session import Session
 from dc_torch.adapter import TorchAdapter
 
 _PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric")
-_EVAL_LOOPS = ("validation", "test")
 
 
 def _importable(name: str) -> Any:
@@ -50,11 +50,9 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
         super().__init__()
         self.config, self.overrides = config, overrides
         self.session: Session | None = None
-        self.eval_sessions: dict[str, Session] = {}
-        self.eval_steps = {loop: 0 for loop in _EVAL_LOOPS}
+        self.evals = EvalWindows(self._session)
         self.written: list[Path] = []
         self._step: int | None = None  # the optimizer step begun and not yet ended
-        self._eval: str | None = None
         self._place: dict[str, Any] = {}
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -91,21 +89,8 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
 
     # --- validation and test: their own windows when profile_eval is set ----------
     def _eval_begin(self, trainer: Any, loop: str) -> None:
-        if self.session is None or not self.session.config.profile_eval or trainer.sanity_checking:
-            return
-        if loop not in self.eval_sessions:
-            run = self.session.config.run
-            steps = {"start": 0, "count": self.session.config.steps.count, "every": None, "repeat": 1}
-            self.eval_sessions[loop] = self._session(run=f"{run}/{loop}" if run else loop, steps=steps,
-                                                     time_range=None)
-        self._eval = loop
-        self.eval_sessions[loop].step_begin(self.eval_steps[loop])
-
-    def _eval_end(self, loop: str) -> None:
-        if self._eval == loop:
-            self._eval = None
-            self.eval_sessions[loop].step_end(self.eval_steps[loop])
-            self.eval_steps[loop] += 1
+        if self.session is not None and self.session.config.profile_eval and not trainer.sanity_checking:
+            self.evals.begin(self.session, loop)
 
     def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
@@ -113,7 +98,7 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
 
     def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
-        self._eval_end("validation")
+        self.evals.end()
 
     def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
@@ -121,14 +106,14 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
 
     def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
-        self._eval_end("test")
+        self.evals.end()
 
     # --- the end: flush whatever window is open ------------------------------------
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        for session in filter(None, (self.session, *self.eval_sessions.values())):
-            session.close()
-            self.written += session.written
-        self.session, self.eval_sessions, self._step, self._eval = None, {}, None, None
+        if self.session is not None:
+            self.session.close()
+            self.written += self.session.written + self.evals.close()
+        self.session, self._step = None, None
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "exception")

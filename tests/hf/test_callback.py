@@ -70,16 +70,28 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     assert profile.tree.value(forward[0], "count") == 4  # 2 steps × 2 micro-batches
 
 
+def _forward_count(profile, module="transformer.h.0.attn"):
+    tree = profile.tree
+    (node,) = [n for n in tree.find_all(lambda f: f.name == module) if tree.path_frames(n)[0].name == "forward"]
+    return tree.value(node, "count")
+
+
 def test_user_logdir_wins_and_eval_is_its_own_window(tmp_path):
     callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 1, "count": 2},
                                    profile_eval=True, cpu_sampling_hz=0, system_interval_ms=0)
-    train(tmp_path, callback, max_steps=3, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=2)
+    # evaluation after step 1, inside the training window: 8 examples, 2 batches
+    train(tmp_path, callback, max_steps=3, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4)
     runs = sorted(p.relative_to(tmp_path / "prof").parts[0] for p in callback.written)
     assert runs == ["eval", "plugins"]
     profiles, _ = load_profiles(tmp_path / "prof")
     (evaluation,) = [p for p in profiles if p.run == "eval"]
-    assert evaluation.steps == (0, 2)
+    (training,) = [p for p in profiles if p.run != "eval"]
+    assert evaluation.steps == (0, 2) and training.steps == (1, 3)
     assert "backward" not in {evaluation.tree.node_frame(n).name for n in evaluation.tree.children(0)}
+    # both batches, the first included (it begins when the trainer decides to evaluate) ...
+    assert _forward_count(evaluation) == 2
+    # ... and none of them in the training window they ran inside
+    assert _forward_count(training) == 2
 
 
 def test_profiles_land_in_the_tensorboard_run_beside_the_scalars(tmp_path):
