@@ -60,7 +60,7 @@ def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks")
     if seq < first_seq:
         return  # no node of this call's (e.g. an input returned as is)
     mark = pack(hooks.adapter.generation, op_node, fid)
-    node.metadata[KEY] = mark | 1
+    node.metadata[KEY] = mark
     paired = hooks.hook(out, node)
     if seq == first_seq:
         return  # the output's node is the call's first: nothing behind it is the call's
@@ -78,15 +78,15 @@ def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks")
 
 
 def pack(generation: int, op_node: int, fid: int) -> int:
-    """A forward call's mark, main-node bit clear. Marks are plain ints: one
-    stays on every hooked node until its graph dies, and ints are not tracked
-    by the garbage collector (a tuple per node cost a collection every step)."""
-    return ((generation << 31 | fid) << 32 | op_node) << 1
+    """A forward call's mark. Marks are plain ints: one stays on every hooked
+    node until its graph dies, and ints are not tracked by the garbage
+    collector (a tuple per node cost a collection every step)."""
+    return (generation << 31 | fid) << 32 | op_node
 
 
-def unpack(mark: int) -> tuple[int, int, int, bool]:
-    """``(generation, op_node, fid, main)`` of a mark made by ``pack``."""
-    return mark >> 64, (mark >> 1) & 0xFFFFFFFF, (mark >> 33) & 0x7FFFFFFF, bool(mark & 1)
+def unpack(mark: int) -> tuple[int, int, int]:
+    """``(generation, op_node, fid)`` of a mark made by ``pack``."""
+    return mark >> 63, mark & 0xFFFFFFFF, (mark >> 32) & 0x7FFFFFFF
 
 
 class NodeHooks:
@@ -230,7 +230,7 @@ def backward_node(a: Any, node: Any, mark: Any) -> int:
     c, frames, top = a.collector, a.frames, a.backward_phase_node()
     name = node.name()
     if type(mark) is int:
-        generation, op_node, fid, _ = unpack(mark)
+        generation, op_node, fid = unpack(mark)
         if generation == a.generation:
             context = c.mirror(c.parent(op_node), top)
             return c.child(context, frames.backward_op(frames.names[fid], name))
