@@ -12,11 +12,17 @@ from typing import Any
 from .base import Window, finding, ms, op_name, percent
 
 
-def _directions(w: Window, ops: list[int]) -> tuple[list[int], list[int]]:
-    forward, backward = [], []
+_NOT_FORWARD = ("backward", "optimizer", "dataloader")
+
+
+def _by_phase(w: Window, ops: list[int]) -> dict[str, list[int]]:
+    """Operators by the phase they ran in, backward-flagged ones in backward.
+    ``forward`` holds every phase of the model's own compute (forward, other)."""
+    out: dict[str, list[int]] = {}
     for op in ops:
-        (backward if w.tree.node_frame(op).backward or w.phase(op) == "backward" else forward).append(op)
-    return forward, backward
+        phase = "backward" if w.tree.node_frame(op).backward else w.phase(op)
+        out.setdefault(phase if phase in _NOT_FORWARD else "forward", []).append(op)
+    return out
 
 
 def hotspot(w: Window) -> list[dict[str, Any]]:
@@ -33,21 +39,23 @@ def hotspot(w: Window) -> list[dict[str, Any]]:
         time_ns = sum(w.incl[o] for o in ops)
         if time_ns / w.total < min_share:
             break
-        forward, backward = _directions(w, ops)
-        anchors = [w.anchor(o) for o in ops]
-        node = max(set(anchors), key=lambda a: w.incl[a])
+        phases = {phase: sum(w.incl[o] for o in group) for phase, group in _by_phase(w, ops).items()}
+        per_anchor: dict[int, int] = {}
+        for op in ops:  # shown where its operators spend most (the line's forward, backward or optimizer node)
+            per_anchor[w.anchor(op)] = per_anchor.get(w.anchor(op), 0) + w.incl[op]
+        node = max(per_anchor, key=per_anchor.__getitem__)
         label = w.tree.node_frame(node).label()
         names = sorted({w.tree.node_frame(o).name for o in ops}, key=lambda n: -sum(
             w.incl[o] for o in ops if w.tree.node_frame(o).name == n))
+        split = ", ".join(f"{phase} {ms(phases[phase])}" for phase in ("forward", *_NOT_FORWARD) if phase in phases)
         out.append(finding(
             "hotspot", "info",
-            f"{label}: {percent(time_ns / w.total)} of the window"
-            + (f" (forward {ms(sum(w.incl[o] for o in forward))}, backward {ms(sum(w.incl[o] for o in backward))})"
-               if backward else ""),
+            f"{label}: {percent(time_ns / w.total)} of the window" + (f" ({split})" if set(phases) != {"forward"} else ""),
             f"the heaviest line; its main operators are {', '.join(names[:3])}",
             w.tree, node,
             {"kind": "line", "share": round(time_ns / w.total, 4), "time_ns": time_ns, "metric": w.metric,
-             "forward_ns": sum(w.incl[o] for o in forward), "backward_ns": sum(w.incl[o] for o in backward),
+             **{f"{phase}_ns": phases.get(phase, 0) for phase in ("forward", "backward")},
+             **{f"{phase}_ns": phases[phase] for phase in _NOT_FORWARD[1:] if phase in phases},
              "operators": names[:5]},
         ))
     by_name: dict[str, list[int]] = {}
@@ -106,7 +114,8 @@ def backward_imbalance(w: Window) -> list[dict[str, Any]]:
     ratio, min_share = w.t["backward_imbalance.ratio"], w.t["backward_imbalance.min_share"]
     out = []
     for ops in w.scopes(w.top_ops, by_function=False).values():
-        forward, backward = _directions(w, ops)
+        phases = _by_phase(w, ops)
+        forward, backward = phases.get("forward", []), phases.get("backward", [])
         fwd = sum(w.incl[o] for o in forward)
         bwd = sum(w.incl[o] for o in backward)
         if not forward or not backward or bwd / w.total < min_share:

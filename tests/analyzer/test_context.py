@@ -26,6 +26,24 @@ def test_hotspot_names_the_heaviest_line_and_operator():
     assert all(f["severity"] == "info" for f in found)
 
 
+def test_hotspot_line_shown_where_its_operators_run_with_their_phases():
+    # An optimizer whose own frames are skipped bills its ops to the loop's line;
+    # that line also sits above the whole backward pass, which must not decide
+    # where the finding points nor count as the line's own backward time.
+    layer = line("forward", "model.py:12")
+    p = profile(
+        ("forward", (TRAIN, (layer, f"aten::addmm @cpu_time_ns={40 * MS}"))),
+        ("backward", (TRAIN, f"aten::sum [backward] @cpu_time_ns={MS}",
+                      (layer, f"aten::mm [backward] @cpu_time_ns={40 * MS}"))),
+        ("optimizer", (TRAIN, f"aten::mul_ @cpu_time_ns={12 * MS}", f"aten::add_ @cpu_time_ns={8 * MS}")),
+    )
+    (train,) = [f for f in analyze(p) if f["rule"] == "hotspot" and f["path"][-1] == "train.py:20 train"]
+    assert train["path"] == ["optimizer", "train.py:20 train"]
+    assert train["message"] == "train.py:20 train: 20.8% of the window (backward 1.0 ms, optimizer 20.0 ms)"
+    assert train["evidence"]["optimizer_ns"] == 20 * MS and train["evidence"]["forward_ns"] == 0
+    assert train["evidence"]["operators"] == ["aten::mul_", "aten::add_", "aten::sum"]
+
+
 def test_hotspot_quiet_when_nothing_reaches_the_share():
     specs = [(line(f"f{i}", f"m.py:{i}"), f"aten::op{i} @cpu_time_ns={MS}") for i in range(40)]
     p = profile(("forward", (TRAIN, *specs)))
