@@ -3,11 +3,19 @@
 ``Optimizer.step`` of every optimizer runs the global step hooks torch keeps
 for profilers; ``zero_grad`` and ``DataLoader`` iteration are wrapped at the
 class (and restored when the window closes), so no user object is touched.
+
+Torch's own optimizers get a Python frame of their step under the calling
+line (``adam.py:214 AdamW.step``, named by the class the user built): their
+code is skipped in captures, and without it the update's operators would sit
+directly under the line that called ``step`` (or ``trainer.fit``), with two
+optimizers indistinguishable.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import os
 from typing import Any
 
 from threading import get_ident
@@ -16,12 +24,17 @@ import torch
 from torch.optim import optimizer as optimizer_mod
 from torch.utils.data import dataloader as dataloader_mod
 
+from dc_core.collector import KIND_PYTHON
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
 
 class PhaseHooks:
     def __init__(self, adapter: Any) -> None:
         self.adapter = adapter
         self.handles: list[Any] = []
         self.patched: list[tuple[type, str, Any]] = []
+        self.steps: dict[type, tuple[str, str, int] | None] = {}  # optimizer class -> its step's frame
 
     def install(self) -> None:
         self.handles = [
@@ -41,19 +54,22 @@ class PhaseHooks:
 
     # --- optimizer.step: torch's global hooks -------------------------------
     def _optimizer_begin(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._begin("optimizer")
+        self._begin("optimizer", type(optimizer))
 
     def _optimizer_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._end()
 
-    def _begin(self, name: str) -> None:
+    def _begin(self, name: str, optimizer: type | None = None) -> None:
         a = self.adapter
         phase = None
         try:
             state = a.thread_state()
             if a.active and not (get_ident() in a.suspended):
                 phase = a.session.phase(name)
-                phase.__enter__()
+                phase.__enter__()  # its exit closes the step's frame too
+                step = self._step_frame(optimizer) if optimizer is not None else None
+                if step is not None:
+                    a.collector.enter((a.session.frame(KIND_PYTHON, *step),), -1, True)
             state.phases.append(phase)  # None too, so that _end pops what this call pushed
         except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
             a.fail(exc, "phase")
@@ -67,6 +83,14 @@ class PhaseHooks:
                 phase.__exit__(None, None, None)
         except Exception as exc:  # noqa: BLE001
             a.fail(exc, "phase")
+
+    def _step_frame(self, cls: type) -> tuple[str, str, int] | None:
+        """(name, file, line) of ``cls.step`` where torch defines it, else None."""
+        if cls not in self.steps:
+            code = getattr(inspect.unwrap(cls.step), "__code__", None)
+            inside = code is not None and code.co_filename.startswith(_TORCH_DIR)
+            self.steps[cls] = (f"{cls.__name__}.step", code.co_filename, code.co_firstlineno) if inside else None
+        return self.steps[cls]
 
     # --- wrapped methods ------------------------------------------------------
     def _patch(self, cls: type, name: str, phase: str) -> None:

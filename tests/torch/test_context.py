@@ -81,6 +81,31 @@ def test_optimizer_phase_holds_the_update(tmp_path):
     ops = find(tree, lambda fs: fs[0].name == "optimizer" and fs[-1].kind == "operator")
     names = {tree.node_frame(n).name for n in ops}
     assert names & {"torch.Tensor.add_", "torch._foreach_add_"}
+    # under the loop's line, then torch's step of the optimizer the user built
+    step = tree.path_frames(ops[0])
+    assert [(f.kind, f.name) for f in step[:-1]][-2:] == [("python", "train"), ("python", "SGD.step")]
+    assert step[-2].file.endswith("torch/optim/sgd.py") and step[-2].line > 0
+
+
+def test_two_optimizers_are_told_apart(tmp_path):
+    class Optimizer(torch.optim.SGD):
+        """A user's subclass: its step is torch's, named by the user's class."""
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+    first = torch.optim.Adam(model[0].parameters())
+    second = Optimizer(model[1].parameters(), lr=0.1)
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), **QUIET) as prof:
+        for _ in range(4):
+            model(torch.randn(4, 8)).sum().backward()
+            first.step()
+            second.step()
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    steps = find(tree, lambda fs: fs[0].name == "optimizer" and fs[-1].name.endswith(".step"))
+    assert sorted((tree.node_frame(n).name, tree.value(n, "count")) for n in steps) == [
+        ("Adam.step", 2), ("Optimizer.step", 2)]
+    for node in steps:  # each holds its own update
+        assert any(tree.node_frame(c).kind == "operator" for c in tree.children(node))
 
 
 def test_outside_a_window_nothing_is_hooked(tmp_path):
