@@ -26,7 +26,7 @@ from torch.utils.data import dataloader as dataloader_mod
 
 from dc_core.collector import KIND_PYTHON
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OPTIM_DIR = os.path.dirname(torch.optim.__file__) + os.sep  # where torch's optimizers live
 
 
 class PhaseHooks:
@@ -85,10 +85,10 @@ class PhaseHooks:
             a.fail(exc, "phase")
 
     def _step_frame(self, cls: type) -> tuple[str, str, int] | None:
-        """(name, file, line) of ``cls.step`` where torch defines it, else None."""
+        """(name, file, line) of ``cls.step`` where torch's optimizers define it, else None."""
         if cls not in self.steps:
             code = getattr(inspect.unwrap(cls.step), "__code__", None)
-            inside = code is not None and code.co_filename.startswith(_TORCH_DIR)
+            inside = code is not None and code.co_filename.startswith(_OPTIM_DIR)
             self.steps[cls] = (f"{cls.__name__}.step", code.co_filename, code.co_firstlineno) if inside else None
         return self.steps[cls]
 

@@ -50,7 +50,8 @@ def hotspot(w: Window) -> list[dict[str, Any]]:
         split = ", ".join(f"{phase} {ms(phases[phase])}" for phase in ("forward", *_NOT_FORWARD) if phase in phases)
         out.append(finding(
             "hotspot", "info",
-            f"{label}: {percent(time_ns / w.total)} of the window" + (f" ({split})" if set(phases) != {"forward"} else ""),
+            f"{label}: {percent(time_ns / w.total)} of the window"
+            + (f" ({split})" if set(phases) != {"forward"} else ""),
             f"the heaviest line; its main operators are {', '.join(names[:3])}",
             w.tree, node,
             {"kind": "line", "share": round(time_ns / w.total, 4), "time_ns": time_ns, "metric": w.metric,
