@@ -20,6 +20,7 @@ from dc_core.logdir import read_profile  # noqa: E402
 from dc_jax.nnx_hooks import NnxScopes  # noqa: E402
 
 from . import nnx_workloads as workloads  # noqa: E402
+from .helpers import nodes as _nodes  # noqa: E402
 
 DC_JAX_DIR = os.path.dirname(os.path.abspath(dc_jax.__file__)) + os.sep
 
@@ -33,15 +34,6 @@ def _train(tmp_path, training, steps: int, window: StepRange):
             prof.step()
     (profile,) = [read_profile(p) for p in prof.written]
     return profile
-
-
-def _nodes(tree, kind, name=None, backward=None):
-    return [
-        n for n in range(len(tree))
-        if tree.node_frame(n).kind == kind
-        and (name is None or tree.node_frame(n).name == name)
-        and (backward is None or tree.node_frame(n).backward == backward)
-    ]
 
 
 def _under(tree, node, name):

@@ -19,6 +19,7 @@ from dc_core.config import StepRange  # noqa: E402
 from dc_core.logdir import read_profile  # noqa: E402
 
 from . import workloads  # noqa: E402
+from .helpers import nodes as _nodes  # noqa: E402
 
 
 def _train(tmp_path, training, steps: int, window: StepRange, **overrides):
@@ -28,15 +29,6 @@ def _train(tmp_path, training, steps: int, window: StepRange, **overrides):
             state, loss = train_step(state, x, y)
             prof.step()
     return prof, [read_profile(p) for p in prof.written]
-
-
-def _nodes(tree, kind, name=None, backward=None):
-    return [
-        n for n in range(len(tree))
-        if tree.node_frame(n).kind == kind
-        and (name is None or tree.node_frame(n).name == name)
-        and (backward is None or tree.node_frame(n).backward == backward)
-    ]
 
 
 def _under(tree, node, kind, name):
