@@ -22,3 +22,8 @@ if __name__ == "__main__":
         TinyGPTModule(), loader(batches=24)
     )
     print("written", callback.written)
+    # As every DDP script should: without it gloo's threads may still hold work
+    # when the interpreter finalizes, and the process aborts at exit now and then
+    # ("terminate called without an active exception", a known c10d issue).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
