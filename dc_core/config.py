@@ -3,6 +3,8 @@
 Every field is validated at construction; an error names the dotted field and
 the accepted range. ``DEEPCONTEXT_CONFIG`` (inline JSON, or a path to a JSON or
 YAML file) overrides fields so a job can be re-profiled without code changes.
+The checks themselves live in `validate`: a value that passes construction
+must not fail when a window opens or closes.
 """
 
 from __future__ import annotations
@@ -10,28 +12,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .validate import INT64_MAX, check_int, check_logdir, check_number, check_run, check_thresholds, shown
+
 ENV_VAR = "DEEPCONTEXT_CONFIG"
 MODES = ("lightweight", "comprehensive")
-
-
-def _check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        accepted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be {accepted}, got {value}")
-
-
-def _check_number(name: str, value: Any, minimum: float, maximum: float | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        accepted = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be {accepted}, got {value}")
+#: A step no window reaches; step fields stay below it, so ``start + count``
+#: still fits the profile's int64 step fields.
+NEVER = 1 << 62
+#: A config file is a few lines; anything bigger is the wrong path.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -45,11 +39,11 @@ class StepRange:
     repeat: int = 1
 
     def __post_init__(self) -> None:
-        _check_int("steps.start", self.start, 0)
-        _check_int("steps.count", self.count, 1)
+        check_int("steps.start", self.start, 0, NEVER - 1)
+        check_int("steps.count", self.count, 1, NEVER - 1)
         if self.every is not None:
-            _check_int("steps.every", self.every, self.count)
-        _check_int("steps.repeat", self.repeat, 0)
+            check_int("steps.every", self.every, self.count, NEVER - 1)
+        check_int("steps.repeat", self.repeat, 0, NEVER - 1)
 
     def window_of(self, step: int) -> tuple[int, int] | None:
         """The window ``(start, end_exclusive)`` holding ``step``, or None.
@@ -69,19 +63,18 @@ class StepRange:
         return (step - offset, step - offset + self.count)
 
     def next_active(self, step: int) -> int:
-        """The first step at or after ``step`` that lies in a window (huge if none)."""
-        never = 1 << 62
+        """The first step at or after ``step`` that lies in a window (`NEVER` if none)."""
         if step < self.start:
             return self.start
         every = self.every or (self.count if self.repeat != 1 else None)
         if every is None:
-            return step if step < self.start + self.count else never
+            return step if step < self.start + self.count else NEVER
         index, offset = divmod(step - self.start, every)
         if offset >= self.count:
             index, offset = index + 1, 0
             step = self.start + index * every
         if self.repeat and index >= self.repeat:
-            return never
+            return NEVER
         return step
 
 
@@ -94,8 +87,8 @@ class TimeRange:
     duration_s: float = 10.0
 
     def __post_init__(self) -> None:
-        _check_number("time_range.start_after_s", self.start_after_s, 0.0)
-        _check_number("time_range.duration_s", self.duration_s, 1e-3)
+        check_number("time_range.start_after_s", self.start_after_s, 0.0)
+        check_number("time_range.duration_s", self.duration_s, 1e-3)
 
 
 @dataclass(frozen=True)
@@ -105,7 +98,7 @@ class ProfilerConfig:
     Args:
         logdir: Directory TensorBoard reads; profiles go under
             ``<logdir>/<run>/plugins/deepcontext/``.
-        run: Run name (a subdirectory of ``logdir``); None writes into ``logdir``.
+        run: Run name (a subdirectory of ``logdir``, ``/`` nests); None writes into ``logdir``.
         steps: Step windows to profile (ignored when ``time_range`` is set).
         time_range: Profile by wall time instead of step numbers.
         mode: ``"lightweight"`` (Python + framework context) or
@@ -114,9 +107,14 @@ class ProfilerConfig:
         system_interval_ms: System monitor interval inside windows; 0 turns it off.
         max_nodes: Cap on context-tree nodes per window (drops are counted).
         native: Prefer the native collector (falls back with a warning).
-        analyzer: Threshold overrides, ``{"rule.threshold": value}``.
+        analyzer: Threshold overrides, ``{"rule.threshold": value}``, checked
+            against the analyzer's rules and thresholds; ``"rule.enabled": 0``
+            turns a rule off. Stored as a copy, so later edits cannot bypass the checks.
         profile_eval: Also profile validation/test loops, as their own windows.
         enabled: False turns every integration into a no-op.
+
+    Raises:
+        ValueError: a field is out of range, naming the dotted field and the accepted range.
     """
 
     logdir: str = "runs/deepcontext"
@@ -133,34 +131,24 @@ class ProfilerConfig:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.logdir, (str, os.PathLike)) or not str(self.logdir):
-            raise ValueError(f"logdir must be a non-empty path, got {self.logdir!r}")
-        object.__setattr__(self, "logdir", str(self.logdir))
-        if self.run is not None and (not isinstance(self.run, str) or not _safe_name(self.run)):
-            raise ValueError(f"run must be a relative name without '..', got {self.run!r}")
+        object.__setattr__(self, "logdir", check_logdir(self.logdir))
+        if self.run is not None:
+            check_run(self.run)
         if not isinstance(self.steps, StepRange):
             raise ValueError(f"steps must be a StepRange, got {type(self.steps).__name__}")
         if self.time_range is not None and not isinstance(self.time_range, TimeRange):
             raise ValueError(f"time_range must be a TimeRange, got {type(self.time_range).__name__}")
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        _check_number("cpu_sampling_hz", self.cpu_sampling_hz, 0.0, 10_000.0)
-        _check_int("system_interval_ms", self.system_interval_ms, 0, 3_600_000)
-        if 0 < self.system_interval_ms < 10:
-            raise ValueError(f"system_interval_ms must be 0 or in [10, 3600000], got {self.system_interval_ms}")
-        _check_int("max_nodes", self.max_nodes, 1_000)
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {shown(self.mode)}")
+        # A positive rate below 0.01 Hz samples nothing in a window of steps, and far
+        # below it the native sampler's period overflows its int64 nanoseconds.
+        check_number("cpu_sampling_hz", self.cpu_sampling_hz, 0.01, 10_000.0, off=True)
+        check_int("system_interval_ms", self.system_interval_ms, 10, 3_600_000, off=True)
+        check_int("max_nodes", self.max_nodes, 1_000, INT64_MAX)
         for flag in ("native", "profile_eval", "enabled"):
             if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{flag} must be true or false, got {getattr(self, flag)!r}")
-        if not isinstance(self.analyzer, Mapping):
-            raise ValueError(f"analyzer must be a mapping of threshold overrides, got {self.analyzer!r}")
-        for key, value in self.analyzer.items():
-            _check_number(f"analyzer.{key}", value, float("-inf"))
-
-
-def _safe_name(name: str) -> bool:
-    parts = Path(name).parts
-    return bool(parts) and not Path(name).is_absolute() and ".." not in parts
+                raise ValueError(f"{flag} must be true or false, got {shown(getattr(self, flag))}")
+        object.__setattr__(self, "analyzer", check_thresholds(self.analyzer))
 
 
 _NESTED = {"steps": StepRange, "time_range": TimeRange}
@@ -178,7 +166,7 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
         if nested is not None and isinstance(value, Mapping):
             value = _build(nested, value, f"{key}.")
         elif nested is not None and value is not None and not isinstance(value, nested):
-            raise ValueError(f"{key} must be an object with fields of {nested.__name__}, got {value!r}")
+            raise ValueError(f"{key} must be an object with fields of {nested.__name__}, got {shown(value)}")
         values[key] = value
     return cls(**values)
 
@@ -198,44 +186,83 @@ def merge(config: ProfilerConfig, data: Mapping[str, Any]) -> ProfilerConfig:
 
 
 def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Fields set by ``DEEPCONTEXT_CONFIG`` (inline JSON or a JSON/YAML file)."""
+    """Fields set by ``DEEPCONTEXT_CONFIG`` (inline JSON or a JSON/YAML file).
+
+    Raises:
+        ValueError: naming ``DEEPCONTEXT_CONFIG`` (and the file) when it cannot be
+            read or parsed, or holds something other than an object."""
+    return _env(environ)[0]
+
+
+def _env(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str]:
+    """The overrides and where they came from, for error messages."""
     raw = (os.environ if environ is None else environ).get(ENV_VAR, "").strip()
     if not raw:
-        return {}
+        return {}, ENV_VAR
     if raw.startswith("{"):
+        where = f"{ENV_VAR} (inline JSON)"
         try:
             data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{ENV_VAR} is not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # also int-digit limits, deep nesting
+            raise ValueError(f"{where} is not valid JSON: {exc}") from None
     else:
-        path = Path(raw)
-        if not path.is_file():
-            raise ValueError(f"{ENV_VAR} names {raw!r}, which is neither inline JSON nor a readable file")
-        text = path.read_text()
+        where = f"{ENV_VAR} file {shown(raw, 1024)}"
+        text = _read_config_file(Path(raw), where)
+        yaml_file = Path(raw).suffix in (".yaml", ".yml")
         try:
-            if path.suffix in (".yaml", ".yml"):
+            if yaml_file:
                 import yaml
 
                 data = yaml.safe_load(text)
             else:
                 data = json.loads(text)
-        except Exception as exc:  # yaml and json raise different types
-            raise ValueError(f"{ENV_VAR} file {raw}: cannot parse: {exc}") from None
+        except Exception as exc:  # yaml and json raise different types (and RecursionError)
+            raise ValueError(f"{where}: cannot parse as {'YAML' if yaml_file else 'JSON'}: {exc}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{ENV_VAR} must hold an object of config fields, got {type(data).__name__}")
-    return data
+        raise ValueError(f"{where} must hold an object of config fields, got {type(data).__name__}")
+    return data, where
+
+
+def _read_config_file(path: Path, where: str) -> str:
+    hint = "(inline JSON must start with '{')"
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read: {exc.strerror or exc} {hint}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{where} is a directory, not a config file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{where} is not a regular file")
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where} is larger than {MAX_CONFIG_BYTES} bytes; not a config file")
+    try:
+        return data.decode("utf-8-sig")  # an editor's byte-order mark is still UTF-8
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
 
 
 def resolve(config: ProfilerConfig | None = None, **overrides: Any) -> ProfilerConfig:
     """The effective config: ``config`` (or defaults), then keyword overrides,
     then ``DEEPCONTEXT_CONFIG`` (the environment wins, so a job can be
-    re-profiled without code changes)."""
+    re-profiled without code changes).
+
+    Raises:
+        ValueError: a bad field (named), or a bad ``DEEPCONTEXT_CONFIG``
+            (named with its file, also before the message of a bad field it sets)."""
     if config is not None and not isinstance(config, ProfilerConfig):
         raise ValueError(f"config must be a ProfilerConfig, got {type(config).__name__}")
     result = config or ProfilerConfig()
     if overrides:
         result = merge(result, overrides)
-    env = env_overrides()
+    env, where = _env()
     if env:
-        result = merge(result, env)
+        try:
+            result = merge(result, env)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     return result
