@@ -128,6 +128,18 @@ class TorchAdapter:
             self._backward_node = (self.generation, node)
         return node
 
+    def leave(self, marker: Any, where: str) -> None:
+        """Close the scope a hook opened around the user's call (in its ``finally``):
+        an error here is the profiler's and must not replace the user's result
+        or exception."""
+        try:
+            if marker is not None:
+                marker.__exit__(None, None, None)
+            if self.active:
+                self.collector.exit()
+        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+            self.fail(exc, where)
+
     def fail(self, exc: BaseException, where: str) -> None:
         """Route an internal error to the session's fail-open path (which uninstalls us)."""
         self.active = False

@@ -272,9 +272,7 @@ class AtenMode(TorchDispatchMode):
         try:
             out = func(*args, **kwargs)
         finally:
-            if marker is not None:
-                marker.__exit__(None, None, None)
-            c.exit()
+            a.leave(marker, "aten")
         try:
             count = self.flops.get(func, _UNKNOWN)
             if count is _UNKNOWN:
@@ -313,15 +311,18 @@ class BackwardRunner:
         try:
             phase = a.session.phase("backward")
             phase.__enter__()
+            passes = a.thread_state().passes
+            opened = len(passes)
         except Exception as exc:  # noqa: BLE001
             a.fail(exc, "backward")
             return func(*args, **kwargs)
-        passes = a.thread_state().passes
-        opened = len(passes)
         try:
-            return func(*args, **kwargs)
+            return func(*args, **kwargs)  # once: the user's backward, and its exception, are the user's
         finally:
             # After a failed backward the engine runs no end-of-pass callback;
             # leaving the phase closes the scopes, this forgets the pass.
-            del passes[opened:]
-            phase.__exit__(None, None, None)
+            try:
+                del passes[opened:]
+                phase.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001
+                a.fail(exc, "backward")

@@ -82,9 +82,12 @@ class CollectiveHooks:
                     out = op(*args, **kwargs)
             finally:
                 if node >= 0:
-                    a.collector.exit()
+                    a.leave(None, "collective")
             if node >= 0:
-                self._on_completion(out, node, start)
+                try:
+                    self._on_completion(out, node, start)
+                except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+                    a.fail(exc, "collective")
             return out
 
         return kernel

@@ -111,7 +111,7 @@ class Region:
             finally:
                 if not nested:
                     adapter.suspended.discard(ident)
-                adapter.collector.exit()
+                adapter.leave(None, "compiled")
             try:
                 region._count(adapter, node)
                 if torch.is_grad_enabled():

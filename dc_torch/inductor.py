@@ -255,14 +255,16 @@ def _timed(fn: Callable, paths: list[tuple[int, ...]], adapter: Any) -> Callable
             return fn(*args, **kwargs)
         k = site[0]
         site[0] = k + 1 if k + 1 < n else 0
-        node = c.enter(paths[k])
-        marker = device.mark(node) if device.on else None
+        try:
+            node = c.enter(paths[k])
+            marker = device.mark(node) if device.on else None
+        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+            adapter.fail(exc, "kernel")
+            return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
         finally:
-            if marker is not None:
-                marker.__exit__(None, None, None)
-            c.exit()
+            adapter.leave(marker, "kernel")
 
     timed.__wrapped__ = fn  # type: ignore[attr-defined]
     return timed

@@ -150,28 +150,28 @@ class OperatorMode(TorchFunctionMode):
         a = self.adapter
         if fid == -1 or not a.active:
             return func(*args, **kwargs)
+        # The user's call runs exactly once, outside every ``except`` of ours:
+        # only what the profiler's own lines raise is the profiler's.
+        node = -1
         try:
             if fid is None:
                 fid = classify(a, func)
-            if fid < 0:
-                if fid == -2:
-                    return a.backward.run(func, args, kwargs)
-                return func(*args, **kwargs)
-            if a.suspended and get_ident() in a.suspended:  # inside a compiled region
-                return func(*args, **kwargs)
-            c = self.collector
-            node = c.enter((fid,), -1, True)  # capture and enter in one native call
-            marker = self.device.mark(node) if self.device.on else None
-            first_seq = _next_seq() if _grad_enabled() else -1
+            if fid >= 0 and not (a.suspended and get_ident() in a.suspended):  # not inside a compiled region
+                c = self.collector
+                node = c.enter((fid,), -1, True)  # capture and enter in one native call
+                marker = self.device.mark(node) if self.device.on else None
+                first_seq = _next_seq() if _grad_enabled() else -1
         except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
             a.fail(exc, "operator")
+            return func(*args, **kwargs)
+        if node < 0:
+            if fid == -2:
+                return a.backward.run(func, args, kwargs)
             return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)
         finally:
-            if marker is not None:
-                marker.__exit__(None, None, None)
-            c.exit()
+            a.leave(marker, "operator")
         try:
             # In-place calls (most of an optimizer step) return their first argument.
             # On CUDA, Kineto's memory events give alloc_bytes instead.

@@ -165,7 +165,7 @@ def test_kernel_sites_in_call_order_with_common_prefix_and_trace_fallback():
 
 
 class _FakeAdapter:
-    """What the shims use of the adapter: frames, scopes, the device tracer, ``active``."""
+    """What the shims use of the adapter: frames, scopes, the device tracer, ``active``, ``leave``."""
 
     def __init__(self):
         self.active = True
@@ -178,6 +178,9 @@ class _FakeAdapter:
     def _enter(self, path):
         self.entered.append(path)
         return 0
+
+    def leave(self, marker, where):
+        self.collector.exit()
 
 
 def _generated(namespace):
