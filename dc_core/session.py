@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 from . import collector as collector_mod
 from .config import ProfilerConfig, resolve
 from .environment import detect_host, detect_rank, environment
+from .interrupts import deferred_interrupts
 from .logdir import write_profile
 from .ownfiles import skip_profiler_files
 from .snapshot import profile_from_snapshot
@@ -47,8 +48,9 @@ class Adapter(Protocol):
 
     framework: str
 
-    def install(self, session: "Session") -> None: ...  # window opens: hook
+    def install(self, session: "Session") -> None: ...  # window opens: hook (undone by itself if it fails)
     def uninstall(self, session: "Session") -> None: ...  # window closes: unhook, ingest device activity
+    def restore(self) -> bool: ...  # unhook what uninstall could not yet; True when nothing is left
     def environment(self) -> dict[str, str]: ...
 
 
@@ -154,6 +156,7 @@ class Session:
         self._first_step_ns: int | None = None
         self._pid = os.getpid()
         self._failed_once = False
+        self._unrestored = False  # the adapter left a hook it could not remove yet (see _restore)
         self._collector: Any = None
         self._frames: dict[tuple, int] = {}
         self._step_times: list[int] = []
@@ -193,6 +196,8 @@ class Session:
     def step_begin(self, step: int) -> None:
         """Call at the start of training step ``step``."""
         if self.disabled or (self.window is None and not self._schedule.may_open(step)):
+            if self._unrestored:
+                self._restore()
             return  # outside a window: one compare, nothing else
         self._step_begin(step)
 
@@ -215,6 +220,8 @@ class Session:
     def step_end(self, step: int) -> None:
         """Call at the end of training step ``step``."""
         if self.window is None or self.disabled:
+            if self._unrestored:
+                self._restore()
             return
         self._step_end(step)
 
@@ -269,6 +276,8 @@ class Session:
                 self._close_window(self._last_step + 1)
             except Exception as exc:  # noqa: BLE001
                 self.fail(exc, "close")
+        if self._unrestored and not self._restore():
+            logger.debug("DeepContext: a torch mode of a failed window was not on its stack at close")
 
     # --- windows -------------------------------------------------------------
     def _open(self, window: tuple[int, int], now: int) -> None:
@@ -281,30 +290,61 @@ class Session:
         self._step_times = []
         self._window_t0 = now
         self._window_unix = time.time_ns()
-        if self.adapter is not None and hasattr(self.adapter, "install"):
-            self.adapter.install(self)
-        if self.config.cpu_sampling_hz > 0:
-            c.start_sampler(self.config.cpu_sampling_hz, self.config.mode == "comprehensive")
-        if self.config.system_interval_ms > 0:
-            c.start_monitor(self.config.system_interval_ms)
+        try:
+            with deferred_interrupts():  # Ctrl-C waits until the hooks are all in (or all out)
+                if self.adapter is not None and hasattr(self.adapter, "install"):
+                    self.adapter.install(self)
+                if self.config.cpu_sampling_hz > 0:
+                    c.start_sampler(self.config.cpu_sampling_hz, self.config.mode == "comprehensive")
+                if self.config.system_interval_ms > 0:
+                    c.start_monitor(self.config.system_interval_ms)
+        except BaseException:
+            self.window = None
+            try:
+                self._stop_collecting()
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                logger.debug("DeepContext: unhooking after a failed open failed too", exc_info=True)
+            raise
 
     def _stop_collecting(self) -> None:
-        c = self._collector
-        if c is not None:
-            c.stop_sampler()
-            c.stop_monitor()
-        if self.adapter is not None and hasattr(self.adapter, "uninstall"):
-            self.adapter.uninstall(self)
+        """Stop the threads and unhook the framework: every part is tried even
+        when another fails (the first error is raised after)."""
+        with deferred_interrupts():
+            try:
+                c = self._collector
+                if c is not None:
+                    try:
+                        c.stop_sampler()
+                    finally:
+                        c.stop_monitor()
+            finally:
+                if self.adapter is not None and hasattr(self.adapter, "uninstall"):
+                    try:
+                        self.adapter.uninstall(self)
+                    finally:
+                        self._restore()
+
+    def _restore(self) -> bool:
+        """Ask the adapter to remove what its uninstall could not (see
+        ``Adapter.restore``); never raises. Until it has, every step boundary asks again."""
+        restore = getattr(self.adapter, "restore", None)
+        try:
+            with deferred_interrupts():
+                self._unrestored = restore is not None and not restore()
+        except Exception:  # noqa: BLE001 - a hook that cannot be removed stays inert
+            logger.debug("DeepContext could not restore every hook", exc_info=True)
+            self._unrestored = False
+        return not self._unrestored
 
     def _close_window(self, end: int) -> None:
         start = self.window[0] if self.window else end
         try:
             self._stop_collecting()
-        finally:
+        finally:  # what was collected is written even when unhooking failed
             self.window = None
-        self.collector.unwind(0)
-        self._write((start, max(end, start + 1)))
-        self.collector.reset()
+            self.collector.unwind(0)
+            self._write((start, max(end, start + 1)))
+            self.collector.reset()
 
     def _write(self, steps: tuple[int, int]) -> Path | None:
         env = environment(self.framework, self.config.mode)
@@ -331,7 +371,12 @@ class Session:
         try:
             path = write_profile(profile, self.config.logdir, self.config.run)
         except OSError as exc:
-            logger.warning("DeepContext could not write its profile under %s: %s", self.config.logdir, exc)
+            # Every later window would fail the same way: stop paying for them.
+            logger.warning("DeepContext could not write its profile under %s (%s); profiling stops",
+                           self.config.logdir, exc)
+            self.disabled = True
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
             return None
         self.written.append(path)
         logger.info("DeepContext wrote %s", path)

@@ -95,7 +95,11 @@ class Profiler:
         return list(self.session.written) if self.session is not None else []
 
     def __enter__(self) -> "Profiler":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:  # e.g. Ctrl-C while starting: no ``__exit__`` will come to unhook
+            self.stop()
+            raise
 
     def __exit__(self, *exc: Any) -> bool:
         self.stop()

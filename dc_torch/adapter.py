@@ -62,6 +62,8 @@ class TorchAdapter:
 
     # --- session protocol -----------------------------------------------------
     def install(self, session: Any) -> None:
+        """Hook torch for a window; on any error (or interrupt) part-way, what was
+        hooked is unhooked again before the error leaves."""
         _register_fork_guard()
         _warm_up()
         if self.session is not session:
@@ -75,31 +77,54 @@ class TorchAdapter:
         self.aten_forward = session.config.mode == "comprehensive"
         self._install_thread = threading.get_ident()
         self.active = True
-        self.device.start(self.device_activity)
-        self.modules.install()
-        self.phases.install()
-        self.closures.install()
-        self.collectives.install()
-        modes = [OperatorMode(self)]
-        if self.aten_forward:
-            modes.insert(0, AtenMode(self))  # dispatch mode below the function mode
-        for mode in modes:
-            mode.__enter__()
-            self._modes.append(mode)
+        try:
+            self.device.start(self.device_activity)
+            for part in self._parts():
+                part.install()
+            modes = [OperatorMode(self)]
+            if self.aten_forward:
+                modes.insert(0, AtenMode(self))  # dispatch mode below the function mode
+            for mode in modes:
+                self._modes.append(mode)  # first, so that an interrupt between the two is undone too
+                mode.__enter__()
+        except BaseException:
+            self.uninstall(session)
+            raise
 
     def uninstall(self, session: Any) -> None:
+        """Unhook torch and ingest device activity; safe to call again."""
         self.active = False
         try:
-            self._pop_modes()
+            self.restore()
         finally:
-            self.modules.uninstall()
-            self.phases.uninstall()
-            self.closures.uninstall()
-            self.collectives.uninstall()
             closers, self.on_uninstall = self.on_uninstall, []
-            for close in closers:
-                close()
-            self.device.stop()
+            try:
+                for close in closers:
+                    close()
+            finally:
+                self.device.stop()
+
+    def restore(self) -> bool:
+        """Take every hook and mode of ours out of torch, wherever they sit; idempotent.
+
+        Returns False while one of our modes cannot be taken off yet: torch lifts
+        a mode off its stack while the mode's own handler runs (a failure inside
+        an operator lands here), and another thread's stacks are out of reach.
+        The session calls this again from its next step boundary, where the
+        mode is back on the stack."""
+        errors = []
+        for part in self._parts():
+            try:
+                part.uninstall()
+            except Exception as exc:  # noqa: BLE001 - the others are still removed
+                errors.append(exc)
+        restored = self._remove_modes()
+        if errors:
+            raise errors[0]
+        return restored
+
+    def _parts(self) -> tuple[Any, ...]:
+        return (self.modules, self.phases, self.closures, self.collectives)
 
     def environment(self) -> dict[str, str]:
         env = {"torch": torch.__version__, "torch.threads": str(torch.get_num_threads())}
@@ -147,25 +172,15 @@ class TorchAdapter:
             self.session.fail(exc, f"torch {where}")
 
     # --- internals ----------------------------------------------------------
-    def _pop_modes(self) -> None:
-        """Pop our modes if they are on top of this thread's stacks; otherwise leave
-        them inert (``active`` is False), since popping another's mode would corrupt it."""
+    def _remove_modes(self) -> bool:
+        """Take our modes off the installing thread's stacks, leaving others' modes
+        in their order; those not on a stack now stay listed for the next try."""
+        if not self._modes:
+            return True
         if threading.get_ident() != self._install_thread:
-            return
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-        while self._modes:
-            mode = self._modes[-1]
-            if isinstance(mode, OperatorMode):
-                depth = torch._C._len_torch_function_stack()
-                on_top = depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
-            else:
-                on_top = _get_current_dispatch_mode() is mode
-            if not on_top:
-                return
-            self._modes.pop()
-            mode.__exit__(None, None, None)
-
+            return False
+        self._modes = [mode for mode in self._modes if not _take_off(mode)]
+        return not self._modes
 
 @functools.cache
 def _warm_up() -> None:
@@ -189,3 +204,31 @@ def _inert_in_child() -> None:
         adapter = getattr(session, "adapter", None)
         if isinstance(adapter, TorchAdapter):
             adapter.active = False
+            try:
+                adapter.restore()  # the child's copy of torch is left as it was before the window
+            except Exception:  # noqa: BLE001 - inert is enough
+                pass
+
+
+def _take_off(mode: Any) -> bool:
+    """Remove ``mode`` from this thread's function-mode or dispatch-mode stack,
+    wherever it sits; False when it is not on the stack."""
+    if isinstance(mode, OperatorMode):
+        length, at = torch._C._len_torch_function_stack, torch._C._get_function_stack_at
+        pop, push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+    else:
+        from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+        length, at, pop, push = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, _pop_mode, _push_mode
+    depth = length()
+    index = next((i for i in range(depth - 1, -1, -1) if at(i) is mode), -1)
+    if index < 0:
+        return False
+    if index == depth - 1:
+        mode.__exit__(None, None, None)  # on top: the ordinary way out
+        return True
+    above = [pop() for _ in range(depth - 1 - index)]  # another's modes entered after ours
+    pop()
+    for other in reversed(above):
+        push(other)
+    return True

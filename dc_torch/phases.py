@@ -49,8 +49,8 @@ class PhaseHooks:
         for handle in handles:
             handle.remove()
         patched, self.patched = self.patched, []
-        for cls, name, original in reversed(patched):
-            setattr(cls, name, original)
+        for cls, name, wrapper in reversed(patched):
+            _unpatch(cls, name, wrapper)
 
     # --- optimizer.step: torch's global hooks -------------------------------
     def _optimizer_begin(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -94,16 +94,34 @@ class PhaseHooks:
 
     # --- wrapped methods ------------------------------------------------------
     def _patch(self, cls: type, name: str, phase: str) -> None:
-        original = cls.__dict__[name]
         hooks = self
 
-        @functools.wraps(original)
+        # The wrapped method is read from ``__wrapped__`` at each call, so that a
+        # wrapper below ours can be unlinked when its profiler closes first.
+        @functools.wraps(cls.__dict__[name])
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             hooks._begin(phase)
             try:
-                return original(*args, **kwargs)
+                return wrapper.__wrapped__(*args, **kwargs)
             finally:
                 hooks._end()
 
+        wrapper._deepcontext_phase = True  # type: ignore[attr-defined]
         setattr(cls, name, wrapper)
-        self.patched.append((cls, name, original))
+        self.patched.append((cls, name, wrapper))
+
+
+def _unpatch(cls: type, name: str, wrapper: Any) -> None:
+    """Take ``wrapper`` out of ``cls.name``: put back what it wrapped when it is on
+    top, else unlink it from the chain of our wrappers above it (profilers closed
+    out of order). A foreign wrapper above ours keeps calling it; it is inert
+    once its adapter is (``_begin`` checks ``active``)."""
+    current = cls.__dict__.get(name)
+    if current is wrapper:
+        setattr(cls, name, wrapper.__wrapped__)
+        return
+    while getattr(current, "_deepcontext_phase", False):
+        if current.__wrapped__ is wrapper:
+            current.__wrapped__ = wrapper.__wrapped__
+            return
+        current = current.__wrapped__

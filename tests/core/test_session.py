@@ -113,6 +113,26 @@ def test_unwritable_logdir_never_stops_training(tmp_path, caplog):
     assert any("could not write" in r.getMessage() for r in caplog.records)
 
 
+def test_unwritable_logdir_warns_once_and_stops_periodic_windows(tmp_path, caplog):
+    """Regression (issue 11 item 7): with ``every``, each window warned again and
+    kept paying for a profile that could never be written."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    session = Session(logdir=str(blocker / "sub"), steps={"start": 0, "count": 1, "every": 2, "repeat": 0},
+                      cpu_sampling_hz=0)
+    opened = []
+    with caplog.at_level(logging.WARNING, logger="deepcontext"):
+        for step in range(10):
+            session.step_begin(step)
+            opened.append(session.in_window)
+            session.step_end(step)
+    session.close()
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "could not write" in warnings[0] and "profiling stops" in warnings[0]
+    assert opened == [True] + [False] * 9  # no window after the first failed write
+    assert session not in active_sessions()
+
+
 def test_fork_in_the_middle_of_a_window(tmp_path):
     session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 3}, cpu_sampling_hz=200,
                       system_interval_ms=20)
