@@ -39,7 +39,8 @@ _ACTIVE: list["Session"] = []  # the one explicit registry of live sessions
 
 
 def active_sessions() -> list["Session"]:
-    """Sessions created and not yet closed, oldest first."""
+    """Sessions whose hooks may be in (a window is open, or unhooking is still
+    pending), oldest first."""
     return list(_ACTIVE)
 
 
@@ -164,8 +165,6 @@ class Session:
         self._last_step = -1
         self._window_t0 = 0
         self._window_unix = 0
-        if not self.disabled:
-            _ACTIVE.append(self)
 
     # --- collector access for adapters -----------------------------------
     @property
@@ -269,15 +268,24 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
-        if self.window is not None and not self.disabled and os.getpid() == self._pid:
-            try:
-                self._close_window(self._last_step + 1)
-            except Exception as exc:  # noqa: BLE001
-                self.fail(exc, "close")
-        if self._unrestored and not self._restore():
-            logger.debug("DeepContext: a torch mode of a failed window was not on its stack at close")
+        ours = os.getpid() == self._pid
+        try:
+            if self.window is not None and not self.disabled and ours:
+                try:
+                    self._close_window(self._last_step + 1)
+                except Exception as exc:  # noqa: BLE001
+                    self.fail(exc, "close")
+        finally:
+            if self.window is not None and ours:  # interrupted before the window closed: unhook all the same
+                self.window = None
+                try:
+                    self._stop_collecting()
+                except Exception:  # noqa: BLE001 - closing never raises the profiler's errors
+                    logger.debug("DeepContext: unhooking at close failed", exc_info=True)
+            if self._unrestored and not self._restore():
+                logger.debug("DeepContext: a mode of a failed window was not on its stack at close")
+            self._unrestored = False  # nothing more can be done: what is left stays inert
+            self._track()
 
     # --- windows -------------------------------------------------------------
     def _open(self, window: tuple[int, int], now: int) -> None:
@@ -287,6 +295,7 @@ class Session:
         c = self.collector
         c.reset()
         self.window = window
+        self._track()
         self._step_times = []
         self._window_t0 = now
         self._window_unix = time.time_ns()
@@ -334,17 +343,30 @@ class Session:
         except Exception:  # noqa: BLE001 - a hook that cannot be removed stays inert
             logger.debug("DeepContext could not restore every hook", exc_info=True)
             self._unrestored = False
+        self._track()
         return not self._unrestored
 
+    def _track(self) -> None:
+        """Keep this session in the registry exactly while hooks of its may be in."""
+        live = self.window is not None or self._unrestored
+        if live and self not in _ACTIVE:
+            _ACTIVE.append(self)
+        elif not live and self in _ACTIVE:
+            _ACTIVE.remove(self)
+
     def _close_window(self, end: int) -> None:
-        start = self.window[0] if self.window else end
-        try:
-            self._stop_collecting()
-        finally:  # what was collected is written even when unhooking failed
-            self.window = None
-            self.collector.unwind(0)
-            self._write((start, max(end, start + 1)))
-            self.collector.reset()
+        # A window closes whole, unhooked and then written: a Ctrl-C meanwhile
+        # waits for both (writing is bounded: one profile of at most max_nodes).
+        with deferred_interrupts():
+            start = self.window[0] if self.window else end
+            try:
+                self._stop_collecting()
+            finally:  # what was collected is written even when unhooking failed
+                self.window = None
+                self._track()
+                self.collector.unwind(0)
+                self._write((start, max(end, start + 1)))
+                self.collector.reset()
 
     def _write(self, steps: tuple[int, int]) -> Path | None:
         env = environment(self.framework, self.config.mode)
@@ -375,8 +397,6 @@ class Session:
             logger.warning("DeepContext could not write its profile under %s (%s); profiling stops",
                            self.config.logdir, exc)
             self.disabled = True
-            if self in _ACTIVE:
-                _ACTIVE.remove(self)
             return None
         self.written.append(path)
         logger.info("DeepContext wrote %s", path)
@@ -391,18 +411,18 @@ class Session:
         self.disabled = True
         logger.error("DeepContext disabled itself after an internal error in %s: %r", where, exc, exc_info=exc)
         try:
-            if self.window is not None:
-                steps = (self.window[0], max(self._last_step + 1, self.window[0] + 1))
-                try:
-                    self._stop_collecting()
-                finally:
-                    self.window = None
-                self._write(steps)
+            with deferred_interrupts():
+                if self.window is not None:
+                    steps = (self.window[0], max(self._last_step + 1, self.window[0] + 1))
+                    try:
+                        self._stop_collecting()
+                    finally:
+                        self.window = None
+                    self._write(steps)
         except Exception:  # noqa: BLE001 - nothing more can be saved
             logger.debug("DeepContext could not save the partial window", exc_info=True)
         finally:
-            if self in _ACTIVE:
-                _ACTIVE.remove(self)
+            self._track()
 
 
 def _analyze(profile: Any, config: ProfilerConfig) -> None:
