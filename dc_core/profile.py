@@ -2,7 +2,10 @@
 
 `encode` / `decode` convert to and from the versioned protobuf message in
 `profile.proto`. A decoded file that is corrupt or from a newer schema raises
-`ProfileError` naming the file.
+`ProfileError` naming the file: `decode` checks everything the readers rely on
+(the tree is a tree whose parents come before their children, every index is
+in range, columns have their node's length, evidence is a shallow JSON object),
+so no reader needs to distrust a decoded `Profile`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from . import profile_pb2
 from .tree import KINDS, Frame, Tree
 
 SCHEMA_VERSION = 1
+
+#: Deepest nesting of a finding's evidence; the analyzer writes 2 or 3 levels,
+#: and JSON encoders recurse (TensorBoard's response cleaner as well).
+MAX_EVIDENCE_DEPTH = 32
 
 #: Units of the system-monitor series.
 SERIES_UNITS = {
@@ -149,23 +156,31 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
     t = msg.tree
     n = len(t.parent)
     try:
+        if any(f.kind >= len(KINDS) for f in t.frames):
+            raise ValueError("a frame has an unknown kind")
+        if any(max(f.name, f.file, f.detail) >= len(strings) for f in t.frames):
+            raise ValueError("a frame refers outside the string table")
         frames = [
             Frame(KINDS[f.kind], strings[f.name], strings[f.file], f.line, strings[f.detail], f.backward)
             for f in t.frames
         ]
-        if n == 0 or len(t.frame) != n or t.parent[0] != -1:
+        parent = list(t.parent)
+        if n == 0 or len(t.frame) != n or parent[0] != -1:
             raise ValueError("tree columns are inconsistent")
-        if any(not 0 <= fr < len(frames) for fr in t.frame) or any(
-            not -1 <= p < n for p in t.parent
-        ):
-            raise ValueError("tree refers outside its frames or nodes")
+        if any(fr >= len(frames) for fr in t.frame):  # uint32: never negative
+            raise ValueError("a node refers outside the frames")
+        if not _parents_first(parent):
+            raise ValueError("parents do not form a tree")
         if any(len(m.values) != n for m in t.metrics):
             raise ValueError("a metric column has the wrong length")
-    except (IndexError, ValueError) as exc:
+        if any(len(s.t_ns) != len(s.values) for s in msg.system):
+            raise ValueError("a system series has times and values of different lengths")
+        findings = [_finding(f, i) for i, f in enumerate(msg.findings)]
+    except ValueError as exc:
         raise ProfileError(source, f"corrupt profile ({exc})") from None
     tree = Tree(
         frames=frames,
-        parent=list(t.parent),
+        parent=parent,
         frame=list(t.frame),
         excl={m.name: list(m.values) for m in t.metrics},
         units={m.name: m.unit for m in t.metrics},
@@ -182,16 +197,47 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         system=[Series(s.name, s.device, list(s.t_ns), list(s.values)) for s in msg.system],
         drops=dict(msg.drops),
         env=dict(msg.env),
-        findings=[
-            {
-                "rule": f.rule, "severity": f.severity, "message": f.message, "suggestion": f.suggestion,
-                "path": list(f.path), "evidence": json.loads(f.evidence_json or "{}"), "node": f.node,
-            }
-            for f in msg.findings
-        ],
+        findings=findings,
         start_unix_ns=msg.start_unix_ns,
         duration_ns=msg.duration_ns,
         init_ns=msg.init_ns,
         world_size=msg.world_size or 1,
         source=str(source),
     )
+
+
+def _parents_first(parent: list[int]) -> bool:
+    """Whether every node but the root has a parent with a smaller index.
+
+    Every writer appends a node after its parent (`Tree.child`, the native and
+    the reference collectors), so this O(n) test is what "the parents form a
+    tree rooted at node 0" means for a file: no cycle, no second root, every
+    node reachable from the root, and index order is a top-down order.
+    """
+    return all(0 <= p < i for i, p in enumerate(parent) if i)
+
+
+def _finding(f: profile_pb2.Finding, index: int) -> dict[str, Any]:
+    """A stored finding; raises ValueError when its evidence is not a shallow JSON object."""
+    try:
+        evidence = json.loads(f.evidence_json or "{}")
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting beyond the parser's stack
+        raise ValueError(f"finding {index} has unreadable evidence: {str(exc)[:80]}") from None
+    if not isinstance(evidence, dict) or _depth(evidence) > MAX_EVIDENCE_DEPTH:
+        raise ValueError(f"finding {index} evidence is not a JSON object nested at most {MAX_EVIDENCE_DEPTH} deep")
+    return {
+        "rule": f.rule, "severity": f.severity, "message": f.message, "suggestion": f.suggestion,
+        "path": list(f.path), "evidence": evidence, "node": f.node,
+    }
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a JSON value (iterative: the value may be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_EVIDENCE_DEPTH:
+                stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest

@@ -37,27 +37,33 @@ def view_tree(tree: Tree, view: str) -> Tree:
 
 def node_json(tree: Tree, node: int = 0, depth: int | None = None, min_fraction: float = 0.0,
               metric: str | None = None) -> dict[str, Any]:
-    """One NODE of the report: frame fields, exclusive and inclusive metrics, children."""
+    """One NODE of the report: frame fields, exclusive and inclusive metrics, children.
+
+    Built with an explicit stack (a call chain may be any depth); serialise
+    it with `dc_core.export.nested.dumps`, which does not recurse either."""
     metric = metric or default_metric(tree)
     incl_cols = {m: tree.inclusive(m) for m in tree.excl}
     key = incl_cols.get(metric) or [0] * len(tree)
     limit = key[0] * min_fraction
     excl_items = list(tree.excl.items())
     incl_items = list(incl_cols.items())
-
-    def build(n: int, level: int) -> dict[str, Any]:
+    top: list[dict[str, Any]] = []
+    stack = [(node, 0, top)]  # (node, level, the list its JSON goes in)
+    while stack:
+        n, level, siblings = stack.pop()
         f = tree.node_frame(n)
         kids = [] if depth is not None and level >= depth else [k for k in tree.children(n) if key[k] >= limit]
         kids.sort(key=lambda k: -key[k])
-        return {
+        item = {
             "kind": f.kind, "name": f.name, "detail": f.detail, "file": f.file, "line": f.line,
             "backward": f.backward,
             "excl": {m: col[n] for m, col in excl_items},
             "incl": {m: col[n] for m, col in incl_items},
-            "children": [build(k, level + 1) for k in kids],
+            "children": [],
         }
-
-    return build(node, 0)
+        siblings.append(item)
+        stack.extend((k, level + 1, item["children"]) for k in reversed(kids))
+    return top[0]
 
 
 def profile_json(profile: Profile, view: str = "top-down", depth: int | None = None,

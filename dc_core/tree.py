@@ -1,7 +1,10 @@
 """The calling context tree: frames (what), nodes (where), metric columns (how much).
 
 A `Tree` is flat: ``parent[i]`` and ``frame[i]`` per node, ``excl[metric][i]``
-per node. Inclusive values are derived (and cached), never stored.
+per node. Inclusive values are derived (and cached), never stored. Nodes are
+appended after their parent, so ``parent[i] < i`` (`profile.decode` refuses a
+file where it does not hold), and every walk here is a loop, never a
+recursion: a call chain may be 100,000 deep.
 """
 
 from __future__ import annotations
@@ -90,18 +93,27 @@ class Tree:
 
     def child(self, parent: int, frame: Frame) -> int:
         """Find or insert the node for ``frame`` under ``parent``."""
-        if self._child_of is None:
-            self._child_of = {(p, f): i for i, (p, f) in enumerate(zip(self.parent, self.frame))}
+        child_of = self._child_index()
         key = (parent, self.intern(frame))
-        node = self._child_of.get(key)
+        node = child_of.get(key)
         if node is None:
-            node = self._child_of[key] = len(self.parent)
+            node = child_of[key] = len(self.parent)
             self.parent.append(parent)
             self.frame.append(key[1])
             for column in self.excl.values():
                 column.append(0)
             self._invalidate()
         return node
+
+    def find_child(self, parent: int, frame: Frame) -> int | None:
+        """The node for ``frame`` under ``parent`` if there is one (nothing is inserted)."""
+        fid = self._frame_ids.get(frame)
+        return None if fid is None else self._child_index().get((parent, fid))
+
+    def _child_index(self) -> dict[tuple[int, int], int]:
+        if self._child_of is None:
+            self._child_of = {(p, f): i for i, (p, f) in enumerate(zip(self.parent, self.frame))}
+        return self._child_of
 
     def add(self, node: int, metric: str, value: int) -> None:
         column = self.excl.get(metric)
@@ -138,17 +150,19 @@ class Tree:
         if cached is not None:
             return cached
         column = list(self.excl.get(metric, [0] * len(self.parent)))
-        # Children always have larger indices than their parents in trees built
-        # top-down; fall back to a topological order otherwise.
-        order = range(len(self.parent) - 1, 0, -1)
-        if any(p >= i for i, p in enumerate(self.parent) if i):
-            order = reversed(list(self.preorder()))
-        for i in order:
+        for i in reversed(self.topdown()):
             p = self.parent[i]
             if p >= 0:
                 column[p] += column[i]
         self._incl[metric] = column
         return column
+
+    def topdown(self) -> Sequence[int]:
+        """Every node after its parent: index order, as trees are built; a
+        preorder for one assembled otherwise."""
+        if all(p < i for i, p in enumerate(self.parent) if i):
+            return range(len(self.parent))
+        return list(self.preorder())
 
     def path(self, node: int) -> list[int]:
         """Nodes from the root's first child down to ``node``."""
@@ -219,18 +233,15 @@ def tree_from_lists(*specs: str | Sequence) -> Tree:
     ``tree_from_lists(("forward", ("model", "aten::mm @cpu_time_ns=100")))``.
     """
     tree = Tree()
-
-    def build(parent: int, spec: str | Sequence) -> None:
+    stack = [(0, spec) for spec in reversed(specs)]  # depth-first, in the order written
+    while stack:
+        parent, spec = stack.pop()
         label, kids = (spec, ()) if isinstance(spec, str) else (spec[0], spec[1:])
         frame, metrics = _parse_label(label)
         node = tree.child(parent, frame)
         for metric, value in metrics.items():
             tree.add(node, metric, value)
-        for kid in kids:
-            build(node, kid)
-
-    for spec in specs:
-        build(0, spec)
+        stack.extend((node, kid) for kid in reversed(kids))
     return tree
 
 

@@ -137,16 +137,23 @@ class Window:
         return self.tree.inclusive("count")[node] if node else 0
 
     # --- where a node sits ------------------------------------------------------
+    # Each per-node answer comes from one top-down pass over the tree, never a
+    # walk up from every node: a call chain may be 100,000 deep.
     def kind(self, node: int) -> str:
         return self.tree.node_frame(node).kind
 
+    @cached_property
+    def _phases(self) -> list[str | None]:
+        tree, out = self.tree, [None] * len(self.tree)
+        for n in tree.topdown():
+            if n:
+                frame = tree.node_frame(n)
+                out[n] = frame.name if frame.kind == "phase" else out[tree.parent[n]]
+        return out
+
     def phase(self, node: int) -> str | None:
         """Name of the phase above ``node`` (or of ``node`` itself)."""
-        for n in reversed(self.tree.path(node)):
-            frame = self.tree.node_frame(n)
-            if frame.kind == "phase":
-                return frame.name
-        return None
+        return self._phases[node]
 
     def phase_nodes(self, name: str) -> list[int]:
         """Outermost nodes of phase ``name``."""
@@ -156,12 +163,18 @@ class Window:
             and self.phase(self.tree.parent[n]) != name
         ]
 
+    @cached_property
+    def _anchors(self) -> list[int]:
+        tree, out = self.tree, [0] * len(self.tree)
+        for n in tree.topdown():
+            if n:
+                p = tree.parent[n]
+                out[n] = p if p > 0 and self.kind(p) in CONTEXT_KINDS else out[p]
+        return out
+
     def anchor(self, node: int) -> int:
         """Nearest ancestor that is user context (a line, a module, a compiled region); 0 if none."""
-        node = self.tree.parent[node]
-        while node > 0 and self.kind(node) not in CONTEXT_KINDS:
-            node = self.tree.parent[node]
-        return node
+        return self._anchors[node]
 
     @cached_property
     def top_ops(self) -> list[int]:
@@ -177,14 +190,34 @@ class Window:
                     stack.append(kid)
         return sorted(out)
 
+    @cached_property
+    def _contexts(self) -> tuple[list[int], list[int]]:
+        """Per node: an id of its non-phase frames from the root down (equal
+        ids, equal frame sequences) and its deepest non-phase node (0 if none)."""
+        tree, ids = self.tree, {}
+        ctx, last = [0] * len(tree), [0] * len(tree)
+        for n in tree.topdown():
+            if not n:
+                continue
+            p = tree.parent[n]
+            if self.kind(n) == "phase":
+                ctx[n], last[n] = ctx[p], last[p]
+            else:
+                ctx[n], last[n] = ids.setdefault((ctx[p], tree.node_frame(n)), len(ids) + 1), n
+        return ctx, last
+
     def context_key(self, node: int, by_function: bool = False) -> tuple:
         """The context a node runs in, the phase left out (so forward and backward
-        of one line share a key). ``by_function`` folds a function's lines together."""
-        frames = [self.tree.node_frame(n) for n in self.tree.path(node) if self.kind(n) != "phase"]
-        if by_function and frames and frames[-1].kind == "python":
-            last = frames[-1]
-            frames[-1] = Frame("python", last.name, last.file)
-        return tuple(frames)
+        of one line share a key). ``by_function`` folds a function's lines together.
+        Keys compare within one window."""
+        ctx, last = self._contexts
+        deepest = last[node]
+        if not deepest:
+            return ()
+        frame = self.tree.node_frame(deepest)
+        if by_function and frame.kind == "python":
+            frame = Frame("python", frame.name, frame.file)
+        return ctx[self.tree.parent[deepest]], frame
 
     def scopes(self, ops: list[int], by_function: bool = True) -> dict[tuple, list[int]]:
         """Group operator nodes by the context (function or line) that called them."""

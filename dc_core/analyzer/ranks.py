@@ -11,6 +11,7 @@ from statistics import median
 from typing import Any, Iterable
 
 from ..profile import Profile
+from ..tree import Frame
 from .base import Window, finding, ms, percent
 from .thresholds import Thresholds
 
@@ -19,21 +20,46 @@ def _where(p: Profile) -> dict[str, Any]:
     return {"run": p.run, "rank": p.rank, "steps": list(p.steps)}
 
 
-def _keyed(w: Window) -> dict[tuple, int]:
-    return {tuple(w.tree.path_frames(n)): n for n in range(1, len(w.tree))}
+class _Paths:
+    """Call paths interned across the windows compared: equal ids, equal frame
+    sequences from the root. One pass per tree; a tuple of frames per node
+    would cost each node its depth (quadratic in a deep recursion)."""
+
+    def __init__(self, windows: Iterable[Window]) -> None:
+        self.ids: dict[tuple[int, Frame], int] = {}
+        self.depth = [0]  # per id; id 0 is the root's empty path
+        self.nodes: dict[int, dict[int, int]] = {id(w): self._intern(w) for w in windows}
+
+    def _intern(self, w: Window) -> dict[int, int]:
+        tree = w.tree
+        path = [0] * len(tree)
+        for n in tree.topdown():
+            if n:
+                key = (path[tree.parent[n]], tree.node_frame(n))
+                pid = self.ids.get(key)
+                if pid is None:
+                    pid = self.ids[key] = len(self.depth)
+                    self.depth.append(self.depth[key[0]] + 1)
+                path[n] = pid
+        return {pid: n for n, pid in enumerate(path) if n}
+
+    def keyed(self, w: Window) -> dict[int, int]:
+        """Path id → node of ``w``."""
+        return self.nodes[id(w)]
 
 
 def _step_ns(p: Profile, w: Window) -> float:
     return median(p.step_times_ns) if p.step_times_ns else w.cpu[0] / w.steps
 
 
-def _excess_node(slow: Window, others: list[Window]) -> int:
+def _excess_node(slow: Window, others: list[Window], paths: _Paths) -> int:
     """Walk down the slow rank's tree through the child with the most time above
     the ranks' median, while it explains at least half of its parent's excess."""
-    keyed = [_keyed(o) for o in others]
+    keyed = [paths.keyed(o) for o in others]
+    path_of = {n: pid for pid, n in paths.keyed(slow).items()}
 
     def excess(n: int) -> float:
-        key = tuple(slow.tree.path_frames(n))
+        key = path_of.get(n)
         values = [o.incl[k[key]] if key in k else 0 for o, k in zip(others, keyed)]
         return slow.incl[n] - median(values + [slow.incl[n]])
 
@@ -60,13 +86,14 @@ def load_imbalance(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any
         if len(by_rank) < 2:
             continue
         windows = {r: Window(p, t) for r, p in by_rank.items()}
+        paths = _Paths(windows.values())
         step = {r: _step_ns(by_rank[r], windows[r]) for r in by_rank}
         med = median(step.values())
         slow_rank = max(step, key=step.get)
         ratio = step[slow_rank] / med if med else 0.0
         if ratio >= t["load_imbalance.ratio"]:
             slow = windows[slow_rank]
-            node = _excess_node(slow, [w for r, w in windows.items() if r != slow_rank])
+            node = _excess_node(slow, [w for r, w in windows.items() if r != slow_rank], paths)
             label = slow.tree.node_frame(node).label() if node else "time outside the profiled context"
             out.append(finding(
                 "load_imbalance", "warning",
@@ -79,16 +106,16 @@ def load_imbalance(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any
                  "median_step_ns": int(med), "step_ns_per_rank": {str(r): int(v) for r, v in sorted(step.items())}},
             ))
             continue
-        found = _share_difference(windows, t)
+        found = _share_difference(windows, t, paths)
         if found:
             out.append(found)
     return out
 
 
-def _share_difference(windows: dict[int, Window], t: Thresholds) -> dict[str, Any] | None:
-    shares: dict[tuple, dict[int, float]] = {}
+def _share_difference(windows: dict[int, Window], t: Thresholds, paths: _Paths) -> dict[str, Any] | None:
+    shares: dict[int, dict[int, float]] = {}
     for rank, w in windows.items():
-        for key, node in _keyed(w).items():
+        for key, node in paths.keyed(w).items():
             if w.kind(node) in ("phase", "python", "module", "operator", "compiled"):
                 shares.setdefault(key, {})[rank] = w.share(node)
     best = None
@@ -97,7 +124,7 @@ def _share_difference(windows: dict[int, Window], t: Thresholds) -> dict[str, An
         high, low = max(values), min(values)
         if high < t["load_imbalance.min_share"] or (high - low) / high < t["load_imbalance.share_diff"]:
             continue
-        score = (round(high - low, 3), len(key))  # the largest gap, then the most specific node
+        score = (round(high - low, 3), paths.depth[key])  # the largest gap, then the most specific node
         if best is None or score > best[0]:
             best = (score, key, per_rank)
     if best is None:
@@ -105,7 +132,7 @@ def _share_difference(windows: dict[int, Window], t: Thresholds) -> dict[str, An
     _, key, per_rank = best
     rank = max(windows, key=lambda r: per_rank.get(r, 0.0))
     w = windows[rank]
-    node = _keyed(w)[key]
+    node = paths.keyed(w)[key]
     high, low = per_rank[rank], min(per_rank.get(r, 0.0) for r in windows)
     return finding(
         "load_imbalance", "info",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,8 +13,8 @@ from rich.markup import escape
 
 from ..analyzer import analyze, analyze_ranks, attach
 from ..config import resolve
-from ..logdir import write_profile
-from .common import CliError, fail, load_logdir
+from ..logdir import rewrite_profile
+from .common import CliError, add_read_options, fail, load_logdir
 from .findings import render_findings
 
 
@@ -27,6 +26,7 @@ def add_parser(subparsers: Any) -> None:
                         "on top of DEEPCONTEXT_CONFIG's analyzer mapping)")
     p.add_argument("--dry-run", action="store_true", help="print the findings without rewriting the profiles")
     p.add_argument("--json", action="store_true", help="findings per profile as JSON on stdout")
+    add_read_options(p)
     p.set_defaults(run=run)
 
 
@@ -47,7 +47,7 @@ def parse_overrides(items: list[str]) -> dict[str, float]:
 def run(args: argparse.Namespace) -> int:
     try:
         overrides = {**resolve().analyzer, **parse_overrides(args.overrides)}
-        profiles, errors = load_logdir(args.logdir, quiet=args.json)
+        profiles, errors = load_logdir(args.logdir, quiet=args.json, max_bytes=args.max_bytes)
     except (CliError, ValueError) as exc:
         return fail(str(exc))
     try:
@@ -56,14 +56,16 @@ def run(args: argparse.Namespace) -> int:
         attach(profiles, analyze_ranks(profiles, overrides))
     except ValueError as exc:  # an unknown threshold name
         return fail(str(exc))
-    if not args.dry_run:
-        for profile in profiles:
-            _rewrite(profile, args.logdir)
+    unwritten = [] if args.dry_run else [message for p in profiles if (message := _rewrite(p))]
+    status = 0 if profiles and not unwritten else 1
+    for message in unwritten:
+        fail(message)
     if args.json:
         doc = [{"file": p.source, "run": p.run, "rank": p.rank, "steps": list(p.steps), "findings": p.findings}
                for p in profiles]
-        sys.stdout.write(json.dumps({"profiles": doc, "errors": [str(e) for e in errors]}) + "\n")
-        return 0 if profiles else 1
+        errors_text = [str(e) for e in errors] + unwritten
+        sys.stdout.write(json.dumps({"profiles": doc, "errors": errors_text}) + "\n")
+        return status
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     for profile in profiles:
         head = f"[bold]{escape(profile.run)}[/] rank {profile.rank} steps {profile.steps[0]}-{profile.steps[1] - 1}"
@@ -73,16 +75,16 @@ def run(args: argparse.Namespace) -> int:
         console.print(head)
         render_findings(profile.findings, console)
     for error in errors:
-        console.print(f"[red]skipped[/] {escape(error.file)}: {escape(error.message)}")
-    return 0 if profiles else 1
+        console.print(f"[red]skipped[/] {escape(error.file)}: {escape(error.message)}", soft_wrap=True)
+    return status
 
 
-def _rewrite(profile: Any, logdir: str) -> None:
-    # write_profile derives the path from the profile's run/rank/host/steps,
-    # which are the ones the file was found under: it replaces that file.
-    run = None if profile.run in (".", "") else profile.run
-    written = write_profile(profile, logdir, run)
-    if profile.source and Path(profile.source).resolve() != written.resolve():
-        Console(stderr=True).print(
-            f"[yellow]note:[/] {escape(profile.source)} was written as {escape(str(written))}", highlight=False
-        )
+def _rewrite(profile: Any) -> str | None:
+    """Store the findings in the file the profile was read from (in place:
+    its stored rank, host or steps may differ from the names it was found
+    under); returns why it could not, or None."""
+    try:
+        rewrite_profile(profile, profile.source)
+    except OSError as exc:
+        return f"cannot store the findings in {profile.source}: {exc.strerror or exc} (they are printed only)"
+    return None

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     report_args = argparse.Namespace(
         logdir=args.logdir, view="top-down", depth=None, min_percent=1.0, rank=None, metric=None,
-        limit=60, json=False,
+        limit=60, json=False, max_bytes=None,
     )
     status = run_report(report_args)
     console.print(f"\nprofiles: {', '.join(str(p) for p in written)}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..export import FORMATS, SUFFIX, exporter
 from ..report import default_metric
-from .common import CliError, fail, load_logdir
+from .common import CliError, add_read_options, fail, load_logdir
 
 
 def add_parser(subparsers: Any) -> None:
@@ -18,12 +18,16 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--out", required=True, help="directory for the exported files")
     p.add_argument("--metric", default=None, help="metric to export (default: the profile's main one)")
     p.add_argument("--rank", type=int, default=None)
+    add_read_options(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Export every readable profile. Unreadable files are named and skipped
+    (as ``report`` does); a profile that cannot be exported is named and
+    skipped too, and makes the exit status 1; the others are still written."""
     try:
-        profiles, errors = load_logdir(args.logdir, args.rank)
+        profiles, errors = load_logdir(args.logdir, args.rank, max_bytes=args.max_bytes)
     except CliError as exc:
         return fail(str(exc))
     out = Path(args.out)
@@ -32,14 +36,22 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"cannot create --out {args.out!r}: {exc.strerror}")
     export = exporter(args.format)
+    skipped = [f"skipped {error.file}: {error.message}" for error in errors]
+    exported = 0
     for profile in profiles:
         metric = args.metric or default_metric(profile.tree)
-        if metric not in profile.tree.excl:
-            return fail(f"--metric {metric!r} is not in {profile.source}")
+        if args.metric and metric not in profile.tree.excl:
+            skipped.append(f"skipped {profile.source}: it has no metric {metric!r}")
+            continue
         run_name = profile.run.replace("/", "_").strip(".") or "run"
         name = f"{run_name}-rank{profile.rank}-steps{profile.steps[0]}-{profile.steps[1] - 1}{SUFFIX[args.format]}"
-        (out / name).write_bytes(export(profile, metric))
+        try:
+            (out / name).write_bytes(export(profile, metric))
+        except OSError as exc:
+            skipped.append(f"skipped {profile.source}: cannot write {out / name}: {exc.strerror or exc}")
+            continue
         print(out / name)
-    for error in errors:
-        print(f"skipped {error.file}: {error.message}")
-    return 0
+        exported += 1
+    for line in skipped:
+        print(line)
+    return 0 if profiles and exported == len(profiles) else 1

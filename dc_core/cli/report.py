@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -12,11 +11,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..export.nested import dumps
 from ..profile import Profile
 from ..report import (
     default_metric, format_value, rank_step_stats, rank_top_frames, report_json, tree_rows, view_tree,
 )
-from .common import CliError, fail, load_logdir
+from .common import CliError, add_read_options, fail, load_logdir
 
 KIND_STYLE = {
     "phase": "bold magenta", "python": "cyan", "module": "green", "operator": "yellow",
@@ -35,6 +35,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--metric", default=None, help="cpu_time_ns, device_time_ns, count, samples, alloc_bytes")
     p.add_argument("--limit", type=int, default=60, help="rows per profile")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    add_read_options(p)
     p.set_defaults(run=run)
 
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if args.min_percent is not None and not 0.0 <= args.min_percent <= 100.0:
         return fail("--min-percent must be in [0, 100]")
     try:
-        profiles, errors = load_logdir(args.logdir, args.rank, quiet=args.json)
+        profiles, errors = load_logdir(args.logdir, args.rank, quiet=args.json, max_bytes=args.max_bytes)
     except CliError as exc:
         return fail(str(exc))
     known = {m for p in profiles for m in p.tree.excl}
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = report_json(profiles, errors, view=args.view, depth=args.depth,
                           min_fraction=(args.min_percent or 0.0) / 100.0, metric=args.metric)
-        sys.stdout.write(json.dumps(doc) + "\n")  # dumps uses the C encoder; dump streams in Python
+        sys.stdout.write(dumps(doc) + "\n")  # json's text, without its recursion (trees may be deep)
         return 0 if profiles else 1
     if args.min_percent is None:
         args.min_percent = 1.0
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if len({p.rank for p in profiles}) > 1:
         print_ranks(console, profiles)
     for error in errors:
-        console.print(f"[red]skipped[/] {escape(error.file)}: {escape(error.message)}")
+        console.print(f"[red]skipped[/] {escape(error.file)}: {escape(error.message)}", soft_wrap=True)
     return 0 if profiles else 1
 
 

@@ -11,6 +11,9 @@ from .store import Index
 from .tables import frame_fields, node_row, total
 
 CONTEXT_KINDS = ("python", "module")
+#: Path entries one search answer carries at most: a match in a deep recursion
+#: has a path as long as the recursion, and an answer holds up to 500 matches.
+MAX_PATH_ENTRIES = 100_000
 
 
 def _context_ids(index: Index) -> tuple[list[int], list[int]]:
@@ -97,8 +100,14 @@ def search(index: Index, query: str, metric: str, limit: int = 50) -> dict:
     nodes = [n for n in range(1, len(frame)) if frame[n] in fids]
     incl = index.incl(metric)
     nodes.sort(key=lambda n: (-incl[n], n))
-    matches = [{"id": n, "label": index.labels()[frame[n]], "kind": index.tree.node_frame(n).kind,
-                "incl": incl[n], "path": index.tree.path(n)} for n in nodes[:limit]]
+    matches, budget = [], MAX_PATH_ENTRIES
+    for n in nodes[:limit]:
+        path = index.tree.path(n)
+        budget -= len(path)
+        if budget < 0 and matches:  # the rest of the matches are left out, as past ``limit``
+            break
+        matches.append({"id": n, "label": index.labels()[frame[n]], "kind": index.tree.node_frame(n).kind,
+                        "incl": incl[n], "path": path})
     return {"query": query, "count": len(nodes), "frames": len(fids), "matches": matches,
             "total": total(index, metric)}
 

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .params import BadRequest
+
 ROOTS_ENV = "DEEPCONTEXT_SOURCE_ROOTS"
 SUFFIXES = frozenset({".py", ".pyx", ".pxd", ".pyi", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".cuh"})
 MAX_BYTES = 4 << 20
@@ -29,9 +31,15 @@ def _under(path: Path, roots: Sequence[Path]) -> bool:
 
 
 def snippet(file: str, line: int, roots: Sequence[Path], context: int = CONTEXT_LINES) -> dict:
-    """Lines around ``file:line``, or ``{"available": False, "reason": ...}``."""
+    """Lines around ``file:line``, or ``{"available": False, "reason": ...}``.
+
+    Raises:
+        BadRequest: the recorded name cannot be a path (a NUL byte); HTTP 400.
+    """
     if not file or file.startswith("<"):
         return {"available": False, "reason": "no source file recorded"}
+    if "\x00" in file:  # os functions raise ValueError on it
+        raise BadRequest("the node's source file name holds a NUL byte; it names no file")
     candidates = [Path(file)] if os.path.isabs(file) else [root / file for root in roots]
     for candidate in candidates:
         real = Path(os.path.realpath(candidate))

@@ -7,6 +7,7 @@ mtime and size (a rewritten window is reloaded), least recently used first out.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -16,11 +17,12 @@ from typing import Any, Callable
 
 import numpy as np  # a TensorBoard dependency
 
-from ..logdir import ProfileFile, find_profiles, read_profile
+from ..logdir import DEFAULT_MAX_BYTES, ProfileFile, find_profiles, max_profile_bytes, read_profile
 from ..profile import Profile, ProfileError
 from ..tree import Tree
 from .params import NotFound, Ref, format_window
 
+logger = logging.getLogger("deepcontext")
 
 class Children:
     """Child lists of a parent column, in one sorted array (no list per node:
@@ -73,12 +75,7 @@ class Index:
     def order(self) -> list[int] | range:
         """Nodes with every parent before its children: index order when the
         tree was built top-down (the usual case), else a preorder."""
-        def build():
-            parent = self.tree.parent
-            if all(p < i for i, p in enumerate(parent) if i):
-                return range(len(parent))
-            return list(self.tree.preorder())
-        return self.memo(("order",), build)
+        return self.memo(("order",), self.tree.topdown)
 
     def labels(self) -> list[str]:
         """Label per frame id."""
@@ -97,10 +94,20 @@ class ProfileStore:
         listing_ttl_s: How long a directory listing is reused before rescanning.
         max_profiles: Loaded profiles kept in memory.
         clock: Monotonic clock, replaceable in tests.
+        max_bytes: Larger files are refused by name (HTTP 422). Default:
+            ``DEEPCONTEXT_MAX_PROFILE_BYTES``; when that is invalid, the error
+            is logged and the built-in default used, so the tab still works.
     """
 
     def __init__(self, logdir: str | Path, listing_ttl_s: float = 2.0, max_profiles: int = 6,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_bytes: int | None = None) -> None:
+        if max_bytes is None:
+            try:
+                max_bytes = max_profile_bytes()
+            except ValueError as exc:
+                logger.error("DeepContext plugin: %s; reading files up to %d bytes", exc, DEFAULT_MAX_BYTES)
+                max_bytes = DEFAULT_MAX_BYTES
+        self.max_bytes = max_bytes
         self.logdir = Path(logdir) if logdir else None
         self._ttl = listing_ttl_s
         self._max = max_profiles
@@ -174,7 +181,7 @@ class ProfileStore:
     def _read(self, file: ProfileFile) -> Profile:
         relative = self._relative(file.path)
         try:
-            profile = read_profile(file)
+            profile = read_profile(file, self.max_bytes)
         except ProfileError as exc:
             self.errors[relative] = exc.message
             raise ProfileError(relative, exc.message) from None

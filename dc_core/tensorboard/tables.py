@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .. import views
 from .params import format_window
 from .store import Index
 
@@ -85,24 +86,8 @@ def hot_path(index: Index, start: int, metric: str, threshold: float = 0.05, sor
 
 
 def _nested(index: Index) -> list[bool]:
-    """Per node: does its frame already occur among its ancestors (recursion)?
-    Inclusive totals count such a node once, at its outermost occurrence."""
-    tree = index.tree
-    frame, n = tree.frame, len(tree)
-    nested = [False] * n
-    on_path = [0] * len(tree.frames)
-    stack: list[int] = [0]
-    while stack:
-        node = stack.pop()
-        if node < 0:  # leaving ~node
-            on_path[frame[~node]] -= 1
-            continue
-        fid = frame[node]
-        nested[node] = on_path[fid] > 0
-        on_path[fid] += 1
-        stack.append(~node)
-        stack.extend(index.children(node))
-    return nested
+    """Per node: does its frame already occur among its ancestors (recursion)?"""
+    return views.nested(index.tree, index.children)
 
 
 def _flat_totals(index: Index) -> dict:

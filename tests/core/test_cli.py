@@ -99,3 +99,22 @@ def test_python_m_dc_core_demo(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "demo::featurize" in result.stdout and "steps-3-6.pb" in result.stdout
+
+
+def test_export_skips_a_profile_without_the_metric_and_goes_on(tmp_path, capsys):
+    write_profile(make_profile(0), tmp_path / "logs")
+    other = make_profile(1)
+    other.tree.excl.pop("count")
+    skipped = write_profile(other, tmp_path / "logs")
+    assert main(["export", str(tmp_path / "logs"), "--format", "chrome", "--metric", "count",
+                 "--out", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    assert f"skipped {skipped}: it has no metric 'count'" in out
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["run-rank0-steps5-7.trace.json"]
+
+
+@pytest.mark.parametrize("command", ["report", "export", "analyze"])
+def test_reading_commands_take_a_size_cap(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "--max-file-mb" in capsys.readouterr().out

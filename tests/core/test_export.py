@@ -20,12 +20,15 @@ def test_chrome_trace_nests_children_inside_parents():
     assert step["ts"] <= mm["ts"] and mm["ts"] + mm["dur"] <= step["ts"] + step["dur"]
 
 
-def test_speedscope_weights_are_exclusive_paths():
+def test_speedscope_events_nest_the_tree_by_inclusive_value():
     doc = json.loads(exporter("speedscope")(make_profile(), "cpu_time_ns"))
     frames = [f["name"] for f in doc["shared"]["frames"]]
     (prof,) = doc["profiles"]
-    assert prof["unit"] == "nanoseconds" and prof["weights"] == [100]
-    assert [frames[i] for i in prof["samples"][0]] == ["forward", "t.py:3 step", "aten::mm"]
+    assert prof["type"] == "evented" and prof["unit"] == "nanoseconds" and prof["endValue"] == 100
+    events = [(e["type"], frames[e["frame"]], e["at"]) for e in prof["events"]]
+    assert events == [("O", "forward", 0), ("O", "t.py:3 step", 0), ("O", "aten::mm", 0),
+                      ("C", "aten::mm", 100), ("C", "t.py:3 step", 100), ("C", "forward", 100)]
+    assert doc["shared"]["frames"][1] == {"name": "t.py:3 step", "file": "t.py", "line": 3}
 
 
 def test_pprof_samples_leaf_first():
@@ -51,3 +54,27 @@ def test_cli_export_writes_one_file_per_profile(tmp_path, capsys):
     assert main(["export", str(tmp_path / "logs"), "--format", "speedscope", "--out", str(tmp_path / "out")]) == 0
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert files == ["run-rank0-steps5-7.speedscope.json", "run-rank1-steps5-7.speedscope.json"]
+
+
+def test_pprof_keeps_the_innermost_frames_of_a_deep_path():
+    from dc_core.export.pprof import MAX_STACK
+    from tests.reliability.test_readers import chain_profile
+
+    msg = pprof_pb2.Profile()
+    msg.ParseFromString(gzip.decompress(exporter("pprof")(chain_profile(300), "cpu_time_ns")))
+    strings = list(msg.string_table)
+    names = {f.id: strings[f.name] for f in msg.function}
+    deepest = msg.sample[-1]  # preorder: the last is the deepest frame
+    assert len(deepest.location_id) == MAX_STACK == 128
+    assert [names[i] for i in deepest.location_id[:2]] == ["deep.py:300 f299", "deep.py:299 f298"]
+    assert len(msg.sample) == 300 + 150  # every node with a value: the chain and its operators
+
+
+def test_exporters_take_a_metric_the_profile_lacks():
+    """pprof raised KeyError for a metric the profile has no column of."""
+    for fmt in ("chrome", "speedscope", "pprof", "hatchet"):
+        assert exporter(fmt)(make_profile(), "flops")
+    msg = pprof_pb2.Profile()
+    msg.ParseFromString(gzip.decompress(exporter("pprof")(make_profile(), "flops")))
+    assert list(msg.string_table)[msg.sample_type[0].type] == "flops"
+    assert all(s.value[0] == 0 for s in msg.sample)

@@ -185,3 +185,65 @@ def test_every_static_file_is_routed_and_every_import_resolves():
     for name in shipped:
         imports = re.findall(r'from "\./([\w.]+)"', static.joinpath(name).read_text())
         assert set(imports) <= shipped, name
+
+
+def test_file_over_the_size_cap_is_422_and_named(api: Api, plugin, logdir):
+    from dc_core.tensorboard.store import ProfileStore
+
+    plugin.store = ProfileStore(logdir, listing_ttl_s=0, max_bytes=100)
+    body = api.json("/window", status=422, **A)
+    assert body["error"].startswith("run-a/plugins/deepcontext/0-node-a/steps-5-7.pb: ")
+    assert "over the 100 bytes size limit" in body["error"] and str(logdir) not in body["error"]
+    assert api.json("/ranks", run="run-a", window="5-8", metric="count")["errors"]["0-node-a"].endswith(
+        "(raise it with DEEPCONTEXT_MAX_PROFILE_BYTES or --max-file-mb)")
+
+
+def test_invalid_size_cap_is_logged_and_the_default_used(logdir, monkeypatch, caplog):
+    from dc_core.logdir import DEFAULT_MAX_BYTES
+    from dc_core.tensorboard.store import ProfileStore
+
+    monkeypatch.setenv("DEEPCONTEXT_MAX_PROFILE_BYTES", "half a gig")
+    store = ProfileStore(logdir)
+    assert store.max_bytes == DEFAULT_MAX_BYTES
+    assert "DEEPCONTEXT_MAX_PROFILE_BYTES='half a gig'" in caplog.text
+
+
+def test_odd_rank_directories_leave_the_tab_on(api: Api, plugin, logdir):
+    good = logdir / "run-a" / "plugins" / "deepcontext" / "0-node-a" / "steps-5-7.pb"
+    for name in ("²-vm", "٣-vm"):
+        (good.parent.parent / name).mkdir()
+        (good.parent.parent / name / "steps-5-7.pb").write_bytes(good.read_bytes())
+    assert plugin.is_active()
+    runs = {r["run"]: r for r in api.json("/runs")["runs"]}
+    assert [r["rank"] for r in runs["run-a"]["ranks"]] == [0, 1]
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+def test_routes_walk_a_deep_chain_without_recursion(tmp_path, depth, monkeypatch):
+    from tensorboard.plugins.base_plugin import TBContext
+
+    from dc_core.logdir import write_profile
+    from dc_core.tensorboard.plugin import DeepContextPlugin
+    from dc_core.tensorboard.store import ProfileStore
+    from tests.reliability.test_readers import chain_profile
+
+    write_profile(chain_profile(depth), tmp_path, "deep")
+    write_profile(chain_profile(depth // 2, rank=1), tmp_path, "deep")
+    monkeypatch.chdir(tmp_path)
+    api = Api(DeepContextPlugin(TBContext(logdir=str(tmp_path)), store=ProfileStore(tmp_path, listing_ttl_s=0)))
+    ref = {"run": "deep", "rank": 0, "window": "0-1"}
+    last = depth + depth // 2 + 1  # the root, forward, the chain and its operators: the deepest frame's id
+    hot = api.json("/hotpath", **ref, metric="cpu_time_ns", threshold=0)
+    assert len(hot["chain"]) == 256  # capped, as the tab expands it level by level
+    node = api.json("/node", **ref, node=last, metric="cpu_time_ns")
+    assert len(node["path"]) == depth + 1 and node["path"][-1]["label"] == f"deep.py:{depth} f{depth - 1}"
+    assert node["split"]["context"] == f"deep.py:{depth} f{depth - 1}"
+    found = api.json("/search", **ref, q="aten::mm", limit=500)
+    assert found["count"] == depth // 2 and sum(len(m["path"]) for m in found["matches"]) <= 100_000 + depth + 1
+    assert api.json("/flat", **ref, metric="cpu_time_ns")["count"] == depth + 2  # forward, f*, aten::mm
+    callers = api.json("/bottomup", **ref, path=3, limit=2000)  # frame 3: aten::mm, interned after f0
+    assert callers["count"] == depth // 2 and callers["rows"][0]["label"] == "deep.py:1 f0"
+    assert len(api.json("/flame", **ref, min=0, max=20000)["nodes"]) == min(20000, last + 1)
+    assert api.json("/diff", **ref, b_run="deep", b_rank=1, b_window="0-1")["total_a"] == 10 * depth + 5 * (depth // 2)
+    assert [r["rank"] for r in api.json("/ranks", run="deep", window="0-1")["ranks"]] == [0, 1]
+    assert api.json("/window", **ref)["nodes"] == last + 1
