@@ -14,6 +14,7 @@ from rich.markup import escape
 from ..analyzer import analyze, analyze_ranks, attach
 from ..config import resolve
 from ..logdir import rewrite_profile
+from ..validate import check_thresholds
 from .common import CliError, add_read_options, fail, load_logdir
 from .findings import render_findings
 
@@ -41,7 +42,10 @@ def parse_overrides(items: list[str]) -> dict[str, float]:
             raise CliError(f"--set {item!r}: expected RULE.THRESHOLD=NUMBER") from None
         if not sep or "." not in key:
             raise CliError(f"--set {item!r}: expected RULE.THRESHOLD=NUMBER")
-    return out
+    try:
+        return check_thresholds(out)  # the config's checks: known rule and threshold, finite, >= 0
+    except ValueError as exc:
+        raise CliError(f"--set: {str(exc).removeprefix('analyzer.')}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@
 import io
 import json
 
+import pytest
+
 from rich.console import Console
 
 from dc_core.cli import analyze as analyze_cmd
@@ -83,4 +85,15 @@ def test_render_findings_shows_severity_rule_path_and_suggestion():
 
 
 def test_parse_overrides():
-    assert analyze_cmd.parse_overrides(["a.b=1", "c.d = 0.5"]) == {"a.b": 1.0, "c.d": 0.5}
+    assert analyze_cmd.parse_overrides(["dataloader_bottleneck.min_share=1", "hotspot.enabled = 0"]) == {
+        "dataloader_bottleneck.min_share": 1.0, "hotspot.enabled": 0.0}
+
+
+@pytest.mark.parametrize("item", ["dataloader_bottleneck.min_share=nan", "dataloader_bottleneck.min_share=-1",
+                                  "dataloader_bottleneck.min_share=inf", "nope.min_share=1"])
+def test_set_checks_thresholds_as_the_config_does(item, tmp_path, capsys):
+    """Regression: ``--set rule.threshold=nan`` reached the analyzer, which took NaN."""
+    _write(tmp_path)
+    assert main(["analyze", str(tmp_path), "--set", item]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--set" in err and item.partition("=")[0].partition(".")[0] in err
