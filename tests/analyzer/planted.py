@@ -133,7 +133,7 @@ def run_planted_model(logdir, steps: int = 6):
 
 def straggler_work(x: torch.Tensor) -> torch.Tensor:
     """Extra work only the slow rank does."""
-    for _ in range(3):
+    for _ in range(4):
         x = torch.tanh(x @ x) / x.shape[0]
     return x
 
@@ -152,7 +152,9 @@ def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 5):
             for _ in range(steps):
                 loss = model(x).square().mean()
                 if rank == slow_rank:
-                    loss = loss + straggler_work(torch.randn(768, 768)).mean()
+                    # ~7x a plain step: two suites sharing two cores slowed one rank's steps
+                    # ~2.5x, enough to out-wait a straggler of ~2.4x (it did, once)
+                    loss = loss + straggler_work(torch.randn(1024, 1024)).mean()
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
