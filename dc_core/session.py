@@ -50,8 +50,9 @@ class Adapter(Protocol):
     framework: str
 
     def install(self, session: "Session") -> None: ...  # window opens: hook (undone by itself if it fails)
-    def uninstall(self, session: "Session") -> None: ...  # window closes: unhook, ingest device activity
-    def restore(self) -> bool: ...  # unhook what uninstall could not yet; True when nothing is left
+    # window closes: unhook, ingest device activity; False while a hook could not be removed yet
+    def uninstall(self, session: "Session") -> bool | None: ...
+    def restore(self) -> bool: ...  # unhook what uninstall could not; True when nothing is left
     def environment(self) -> dict[str, str]: ...
 
 
@@ -328,10 +329,12 @@ class Session:
                         c.stop_monitor()
             finally:
                 if self.adapter is not None and hasattr(self.adapter, "uninstall"):
+                    restored = False
                     try:
-                        self.adapter.uninstall(self)
-                    finally:
-                        self._restore()
+                        restored = self.adapter.uninstall(self) is not False
+                    finally:  # what is left is retried at the next step boundary (see _restore)
+                        self._unrestored = not restored and hasattr(self.adapter, "restore")
+                        self._track()
 
     def _restore(self) -> bool:
         """Ask the adapter to remove what its uninstall could not (see

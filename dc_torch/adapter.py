@@ -91,11 +91,12 @@ class TorchAdapter:
             self.uninstall(session)
             raise
 
-    def uninstall(self, session: Any) -> None:
-        """Unhook torch and ingest device activity; safe to call again."""
+    def uninstall(self, session: Any) -> bool:
+        """Unhook torch and ingest device activity; safe to call again. Returns
+        `restore`'s answer: False while a mode could not be taken off yet."""
         self.active = False
         try:
-            self.restore()
+            return self.restore()
         finally:
             closers, self.on_uninstall = self.on_uninstall, []
             try:

@@ -24,6 +24,7 @@ from .params import NotFound, Ref, format_window
 
 logger = logging.getLogger("deepcontext")
 
+
 class Children:
     """Child lists of a parent column, in one sorted array (no list per node:
     allocating 100k lists costs more than the request budget on a busy machine).
