@@ -1,10 +1,11 @@
-"""Collector snapshot → `Profile`: decode frames, build the tree, turn monitor
-columns into series."""
+"""Collector snapshot → `Profile`: decode frames, name unresolved native frames,
+build the tree, turn monitor columns into series."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+from . import symbols
 from .profile import Profile, Series
 from .tree import KINDS, Frame, from_columns
 
@@ -21,6 +22,49 @@ def frames_from_snapshot(snap: Mapping[str, Any]) -> list[Frame]:
         Frame(KINDS[k], strings[n], strings[fi], ln, strings[d], bool(fl & 1))
         for k, n, fi, ln, d, fl in zip(f["kind"], f["name"], f["file"], f["line"], f["detail"], f["flags"])
     ]
+
+
+def merge_equal_siblings(
+    frames: Sequence[Frame],
+    parent: Sequence[int],
+    frame: Sequence[int],
+    metrics: Mapping[str, Sequence[int]],
+    folds_into: Callable[[Frame, Frame], bool] | None = None,
+) -> tuple[list[Frame], list[int], list[int], dict[str, list[int]]]:
+    """Columns in which equal frames are one frame and siblings with equal
+    frames are one node, their metrics summed.
+
+    Frames that were distinct in the collector (two addresses in one function)
+    can be equal once resolved. With ``folds_into(parent_frame, frame)``, a
+    node for which it holds is merged into its parent. Nodes come after their
+    parents, as in a collector's snapshot; metric columns of another length are
+    dropped, as `from_columns` drops them."""
+    unique: dict[Frame, int] = {}
+    frame_id = [unique.setdefault(f, len(unique)) for f in frames]
+    new_id = [0] * len(parent)
+    new_parent, new_frame = [-1], [frame_id[frame[0]]]
+    node_of: dict[tuple[int, int], int] = {}
+    for node in range(1, len(parent)):
+        key = (new_id[parent[node]], frame_id[frame[node]])
+        if folds_into is not None and key[0] and folds_into(frames[frame[parent[node]]], frames[frame[node]]):
+            new_id[node] = key[0]
+            continue
+        target = node_of.get(key)
+        if target is None:
+            target = node_of[key] = len(new_parent)
+            new_parent.append(key[0])
+            new_frame.append(key[1])
+        new_id[node] = target
+    new_metrics = {}
+    for name, values in metrics.items():
+        if len(values) != len(parent):
+            continue
+        column = [0] * len(new_parent)
+        for node, value in enumerate(values):
+            if value:
+                column[new_id[node]] += value
+        new_metrics[name] = column
+    return list(unique), new_parent, new_frame, new_metrics
 
 
 def series_from_monitor(monitor: Mapping[str, list], t0: int) -> list[Series]:
@@ -43,9 +87,17 @@ def series_from_monitor(monitor: Mapping[str, list], t0: int) -> list[Series]:
 def profile_from_snapshot(
     snap: Mapping[str, Any], monitor: Mapping[str, list], *, window_t0: int, **fields: Any
 ) -> Profile:
-    """Build a `Profile` from ``Collector.snapshot()`` and ``monitor_samples()``."""
-    tree = from_columns(
-        frames_from_snapshot(snap), snap["parent"], snap["frame"], snap["metrics"], snap.get("units")
-    )
+    """Build a `Profile` from ``Collector.snapshot()`` and ``monitor_samples()``.
+
+    Native frames the collector left as library + offset are named here, once
+    per address, from the libraries' symbol tables (`dc_core.symbols`)."""
+    frames = frames_from_snapshot(snap)
+    parent, frame, metrics = snap["parent"], snap["frame"], snap["metrics"]
+    used = set(frame)
+    if any(symbols.is_unresolved(frames[f]) for f in used):
+        frames = symbols.resolve(frames, used)
+        frames, parent, frame, metrics = merge_equal_siblings(
+            frames, parent, frame, metrics, folds_into=symbols.folds_into)
+    tree = from_columns(frames, parent, frame, metrics, snap.get("units"))
     drops = {k: int(v) for k, v in snap.get("drops", {}).items()}
     return Profile(tree=tree, system=series_from_monitor(monitor, window_t0), drops=drops, **fields)

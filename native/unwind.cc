@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -110,6 +112,14 @@ int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns) {
   return n;
 }
 
+std::string demangle(const char* name) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = (status == 0 && demangled != nullptr) ? demangled : name;
+  std::free(demangled);
+  return out;
+}
+
 static std::string object_of(const void* addr) {
   Dl_info info;
   if (addr != nullptr && dladdr(addr, &info) != 0 && info.dli_fname != nullptr)
@@ -129,14 +139,11 @@ const Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
   Dl_info info;
   std::memset(&info, 0, sizeof(info));
   std::string file, name;
+  uintptr_t offset = 0;
   if (dladdr(reinterpret_cast<void*>(addr), &info) != 0) {
     if (info.dli_fname != nullptr) file = info.dli_fname;
-    if (info.dli_sname != nullptr) {
-      int status = 0;
-      char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-      name = (status == 0 && demangled != nullptr) ? demangled : info.dli_sname;
-      std::free(demangled);
-    }
+    if (info.dli_sname != nullptr) name = demangle(info.dli_sname);
+    offset = addr - reinterpret_cast<uintptr_t>(info.dli_fbase);
   }
   Class cls = NORMAL;
   if (name == "__restore_rt")
@@ -146,13 +153,25 @@ const Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
   else if ((!file.empty() && (file == libpython_ || file == executable_)) ||
            name.rfind("_PyEval_EvalFrame", 0) == 0)
     cls = INTERPRETER;
-  // No exported symbol covers it (static functions of stripped libraries):
-  // one "??" frame per library, since naming each address would give every
-  // sampled instruction its own node.
-  const bool unnamed = name.empty();
-  if (unnamed) name = "??";
-  int64_t frame = cls == NORMAL ? frames_->intern(KIND_NATIVE, name, file, 0, "", 0) : -1;
-  return cache_.emplace(addr, Sym{frame, cls, unnamed}).first->second;
+  int64_t frame = -1;
+  bool fold = false;
+  if (cls == NORMAL) {
+    if (!name.empty()) {
+      frame = frames_->intern(KIND_NATIVE, name, file, 0, "", 0);
+    } else if (!file.empty() && offset > 0) {
+      // No exported symbol covers it (static and hidden functions): record
+      // where it is; the snapshot reader names it from the full symbol table.
+      char hex[2 + 2 * sizeof(uintptr_t) + 1];
+      std::snprintf(hex, sizeof(hex), "0x%" PRIxPTR, offset);
+      const size_t slash = file.rfind('/');
+      std::string label = (slash == std::string::npos ? file : file.substr(slash + 1)) + "+" + hex;
+      frame = frames_->intern(KIND_NATIVE, label, file, static_cast<int64_t>(offset), "", 0);
+    } else {
+      fold = true;
+      frame = frames_->intern(KIND_NATIVE, kUnknownObject, "", 0, "", 0);
+    }
+  }
+  return cache_.emplace(addr, Sym{frame, cls, fold}).first->second;
 }
 
 void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<int64_t>* out) {
@@ -178,8 +197,8 @@ void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<int64_t>
     uintptr_t a = reinterpret_cast<uintptr_t>(pcs[i]) - (i == start ? 0 : 1);
     const Sym& s = lookup(a);
     if (s.cls != NORMAL) continue;
-    // Runs of unnamed frames in one library fold into one "??" node.
-    if (s.unnamed && !out->empty() && out->back() == s.frame) continue;
+    // Code outside any object cannot be told apart later: a run is one node.
+    if (s.fold && !out->empty() && out->back() == s.frame) continue;
     out->push_back(s.frame);
   }
 }

@@ -4,7 +4,10 @@
 // sends the target a signal whose handler records backtrace() into one
 // preallocated request slot, then waits for it a bounded time. Symbolisation
 // (dladdr + __cxa_demangle, cached by address) happens back on the sampler
-// thread, never in the handler.
+// thread, never in the handler. dladdr sees only exported symbols; an address
+// it cannot name becomes an *unresolved* frame (library + offset) that
+// dc_core/symbols.py names from the library's full ELF symbol table when the
+// window's snapshot is read, off the hot path.
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +23,14 @@ namespace dc {
 
 constexpr int kMaxNativeFrames = 256;
 
+// Name of the frame for code outside any loaded object (JIT, anonymous
+// mappings): nothing can resolve it later, so runs of them fold into one.
+constexpr const char* kUnknownObject = "[unknown]";
+
+// The demangled form of an Itanium C++ ABI name, or `name` itself when it is
+// not one (C names, already demangled text).
+std::string demangle(const char* name);
+
 // Installs the signal handler once per process (idempotent). False if the
 // handler could not be installed.
 bool unwind_install();
@@ -33,6 +44,18 @@ int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns);
 
 // Turns raw backtraces into KIND_NATIVE frame ids. One per collector: its
 // cache holds frame ids of that collector's frame table.
+//
+// Frame identities (kind native, detail ""):
+//   named      name = demangled symbol, file = object path, line = 0
+//   unresolved name = "<object basename>+0x<offset>", file = object path,
+//              line = offset (> 0) of the address from the object's mapping
+//              start (dladdr's dli_fbase). One frame per address: the address
+//              is what dc_core/symbols.py resolves, after which frames of one
+//              function merge into the named identity above. Like every
+//              frame these outlive reset(); they grow with the distinct
+//              unnamed instructions sampled (bounded by code size), not with
+//              steps.
+//   unknown    name = kUnknownObject, file = "", line = 0.
 class Symbolizer {
  public:
   explicit Symbolizer(FrameTable* frames);
@@ -47,7 +70,7 @@ class Symbolizer {
   struct Sym {
     int64_t frame;
     Class cls;
-    bool unnamed;  // no symbol: named "??", runs of them fold into one
+    bool fold;  // kUnknownObject: runs of them fold into one
   };
   const Sym& lookup(uintptr_t addr);
 
