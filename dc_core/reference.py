@@ -11,12 +11,15 @@ Two things differ by necessity, not by contract:
   read-modify-write could be interrupted by a thread switch, so shared state
   (frames, tree, metrics, scope registry) is guarded by one lock.
 * The collector's own frames, and what they call, are never part of a call
-  path (the C++ collector has no Python frames of its own), and the sampler
-  ignores ``native=True``: it records Python frames only.
+  path (the C++ collector has no Python frames of its own).
+* The sampler is a Python thread: it ticks only when it gets the GIL (a
+  thread that keeps the GIL delays its ticks; the CPU time it ran is billed
+  at the next one), and it ignores ``native=True`` (no native frames).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -27,7 +30,7 @@ from types import FrameType
 from typing import Sequence
 
 from dc_core import sysmon
-from dc_core.worker import Worker, WorkerThread
+from dc_core.worker import Worker
 
 KIND_ROOT = 0
 KIND_PYTHON = 1
@@ -70,7 +73,25 @@ class _Scope:
 
 
 class _Stack(list):
-    """One thread's open scopes (a list subclass so the registry can hold it weakly)."""
+    """One thread's open scopes (a list subclass so the registry can hold it weakly).
+
+    Made on its own thread, it also keeps that thread's CPU clock for the
+    sampler (``None`` where the platform has no per-thread clock), and the
+    sampler's reading of it at its previous tick.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bind()
+
+    def bind(self) -> None:
+        """Read the calling (owning) thread's CPU clock; again in a forked child,
+        where the thread lives on under a new kernel id."""
+        getcpuclockid = getattr(time, "pthread_getcpuclockid", None)
+        self.pid = os.getpid()
+        self.cpu_clock: int | None = getcpuclockid(threading.get_ident()) if getcpuclockid else None
+        self.cpu_ns: int | None = None  # None: no reading yet in this sampler run
+        self.credit_ns = 0
 
 
 def _outermost_first(frame: FrameType | None) -> list[FrameType]:
@@ -119,6 +140,7 @@ class Collector:
         self._stacks: weakref.WeakValueDictionary[int, _Stack] = weakref.WeakValueDictionary()
         # background threads and what they collect
         self._sampler: Worker | None = None
+        self._sample_period_ns = 10_000_000
         self._monitor: Worker | None = None
         self._monitor_rows: list[dict] = []
         self._drops = {"nodes": 0, "samples": 0, "monitor": 0}
@@ -265,6 +287,8 @@ class Collector:
         if stack is None:
             stack = self._local.stack = _Stack()
             self._stacks[threading.get_ident()] = stack
+        elif stack.pid != os.getpid():
+            stack.bind()
         return stack
 
     def enter(
@@ -318,20 +342,46 @@ class Collector:
         if self.sampler_running():
             return
         self.stop_sampler()
+        with self._lock:  # CPU time run while no sampler ran is billed to nobody
+            for scopes in list(self._stacks.values()):
+                scopes.cpu_ns = None
+            self._sample_period_ns = max(1, int(1e9 / hz))
         self._sampler = Worker("deepcontext-sampler", 1.0 / hz, self._sample)
         self._sampler.start()
 
     def _sample(self) -> None:
-        own = {t.ident for t in threading.enumerate() if isinstance(t, WorkerThread)}
-        for thread_id, frame in sys._current_frames().items():
-            if thread_id in own:
-                continue
-            with self._lock:
-                scopes = self._stacks.get(thread_id)
-                scope = scopes[-1] if scopes else None
-                base, floor = (scope.node, scope.user_depth) if scope else (0, 0)
-                node = self.path(base, self._python_ids(frame, floor))
-                self._values[METRIC_SAMPLES][node] += 1
+        # As the native sampler: one sample per period of CPU time a thread ran
+        # since the previous tick, at its innermost open scope; idle threads
+        # (clock unmoved) and threads with no open scope get none. Unlike the
+        # native one this thread needs the GIL, so it ticks only when the
+        # interpreter lets it; CPU time still accrues meanwhile.
+        with self._lock:
+            for scopes in list(self._stacks.values()):
+                n = self._cpu_periods(scopes)
+                if n:
+                    self._values[METRIC_SAMPLES][scopes[-1].node] += n
+
+    def _cpu_periods(self, scopes: _Stack) -> int:
+        """Whole sampler periods of CPU time ``scopes``' thread ran since the
+        last tick, to bill at its innermost scope (0 with none open)."""
+        if scopes.cpu_clock is None:  # no per-thread clock: every tick counts as busy
+            return 1 if scopes else 0
+        try:
+            cpu = time.clock_gettime_ns(scopes.cpu_clock)
+        except OSError:  # the thread ended
+            return 0
+        last, scopes.cpu_ns = scopes.cpu_ns, cpu
+        if last is None:  # first reading in this sampler run
+            scopes.credit_ns = 0
+            return 0
+        if cpu <= last:  # idle: its remainder waits for a tick it runs in
+            return 0
+        if not scopes:  # nothing open: CPU time outside every scope is billed to nobody
+            scopes.credit_ns = 0
+            return 0
+        scopes.credit_ns += cpu - last
+        n, scopes.credit_ns = divmod(scopes.credit_ns, self._sample_period_ns)
+        return n
 
     def stop_sampler(self) -> None:
         sampler, self._sampler = self._sampler, None

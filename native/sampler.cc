@@ -56,26 +56,15 @@ void Sampler::loop(double hz) {
     next += period;
     auto now = std::chrono::steady_clock::now();
     if (next < now) {
-      // Fell behind (the GIL was held long): count the lost ticks, don't burst.
+      // Fell behind (a slow tick, or this thread not scheduled): count the
+      // lost ticks, don't burst.
       missed_ += static_cast<int64_t>((now - next) / period) + 1;
       next = now + period;
     }
+    // The tick touches no Python object and takes no GIL, so it also runs
+    // while the interpreter finalizes: the collector it reads outlives it.
     lock.unlock();
-    // Taking the GIL while the interpreter finalizes would park or kill this
-    // thread; the atexit hook stops us before that, this is the backstop.
-    if (_Py_IsFinalizing()) {
-      lock.lock();
-      break;
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    // stop() may have been requested while we waited for the GIL.
-    bool stopping;
-    {
-      std::lock_guard<std::mutex> check(mu_);
-      stopping = stop_;
-    }
-    if (!stopping) tick_();
-    PyGILState_Release(g);
+    tick_();
     lock.lock();
   }
 }

@@ -1,5 +1,7 @@
-// The CPU sampler's thread: wakes `hz` times a second, takes the GIL and runs
-// a tick (Collector::sample_threads). Knows nothing about trees or frames.
+// The CPU sampler's thread: wakes `hz` times a second and runs a tick
+// (Collector::sample_threads). It never takes the GIL, so a thread holding it
+// (a long pure-Python loop, a C call that keeps it) delays no tick. Knows
+// nothing about trees or frames.
 #pragma once
 
 #include <atomic>
@@ -16,13 +18,15 @@ class Sampler {
  public:
   explicit Sampler(std::function<void()> tick) : tick_(std::move(tick)) {}
   ~Sampler();
-  // Called with the GIL held. Idempotent.
+  // Idempotent. Any thread.
   void start(double hz);
-  // Called with the GIL held; releases it while joining, since the thread
-  // may be waiting for the GIL to finish its current tick.
+  // Joins the thread; a caller holding the GIL releases it meanwhile, so the
+  // Python threads run while a tick (which may wait on signal handlers in
+  // comprehensive mode) finishes.
   void stop();
   bool running() const { return thread_ != nullptr; }
-  // Ticks skipped because the previous one (or the wait for the GIL) overran.
+  // Ticks skipped because the previous one overran or the thread was not
+  // scheduled in time (a loaded host).
   int64_t missed() const { return missed_.load(); }
   void clear_missed() { missed_.store(0); }
   // In a forked child the thread does not exist: forget it without joining.

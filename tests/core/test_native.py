@@ -4,7 +4,6 @@ interpreter exit, thread-state reuse, caches)."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import subprocess
 import sys
@@ -38,15 +37,8 @@ def decode(c):
 def compress_for(seconds: float, data: bytes) -> int:
     end, n = time.monotonic() + seconds, 0
     while time.monotonic() < end:
-        n += len(zlib.compress(data, 6))  # COMPRESS_LINE: deflate runs in libz without the GIL
+        n += len(zlib.compress(data, 6))  # deflate runs in libz without the GIL
     return n
-
-
-COMPRESS_LINE = next(
-    inspect.getsourcelines(compress_for)[1] + i
-    for i, line in enumerate(inspect.getsourcelines(compress_for)[0])
-    if "COMPRESS_LINE" in line
-)
 
 
 @pytest.fixture
@@ -57,37 +49,43 @@ def c():
     made.stop_monitor()
 
 
-def test_native_sampler_puts_libz_frames_under_the_python_line_that_called_it(c):
+def test_native_sampler_puts_libz_frames_under_the_scope_the_thread_is_in(c):
     data = os.urandom(1 << 16) * 64  # 4 MiB that deflate cannot shortcut
+    phase = c.enter([c.intern(_native.KIND_PHASE, "forward")], 0, False, 0)
     c.start_sampler(200, native=True)
     compress_for(1.0, data)
     c.stop_sampler()
+    c.exit()
     paths, s = decode(c)
     samples = s["metrics"]["samples"]
-    under_line, in_libz = 0, 0
+    assert samples[phase] + sum(samples[n] for n in paths if n != phase) == sum(samples)
+    under_phase, in_libz = 0, 0
     for node, path in paths.items():
-        for i, (kind, name, file, line) in enumerate(path):
-            if (kind, name, file, line) == (_native.KIND_PYTHON, "compress_for", __file__, COMPRESS_LINE):
-                below = path[i + 1:]
-                under_line += samples[node]
-                # Only native frames follow the Python line: interpreter frames
-                # were replaced, the collector's own and the trampoline dropped.
-                assert all(k == _native.KIND_NATIVE for k, *_ in below), below
-                assert not any("libpython" in f or "_native" in f for _, _, f, _ in below), below
-                # libz's own frames (exported "deflate", or "??" for its static
-                # helpers); a Python with zlib linked into the module has them there.
-                if any("libz" in f or "zlib" in os.path.basename(f) for _, _, f, _ in below[1:]):
-                    in_libz += samples[node]
-    assert under_line >= 50  # ~200 expected
-    assert in_libz >= under_line // 2, (in_libz, under_line)
+        if path[0][1] != "forward":
+            continue
+        below = path[1:]
+        under_phase += samples[node]
+        # Only native frames follow the scope's node (no Python frames are
+        # read): interpreter frames, the collector's own and the trampoline dropped.
+        assert all(k == _native.KIND_NATIVE for k, *_ in below), below
+        assert not any("libpython" in f or "_native" in f for _, _, f, _ in below), below
+        # libz's own frames (exported "deflate", or "??" for its static
+        # helpers); a Python with zlib linked into the module has them there.
+        if any("libz" in f or "zlib" in os.path.basename(f) for _, _, f, _ in below[1:]):
+            in_libz += samples[node]
+    assert under_phase >= 50  # ~200 expected
+    assert in_libz >= under_phase // 2, (in_libz, under_phase)
 
 
 def test_python_sampler_has_no_native_frames(c):
+    phase = c.enter([c.intern(_native.KIND_PHASE, "forward")], 0, False, 0)
     c.start_sampler(200)
     compress_for(0.3, os.urandom(1 << 20))
     c.stop_sampler()
-    paths, _ = decode(c)
-    assert paths and not any(k == _native.KIND_NATIVE for p in paths.values() for k, *_ in p)
+    c.exit()
+    paths, s = decode(c)
+    assert s["metrics"]["samples"][phase] >= 20
+    assert not any(k == _native.KIND_NATIVE for p in paths.values() for k, *_ in p)
 
 
 def test_fork_mid_window_child_starts_clean_parent_keeps_working(c):
