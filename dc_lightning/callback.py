@@ -17,7 +17,24 @@ from dc_core.eval_windows import EvalWindows
 from dc_core.session import Session
 from dc_torch.adapter import TorchAdapter
 
-_PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric")
+_PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities")
+_MODELS = ("demos",)  # sub-packages that ship model code (``lightning.pytorch.demos.Transformer``)
+
+
+def _machinery(directory: str) -> list[str]:
+    """Prefixes of a Lightning package's own code (trainer, loops, strategies...):
+    its modules and sub-packages but the model ones, one level down where a
+    sub-package holds them (``lightning/pytorch/demos``)."""
+    prefixes = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if entry.is_dir() and entry.name not in (*_MODELS, "__pycache__"):
+            if any(os.path.isdir(os.path.join(entry.path, m)) for m in _MODELS):
+                prefixes += _machinery(entry.path)
+            else:
+                prefixes.append(entry.path + os.sep)
+        elif entry.name.endswith(".py"):
+            prefixes.append(entry.path)
+    return prefixes
 
 
 def _importable(name: str) -> Any:
@@ -54,10 +71,12 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
         self.written: list[Path] = []
         self._step: int | None = None  # the optimizer step begun and not yet ended
         self._place: dict[str, Any] = {}
+        self._module: Any = None  # the LightningModule: its submodules are named from it
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.session is not None:
             return
+        self._module = pl_module
         given = self.config or ProfilerConfig()
         if "logdir" not in self.overrides and given.logdir == ProfilerConfig.logdir:
             if trainer.loggers:  # log_dir broadcasts from rank 0: every rank calls it here
@@ -69,11 +88,14 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
         self.session = self._session()
 
     def _session(self, **extra: Any) -> Session:
-        session = Session(self.config, framework="torch", adapter=TorchAdapter(), default_phase="forward",
+        adapter = TorchAdapter()
+        adapter.naming_root = self._module  # `net.0` as named_modules() says, not `0` from `self.net` called first
+        session = Session(self.config, framework="torch", adapter=adapter, default_phase="forward",
                           **{**self.overrides, **self._place, **extra})
         if not session.disabled:
-            for module in filter(None, map(_importable, _PACKAGES)):  # their frames are not user code
-                session.collector.skip_prefix(os.path.dirname(module.__file__) + os.sep)
+            for package in filter(None, map(_importable, _PACKAGES)):  # the trainer's frames are not user code
+                for prefix in _machinery(os.path.dirname(package.__file__)):
+                    session.collector.skip_prefix(prefix)
         return session
 
     # --- training steps --------------------------------------------------------
@@ -113,7 +135,7 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
         if self.session is not None:
             self.session.close()
             self.written += self.session.written + self.evals.close()
-        self.session, self._step = None, None
+        self.session, self._step, self._module = None, None, None
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "exception")

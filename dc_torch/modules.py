@@ -2,7 +2,10 @@
 
 The scope's frame is the module's dotted path from the outermost module called
 on this thread (its root) with the class as detail, e.g. ``blocks.0.attn
-(SelfAttention)``. The Python frames between the enclosing scope and the
+(SelfAttention)``; where the adapter has a ``naming_root`` (the Lightning
+callback sets the LightningModule), its modules are named from it instead
+(``net.0``, as its ``named_modules()`` says, though ``self.net`` is called
+first). The Python frames between the enclosing scope and the
 module call are captured first, so module frames interleave with the lines
 that called them, and the module's own forward lines nest below it.
 """

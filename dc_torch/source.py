@@ -25,8 +25,10 @@ _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + "d
 
 
 def source_of(node: Any) -> list[Frame]:
-    """Frames an FX node came from: its modules (outermost first, the root left
-    out), then the user's lines, torch's own left out."""
+    """Frames an FX node came from: its modules (outermost first, named by their
+    path from the module the compiled frame got, which is left out unless
+    called itself, then named by its class as an eager root is), then the
+    user's lines, torch's own left out."""
     return module_frames(node) + python_frames(node.meta.get("stack_trace") or "")
 
 
@@ -36,9 +38,38 @@ def module_frames(node: Any) -> list[Frame]:
     stack = meta.get("nn_module_stack") or meta.get("fwd_nn_module_stack") or {}
     frames: list[Frame] = []
     for path, cls in list(stack.values()):
-        name = re.sub(r"^L\['self'\]\.?", "", str(path)).replace("._modules['", ".").replace("']", "")
-        frames.append((KIND_MODULE, name or "self", "", 0, getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1])))
+        kind = getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1])
+        frames.append((KIND_MODULE, module_path(str(path)) or kind, "", 0, kind))
     return frames
+
+
+# Dynamo's source names: the compiled frame's local or global (``L['self']``,
+# ``L['s']``, ``G['model']``, a bare name in older torch), then attributes
+# (``.up``; ``getattr(..., '0')`` when not an identifier), items (``[0]``,
+# ``['a']``) and, before torch 2.5, ``._modules['up']`` for each submodule.
+_ROOT_RE = re.compile(r"""(?:getattr\()*(?:[LG]\[(['"]).*?\1\]|[A-Za-z_]\w*)""")
+_MEMBER_RE = re.compile(r"""\.(\w+)|\[(['"])(.*?)\2\]|\[(-?\d+)\]|,\s*(['"])(.*?)\5\)""")
+_CONTAINERS = ("_modules", "_parameters", "_buffers")
+
+
+def module_path(source: str) -> str:
+    """A module's dotted path from the module the compiled frame got (what its
+    ``named_modules()`` calls it), from dynamo's source name: ``L['self'].blocks.0``,
+    ``L['s'].up`` (a helper's argument) and ``L['self']._modules['up']`` give
+    ``blocks.0``, ``up`` and ``up``; the root itself gives ``""``. A name not read
+    this way is returned as it is."""
+    root = _ROOT_RE.match(source)
+    if root is None:
+        return source
+    names: list[str] = []
+    at = root.end()
+    while at < len(source):
+        member = _MEMBER_RE.match(source, at)
+        if member is None:
+            return source
+        names.append(next(g for g in member.group(1, 3, 4, 6) if g is not None))
+        at = member.end()
+    return ".".join(n for i, n in enumerate(names) if not (n in _CONTAINERS and i + 1 < len(names)))
 
 
 def python_frames(stack_trace: str) -> list[Frame]:

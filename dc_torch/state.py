@@ -11,6 +11,9 @@ from typing import Any
 from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_OPERATOR
 
 
+_OUTSIDE = -1  # cached for a module that is not one of the naming root's
+
+
 class ThreadState(threading.local):
     """What one thread is inside of while a window is open. Operators and
     compiled regions mark their autograd nodes with their own scope node
@@ -45,6 +48,10 @@ class Frames:
         self.aten_ids: dict[tuple[Any, int], int] = {}
         self.backward_ops: dict[tuple[str, str], int] = {}
         self.module_names: dict[int, tuple[Any, dict[Any, int]]] = {}  # id(root) -> (root, {module: frame})
+        # The module to name modules from where it holds them (a LightningModule),
+        # whatever module is called outermost; the adapter sets it (its ``naming_root``).
+        self.naming_root: Any = None
+        self.rooted_names: dict[int, tuple[Any, dict[Any, int]]] = {}  # as module_names, _OUTSIDE for strays
 
     def op(self, name: str, flags: int = 0, detail: str = "") -> int:
         fid = self.session.frame(KIND_OPERATOR, name, "", 0, detail, flags)
@@ -70,10 +77,23 @@ class Frames:
         return self.session.frame(KIND_KERNEL, name, "", 0, device)
 
     def module(self, module: Any, root: Any) -> int:
-        """Frame of ``module`` named by its dotted path from ``root`` (class as detail)."""
-        entry = self.module_names.get(id(root))
+        """Frame of ``module`` (class as detail), named by its dotted path from
+        ``naming_root`` when it is one of that module's ``named_modules()``, else
+        from ``root``, the outermost module called on this thread. Every capture
+        path calls this, so all of them name a module alike."""
+        if self.naming_root is not None:
+            fid = self._path_frame(module, self.naming_root, self.rooted_names, _OUTSIDE)
+            if fid != _OUTSIDE:
+                return fid
+        return self._path_frame(module, root, self.module_names, None)
+
+    def _path_frame(self, module: Any, root: Any, cache: dict[int, tuple[Any, dict[Any, int]]],
+                    outside: int | None) -> int:
+        """``module``'s frame under ``root``, its paths computed once per root; a
+        module not registered in ``root`` gets ``outside``, or its class name when None."""
+        entry = cache.get(id(root))
         if entry is None or entry[0] is not root:
-            entry = self.module_names[id(root)] = (root, {})
+            entry = cache[id(root)] = (root, {})
         frames = entry[1]
         fid = frames.get(module)
         if fid is None:
@@ -85,7 +105,7 @@ class Frames:
                     )
             fid = frames.get(module)
             if fid is None:  # called under root but not registered in it
-                fid = frames[module] = self.session.frame(
+                fid = frames[module] = outside if outside is not None else self.session.frame(
                     KIND_MODULE, _class_name(module), "", 0, _class_name(module)
                 )
         return fid

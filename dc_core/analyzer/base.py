@@ -87,6 +87,14 @@ def weighted_median(pairs: list[tuple[float, int]]) -> float:
     return 0.0
 
 
+def _no_accelerator(env: dict[str, str]) -> bool:
+    """The environment an adapter recorded names no device: the PyTorch adapter
+    writes ``cuda`` only when a device is present, the JAX adapter its backend."""
+    if "backend" in env:
+        return env["backend"] == "cpu"
+    return "torch" in env and "cuda" not in env
+
+
 class Window:
     """One profile as the rules see it.
 
@@ -97,6 +105,9 @@ class Window:
         metric: The time metric context rules weigh: device time on a GPU
             profile, host time otherwise.
         gpu: Whether the profile has device activity or GPU monitor series.
+        cpu_only: Whether the run had no accelerator at all, as its environment
+            says (PyTorch found no CUDA/ROCm device, or JAX ran on its ``cpu``
+            backend); False where the environment does not say.
     """
 
     def __init__(self, profile: Profile, thresholds: Thresholds) -> None:
@@ -105,6 +116,7 @@ class Window:
         self.t = thresholds
         self.gpu = self.tree.total("device_time_ns") > 0 or bool(profile.series("gpu_util_percent"))
         self.metric = "device_time_ns" if self.tree.total("device_time_ns") > 0 else "cpu_time_ns"
+        self.cpu_only = not self.gpu and _no_accelerator(profile.env)
 
     # --- sizes ----------------------------------------------------------------
     @cached_property

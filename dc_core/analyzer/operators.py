@@ -170,8 +170,11 @@ def unfused_norm(w: Window) -> list[dict[str, Any]]:
 def host_sync(w: Window) -> list[dict[str, Any]]:
     """Synchronising calls (``.item()``, ``nonzero``, ``.cpu()``...) inside the step, per line.
 
-    Info on CPU where a sync costs little; warning on a GPU (each one stalls the
-    launch queue) or when frequent or heavy."""
+    None on a CPU-only run: there is no device to wait for, the call is just
+    an operator. Warning where device activity was recorded (each sync stalls
+    the launch queue) or when frequent or heavy; info otherwise."""
+    if w.cpu_only:
+        return []
     # Syncs inside backward and the optimizer step come from the framework's own
     # code (e.g. a for-loop AdamW reads its step counter with .item()), not from
     # a line the user can change; optimizer_unfused covers the optimizer.

@@ -22,7 +22,7 @@ DEFAULTS: dict[str, float] = {
     "small_ops.min_per_step": 100,
     "small_ops.min_share": 0.05,  # ignore a scope whose small ops cost little in total
     "unfused_norm.min_share": 0.01,
-    "host_sync.warn_per_step": 10,  # more syncs per step than this is a warning on CPU too
+    "host_sync.warn_per_step": 10,  # more syncs per step than this is a warning without device activity too
     "host_sync.warn_share": 0.05,
     "optimizer_unfused.min_share": 0.10,
     "optimizer_unfused.min_ops_per_step": 20,

@@ -5,6 +5,8 @@ from dc_core.analyzer import analyze
 from .helpers import MS, US, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
+CUDA_RUN = {"torch": "2.5.0", "cuda": "12.4", "devices": "NVIDIA H100"}  # what the PyTorch adapter records
+CPU_RUN = {"torch": "2.5.0"}
 HEAVY = (line("head", "model.py:90"), f"aten::addmm @cpu_time_ns={80 * MS},count=3")
 
 
@@ -98,15 +100,30 @@ def test_unfused_norm_quiet_when_the_ops_are_in_different_functions():
 def test_host_sync_reports_the_line_and_rate():
     p = profile(("other", (TRAIN,
         (line("train", "train.py:27"), (f"aten::item @cpu_time_ns={30 * 1000},count=3", "aten::_local_scalar_dense")),
-        HEAVY)))
+        HEAVY)), env=CUDA_RUN)
     f = only(analyze(p), "host_sync")
     assert f["path"] == ["other", "train.py:20 train", "train.py:27 train", "aten::item"]
     assert f["evidence"]["per_step"] == 1.0 and f["evidence"]["calls"] == 3
-    assert f["severity"] == "info"  # once per step on a CPU: worth knowing, not a warning
+    assert f["severity"] == "info"  # once per step, no device time recorded: worth knowing, not a warning
+
+
+def test_regression_host_sync_on_a_cpu_only_run():
+    """``Tensor.__bool__ synchronises host and device`` on a run with no device:
+    nothing to wait for, so no finding, however frequent."""
+    tree = ("forward", (TRAIN, (line("f", "m.py:5"), f"operator:torch.Tensor.__bool__ @cpu_time_ns={MS},count=60"),
+                        (line("g", "m.py:9"), "aten::item @cpu_time_ns=1000,count=3"), HEAVY))
+    assert "host_sync" not in rules(analyze(profile(tree, env=CPU_RUN)))
+    assert "host_sync" not in rules(analyze(profile(tree, env={"jax": "0.4.30", "backend": "cpu"})))
+    # the same calls where the environment names a device: both lines found, the frequent one a warning
+    found = {f["path"][-2]: f for f in analyze(profile(tree, env=CUDA_RUN)) if f["rule"] == "host_sync"}
+    assert {k: (f["evidence"]["per_step"], f["severity"]) for k, f in found.items()} == {
+        "m.py:5 f": (20.0, "warning"), "m.py:9 g": (1.0, "info")}
+    assert "host_sync" in rules(analyze(profile(tree, env={"jax": "0.4.30", "backend": "gpu"})))
 
 
 def test_host_sync_is_a_warning_when_frequent_or_on_gpu():
-    frequent = profile(("forward", (TRAIN, (line("f", "m.py:5"), f"aten::nonzero @cpu_time_ns={MS},count=60"), HEAVY)))
+    frequent = profile(("forward", (TRAIN, (line("f", "m.py:5"), f"aten::nonzero @cpu_time_ns={MS},count=60"), HEAVY)),
+                       env=CUDA_RUN)
     assert only(analyze(frequent), "host_sync")["severity"] == "warning"
     gpu = profile(("forward", (TRAIN, (line("f", "m.py:5"), ("aten::item @cpu_time_ns=1000,count=3")),
                                ("aten::mm", "kernel:sgemm @device_time_ns=5000000"))))
@@ -141,5 +158,5 @@ def test_regression_host_sync_blamed_the_loop_for_the_optimizers_own_item_calls(
         ("forward", ("python:train_step|train.py:10", "operator:torch.nn.functional.linear @cpu_time_ns=9000000,count=3")),
         ("optimizer", ("python:train_step|train.py:12", "operator:torch.Tensor.item @cpu_time_ns=500000,count=162")),
     )
-    profile = Profile(tree=tree, steps=(0, 3), step_times_ns=[3_200_000] * 3)
+    profile = Profile(tree=tree, steps=(0, 3), step_times_ns=[3_200_000] * 3, env=CUDA_RUN)
     assert [f for f in analyze(profile) if f["rule"] == "host_sync"] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from dc_torch.demo import TinyGPT
@@ -30,6 +31,38 @@ class TinyGPTModule(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class SequentialModule(pl.LightningModule):
+    """As Lightning's examples write it: ``self.net = nn.Sequential(...)``, called from ``training_step``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 64))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x.float()), y[:, 0])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class DemoTransformerModule(pl.LightningModule):
+    """Lightning's own demo ``Transformer`` (model code shipped inside ``lightning``), tiny."""
+
+    def __init__(self, vocab: int = 64) -> None:
+        super().__init__()
+        from lightning.pytorch.demos import Transformer
+
+        self.model = Transformer(vocab_size=vocab, ninp=16, nhead=2, nhid=16, nlayers=2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.nll_loss(self.model(x, y), y.flatten())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 def loader(batches: int = 16, batch: int = 4, vocab: int = 64, context: int = 16, seed: int = 0):
