@@ -18,8 +18,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(VENV)/.installed-all: $(BIN)/python pyproject.toml constraints.txt $(wildcard native/*)
+$(VENV)/.installed-all: $(BIN)/python pyproject.toml constraints.txt $(wildcard native/*) $(wildcard dc_core/include/*) $(wildcard dc_torch/csrc/*)
 	$(PIP) install -q -e ".[all]"
+	@# Build the RecordFunction extension against the torch just installed (cached by version and ABI).
+	$(BIN)/python -m dc_torch.native || echo "warning: native operator capture not built; the Python capture path will be used"
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-all

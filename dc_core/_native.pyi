@@ -31,7 +31,7 @@ Model
   background threads owned by the collector.
 """
 
-from typing import Sequence
+from typing import Any, Sequence
 
 KIND_ROOT: int  # 0
 KIND_PYTHON: int  # 1
@@ -50,6 +50,12 @@ METRIC_SAMPLES: int  # 2, "samples", unit "1"
 
 def now_ns() -> int:
     """Monotonic clock (CLOCK_MONOTONIC) in nanoseconds; the clock of every scope."""
+
+def demangle(name: str) -> str:
+    """The collector's C++ demangler (``abi::__cxa_demangle``): ``"_ZN2at6native6cpu_mmEv"``
+    → ``"at::native::cpu_mm()"``; a name that is not a mangled C++ name comes back
+    as it is. Used by `dc_core.symbols` for names read from ELF symbol tables;
+    native only (the reference collector records no native frames)."""
 
 class Collector:
     def __init__(self, max_nodes: int = 500_000, max_samples: int = 100_000) -> None:
@@ -120,14 +126,37 @@ class Collector:
 
     # --- CPU sampler ----------------------------------------------------
     def start_sampler(self, hz: float, native: bool = False) -> None:
-        """Start a background thread that, ``hz`` times a second, takes the GIL
-        and adds 1 to ``samples`` of every Python thread's current path: the
-        thread's innermost open scope node (root if none) + its Python frames
-        deeper than that scope's user depth. With ``native`` (comprehensive
-        mode), each sample also carries the thread's native frames
-        (``KIND_NATIVE``, name = demangled symbol, file = library path),
-        the interpreter's own frames replaced by the Python frames, native
-        frames below the innermost interpreter frame appended after them.
+        """Start a background thread that ticks ``hz`` times a second and bills
+        CPU time: at each tick, every thread that has a scope open (or, with
+        native operator capture, an operator) gets ``n`` added to ``samples``
+        of the node it is in at that moment (its innermost open operator, else
+        its innermost open scope), where ``n`` is the number of whole periods
+        (``1/hz`` s) of CPU time the thread ran since the previous tick, its
+        remainder carried to the next tick it runs in. A thread whose CPU clock
+        did not move since the previous tick (blocked in a wait, sleeping) is
+        idle and gets nothing at that tick. A thread with nothing open gets
+        nothing, and what it ran then is not carried (no sample lands outside
+        every scope); CPU time run while no sampler ran is billed to nobody.
+        So a thread busy all the time gets ~``hz`` samples a second, and
+        ``samples / hz`` estimates its CPU seconds inside scopes; no Python
+        frames are read. Threads without a Python thread state (a framework's
+        own C++ workers) are not sampled. The native sampler never
+        takes the GIL: it keeps ticking while another thread holds it (the
+        reference's sampler is a Python thread and cannot).
+        With ``native`` (comprehensive mode), each such sample also carries
+        the thread's native frames (``KIND_NATIVE``) below its innermost
+        interpreter frame, as a path under the node the sample lands on. A
+        native frame is named by ``dladdr`` where it can
+        (name = demangled exported symbol, file = library path, line 0); an
+        address no exported symbol covers is *unresolved*: name =
+        ``"<library basename>+0x<offset>"``, file = library path, line =
+        offset (> 0) from the library's mapping start, one frame per address,
+        named later from the library's full symbol table by
+        ``dc_core.symbols.resolve`` when the snapshot is read. Code outside
+        any loaded object is one ``"[unknown]"`` frame (file "", line 0),
+        runs of it folded into one. A thread whose native stack could not be
+        taken in time keeps its sample, without native frames, and counts in
+        ``drops["samples"]`` (as do ticks the sampler fell behind on).
         Idempotent; stopped by ``stop_sampler``, ``reset``, at interpreter
         exit and in a forked child."""
     def stop_sampler(self) -> None: ...
@@ -162,3 +191,29 @@ class Collector:
         """Drop nodes, metric values, scopes of every thread, samples and drop
         counters; keep frames, strings and metric registrations; stop the
         sampler and the monitor."""
+
+    # --- native operator capture (native collector only; the reference has none) ---
+    def capture_start(self, backward_frame: int, nested: bool, context_code: Any, namer: Any,
+                      gil_free: bool = True) -> bool:
+        """Start recording operators reported through ``capture_api()`` from any
+        thread. Backward functions mirror their forward context under the root's
+        child of ``backward_frame``; ``nested`` records every operator (else the
+        outermost of each call from Python); frames of code object
+        ``context_code`` name a module by their first local through
+        ``namer(module, outermost_module) -> frame id``. Returns whether frames
+        are read without the GIL (False: the GIL-held public-API walk).
+        RuntimeError if another collector is capturing."""
+    def capture_stop(self) -> tuple[int, int]:
+        """Stop recording; returns (operators recorded without their Python path
+        because the stack was deeper than the walk reads, namer errors)."""
+    def capturing(self) -> bool:
+        """Whether capture is on."""
+    def capture_api(self) -> Any:
+        """A capsule (``dc_core._native.capture_api``) holding the C table of
+        ``dc_core/include/capture_api.h``; valid while this collector lives."""
+    def capture_suspend(self, delta: int) -> None:
+        """Suspend (+1) or resume (-1) recording on the calling thread: a region
+        recorded by other means (a compiled graph) runs."""
+    def capture_seq(self, thread: int, first: int, last: int, node: int) -> None:
+        """Forward sequence numbers [first, last) of framework thread ``thread``
+        belong to ``node``: the backward of those autograd nodes lands there."""

@@ -21,6 +21,8 @@ from .validate import INT64_MAX, check_int, check_logdir, check_number, check_ru
 
 ENV_VAR = "DEEPCONTEXT_CONFIG"
 MODES = ("lightweight", "comprehensive")
+#: How framework operators are captured: natively when the extension builds, or forced.
+CAPTURES = ("auto", "native", "python")
 #: A step no window reaches; step fields stay below it, so ``start + count``
 #: still fits the profile's int64 step fields.
 NEVER = 1 << 62
@@ -107,6 +109,11 @@ class ProfilerConfig:
         system_interval_ms: System monitor interval inside windows; 0 turns it off.
         max_nodes: Cap on context-tree nodes per window (drops are counted).
         native: Prefer the native collector (falls back with a warning).
+        capture: How PyTorch operators are captured: ``"auto"`` (the native
+            ``RecordFunction`` path when its extension builds and loads, else
+            the Python path with one warning), ``"native"`` (the same, named
+            as wanted), or ``"python"`` (force the Python function-mode path).
+            The profile's environment says which ran (``capture``).
         analyzer: Threshold overrides, ``{"rule.threshold": value}``, checked
             against the analyzer's rules and thresholds; ``"rule.enabled": 0``
             turns a rule off. Stored as a copy, so later edits cannot bypass the checks.
@@ -126,6 +133,7 @@ class ProfilerConfig:
     system_interval_ms: int = 500
     max_nodes: int = 500_000
     native: bool = True
+    capture: str = "auto"
     analyzer: Mapping[str, float] = field(default_factory=dict)
     profile_eval: bool = False
     enabled: bool = True
@@ -140,6 +148,8 @@ class ProfilerConfig:
             raise ValueError(f"time_range must be a TimeRange, got {type(self.time_range).__name__}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {shown(self.mode)}")
+        if self.capture not in CAPTURES:
+            raise ValueError(f"capture must be one of {', '.join(CAPTURES)}, got {shown(self.capture)}")
         # A positive rate below 0.01 Hz samples nothing in a window of steps, and far
         # below it the native sampler's period overflows its int64 nanoseconds.
         check_number("cpu_sampling_hz", self.cpu_sampling_hz, 0.01, 10_000.0, off=True)

@@ -1,9 +1,13 @@
 """The PyTorch adapter: what the session installs when a window opens.
 
-Outside a window nothing of this is hooked. ``install`` pushes the operator
-mode (and, in comprehensive mode, the ATen mode) on the training thread and
-registers the module and phase hooks; ``uninstall`` removes them all and
-ingests device activity. Every hook checks ``active`` first, so a failure
+Outside a window nothing of this is hooked. ``install`` registers the native
+capture (a global ``RecordFunction`` callback that reports every ATen op and
+autograd function on every thread, module frames read from the callers'
+Python frames; see ``native.py``) or, where that extension is unavailable or
+``capture="python"`` is asked for, pushes the operator mode (and, in
+comprehensive mode, the ATen mode) on the training thread and registers the
+module hooks. Phase hooks go in on both paths. ``uninstall`` removes them all
+and ingests device activity. Every hook checks ``active`` first, so a failure
 (``fail`` → ``session.fail``) turns the whole adapter into a pass-through at
 once, even where a hook cannot be removed from inside itself.
 """
@@ -11,6 +15,7 @@ once, even where a hook cannot be removed from inside itself.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from typing import Any
@@ -24,11 +29,13 @@ from .closure import ClosureHooks
 from .collectives import CollectiveHooks
 from .device import DeviceTracer, cuda_present
 from .modules import ModuleHooks
+from .native import BusyError, NativeCapture, load as load_native
 from .ops import OperatorMode
 from .phases import PhaseHooks
 from .state import Frames, ThreadState
 
 TORCH_DIR = os.path.dirname(torch.__file__)
+logger = logging.getLogger(__name__)
 
 
 class TorchAdapter:
@@ -44,6 +51,13 @@ class TorchAdapter:
         self.generation = 0
         self.aten_forward = False
         self.device_activity = device_activity
+        self.naming_root: Any = None  # module whose named_modules() names module frames (Lightning's)
+        self.capture = "python"  # the path the last install took: "native" or "python"
+        self.capture_note = ""  # why the Python path, or how the native one reads frames
+        self.native: NativeCapture | None = None
+        # Native path: take op inputs/outputs for FLOPs and alloc_bytes (boxing
+        # them costs every op; benchmarks/capture_cost.py prints how much).
+        self.shapes = True
         self.untagged: dict[str, Any] = {}
         self.suspended: set[int] = set()  # threads inside a compiled region: eager hooks stand aside
         self.matmul_frames: set[int] = set()
@@ -76,11 +90,18 @@ class TorchAdapter:
         self.generation += 1
         self.aten_forward = session.config.mode == "comprehensive"
         self._install_thread = threading.get_ident()
+        self.frames.naming_root = self.naming_root
+        self.capture, self.capture_note = self._choose_capture(session)
         self.active = True
         try:
             self.device.start(self.device_activity)
+            if self.capture == "native":
+                self._start_native()
             for part in self._parts():
                 part.install()
+            if self.capture == "native":
+                return
+            self.modules.install()
             modes = [OperatorMode(self)]
             if self.aten_forward:
                 modes.insert(0, AtenMode(self))  # dispatch mode below the function mode
@@ -96,6 +117,7 @@ class TorchAdapter:
         `restore`'s answer: False while a mode could not be taken off yet."""
         self.active = False
         try:
+            self._stop_native()
             return self.restore()
         finally:
             closers, self.on_uninstall = self.on_uninstall, []
@@ -114,7 +136,7 @@ class TorchAdapter:
         The session calls this again from its next step boundary, where the
         mode is back on the stack."""
         errors = []
-        for part in self._parts():
+        for part in (*self._parts(), self.modules):
             try:
                 part.uninstall()
             except Exception as exc:  # noqa: BLE001 - the others are still removed
@@ -125,10 +147,12 @@ class TorchAdapter:
         return restored
 
     def _parts(self) -> tuple[Any, ...]:
-        return (self.modules, self.phases, self.closures, self.collectives)
+        """Hooks both capture paths install (module hooks are the Python path's)."""
+        return (self.phases, self.closures, self.collectives)
 
     def environment(self) -> dict[str, str]:
-        env = {"torch": torch.__version__, "torch.threads": str(torch.get_num_threads())}
+        env = {"torch": torch.__version__, "torch.threads": str(torch.get_num_threads()),
+               "capture": f"{self.capture} ({self.capture_note})" if self.capture_note else self.capture}
         if cuda_present():
             env["cuda"] = str(torch.version.cuda or torch.version.hip or "")
             env["devices"] = ", ".join(
@@ -173,6 +197,58 @@ class TorchAdapter:
             self.session.fail(exc, f"torch {where}")
 
     # --- internals ----------------------------------------------------------
+    def _choose_capture(self, session: Any) -> tuple[str, str]:
+        """("native", how frames are read) or ("python", why not native)."""
+        wanted = getattr(session.config, "capture", "auto")
+        if wanted == "python":
+            return "python", "capture=python"
+        if not hasattr(self.collector, "capture_api"):
+            return "python", "the pure-Python collector has no native capture"
+        extension, reason = load_native()
+        if extension is None:
+            return "python", reason
+        if self.native is None:
+            self.native = NativeCapture(extension)
+        return "native", ""
+
+    def _start_native(self) -> None:
+        frames, collector = self.frames, self.collector
+
+        def namer(module: Any, root: Any) -> int:
+            # Runs inside an operator's callback: an error here is the
+            # profiler's, so it goes to fail-open (which stops the capture).
+            try:
+                return frames.module(module, root)
+            except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+                self.fail(exc, "module naming")
+                return -1
+
+        assert self.native is not None
+        try:
+            # On a GPU, Kineto's memory events give alloc_bytes (device.py).
+            marks = self.device.on
+            shapes = self.shapes
+            self.native.start(collector, self.session.phase_frame("backward"), self.aten_forward, namer,
+                              flops=self.metric_flops if shapes else -1,
+                              alloc=self.metric_alloc if shapes and not marks else -1, marks=marks)
+        except BusyError:
+            # Another session's window holds the process-wide callback (two
+            # profilers at once): this one records on the Python path.
+            self.capture, self.capture_note = "python", "another window holds the native capture"
+            return
+        self.capture_note = f"frames: {self.native.frame_walk}"
+
+    def _stop_native(self) -> None:
+        native = self.native
+        if native is None or native.collector is None:
+            return
+        unpathed, errors = native.stop()
+        if errors:
+            logger.warning("deepcontext: %d module(s) could not be named; their operators sit under the caller", errors)
+        if unpathed:
+            logger.warning("deepcontext: %d operator(s) ran under a Python stack deeper than the walk "
+                           "reads; they are recorded without their Python path", unpathed)
+
     def _remove_modes(self) -> bool:
         """Take our modes off the installing thread's stacks, leaving others' modes
         in their order; those not on a stack now stay listed for the next try."""

@@ -105,10 +105,15 @@ class Region:
             ident = threading.get_ident()
             nested = ident in adapter.suspended
             adapter.suspended.add(ident)
+            native = adapter.capture == "native"
             first_seq = _next_seq()
             try:
+                if native:
+                    adapter.collector.capture_suspend(1)
                 out = compiled(*args)
             finally:
+                if native:
+                    adapter.collector.capture_suspend(-1)
                 if not nested:
                     adapter.suspended.discard(ident)
                 adapter.leave(None, "compiled")
@@ -116,7 +121,11 @@ class Region:
                 region._count(adapter, node)
                 if torch.is_grad_enabled():
                     # the region's backward goes under the same calling line, mirrored
-                    tag_op(out, node, frames[-1], first_seq, adapter.backward.hooks)
+                    if native:  # the native capture places it by the nodes' sequence numbers
+                        adapter.collector.capture_seq(adapter.native.extension.thread_id(), first_seq,
+                                                      _next_seq(), node)
+                    else:
+                        tag_op(out, node, frames[-1], first_seq, adapter.backward.hooks)
             except Exception as exc:  # noqa: BLE001
                 adapter.fail(exc, "compiled")
             return out

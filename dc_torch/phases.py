@@ -43,6 +43,12 @@ class PhaseHooks:
         ]
         self._patch(torch.optim.Optimizer, "zero_grad", "optimizer")
         self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", "dataloader")
+        if self.adapter.capture == "native":
+            # The Python path sees Tensor.backward through its function mode;
+            # here the entry points themselves open the phase (Tensor.backward
+            # calls torch.autograd.backward by its module attribute).
+            self._patch(torch.autograd, "backward", "backward")
+            self._patch(torch.autograd, "grad", "backward")
 
     def uninstall(self) -> None:
         handles, self.handles = self.handles, []
@@ -93,7 +99,7 @@ class PhaseHooks:
         return self.steps[cls]
 
     # --- wrapped methods ------------------------------------------------------
-    def _patch(self, cls: type, name: str, phase: str) -> None:
+    def _patch(self, cls: Any, name: str, phase: str) -> None:
         hooks = self
 
         # The wrapped method is read from ``__wrapped__`` at each call, so that a
@@ -111,7 +117,7 @@ class PhaseHooks:
         self.patched.append((cls, name, wrapper))
 
 
-def _unpatch(cls: type, name: str, wrapper: Any) -> None:
+def _unpatch(cls: Any, name: str, wrapper: Any) -> None:
     """Take ``wrapper`` out of ``cls.name``: put back what it wrapped when it is on
     top, else unlink it from the chain of our wrappers above it (profilers closed
     out of order). A foreign wrapper above ours keeps calling it; it is inert

@@ -23,6 +23,7 @@ Collector::Collector(int64_t max_nodes, int64_t max_samples)
       symbolizer_(&frames_),
       pcs_(kMaxNativeFrames),
       monitor_(max_samples),
+      api_(make_capture_api(this)),
       sampler_([this] { sample_threads(); }) {
   register_collector(this);
 }
@@ -30,6 +31,7 @@ Collector::Collector(int64_t max_nodes, int64_t max_samples)
 Collector::~Collector() {
   unregister_collector(this);
   stop_threads();
+  if (capturing()) capture_stop();
 }
 
 void Collector::stop_threads() {
@@ -72,7 +74,9 @@ int64_t Collector::enter(const int64_t* frames, size_t n, int64_t parent, bool c
   DC_HOT_LOCK;
   ThreadScopes* ts = scopes_.current();
   const bool nested = !ts->stack.empty();
-  int64_t base = parent >= 0 ? parent : (nested ? ts->stack.back().node : 0);
+  // Inside an operator the native capture recorded, a scope nests under it.
+  const int64_t inside = ts->innermost.load(std::memory_order_relaxed);
+  int64_t base = parent >= 0 ? parent : (inside >= 0 ? inside : 0);
   int64_t min_depth = nested ? ts->stack.back().user_depth : 0;
   if (user_depth == kInheritUserDepth) user_depth = min_depth;
   // Without capture the walk is still needed unless the caller gave the user
@@ -88,6 +92,7 @@ int64_t Collector::enter(const int64_t* frames, size_t n, int64_t parent, bool c
   for (size_t i = 0; i < n; ++i) node = tree_.child(node, frames[i]);
   // Timestamp last, so the tree work above is not billed to the scope.
   ts->stack.push_back(Scope{node, now_ns(), 0, user_depth});
+  ts->innermost.store(node, std::memory_order_relaxed);
   return node;
 }
 
@@ -95,6 +100,7 @@ int64_t Collector::close_innermost(ThreadScopes* ts) {
   int64_t end = now_ns();
   Scope s = ts->stack.back();
   ts->stack.pop_back();
+  republish(ts);
   int64_t elapsed = end - s.start_ns;
   tree_.add(s.node, METRIC_CPU_TIME, elapsed - s.child_ns);
   tree_.add(s.node, METRIC_COUNT, 1);
@@ -132,42 +138,76 @@ void Collector::start_sampler(double hz, bool native) {
   // Installing the handler and warming backtrace() happen here, on a Python
   // thread, never inside the sampler's tick.
   native_ = native && unwind_install();
+  sample_period_ns_ = std::max<int64_t>(1, static_cast<int64_t>(1e9 / (hz > 0 ? hz : 100.0)));
+  ++sample_epoch_;  // CPU time run while no sampler ran is billed to nobody
   sampler_.start(hz);
 }
 
 void Collector::sample_threads() {
-  DC_HOT_LOCK;
-  PyThreadState* self = PyThreadState_Get();
-  PyInterpreterState* interp = PyThreadState_GetInterpreter(self);
-  for (PyThreadState* t = PyInterpreterState_ThreadHead(interp); t != nullptr;
-       t = PyThreadState_Next(t)) {
-    if (t == self) continue;  // the sampler's own, made by PyGILState_Ensure
-    ThreadScopes* sc = scopes_.find(t);
-    const bool scoped = sc != nullptr && !sc->stack.empty();
-    PyFrameObject* top = PyThreadState_GetFrame(t);  // new reference
-    if (top == nullptr) {
-      if (PyErr_Occurred()) PyErr_Clear();
-      if (!scoped) continue;  // a thread with nothing to attribute
+  // CPU-time sampling: each thread earns one sample per period of CPU time it
+  // ran (its kernel CPU clock, read from here at ~150 ns), placed where it is
+  // at the tick; a thread whose clock did not move is idle and gets nothing.
+  // No GIL and no Python state: the registry hands out what was recorded at
+  // bind time, and the node each thread published.
+  pending_.clear();
+  const uint64_t epoch = sample_epoch_;
+  const int64_t period = sample_period_ns_;
+  scopes_.for_each_bound([&](ThreadScopes& t) {
+    timespec ts;
+    if (clock_gettime(t.cpu_clock, &ts) != 0) {
+      t.tid = 0;  // the thread ended; its clock id will not be read again
+      return;
     }
-    scratch_.clear();
-    pystack_.capture(top, scoped ? sc->stack.back().user_depth : 0, &scratch_);
-    Py_XDECREF(top);
-    if (native_) {
-      int n = unwind_thread(static_cast<pid_t>(t->native_thread_id), pcs_.data(),
-                            kMaxNativeFrames, kUnwindTimeoutNs);
-      if (n < 0)
-        ++dropped_samples_;  // the Python part of the sample is still kept
-      else
-        symbolizer_.below_interpreter(pcs_.data(), n, &scratch_);
+    const int64_t cpu = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    SampledCpu& s = t.sampled;
+    if (s.epoch != epoch || s.binding != t.binding) {
+      s = SampledCpu{epoch, t.binding, cpu, 0};  // first sight: a baseline
+      return;
     }
-    int64_t node = scoped ? sc->stack.back().node : 0;
-    for (int64_t f : scratch_) node = tree_.child(node, f);
-    tree_.add(node, METRIC_SAMPLES, 1);
+    const int64_t ran = cpu - s.cpu_ns;
+    s.cpu_ns = cpu;
+    // Idle (blocked, waiting): no sample this tick. A remainder under one
+    // period waits for a tick it runs in, so short bursts add up.
+    if (ran <= 0) return;
+    const int64_t node = t.innermost.load(std::memory_order_relaxed);
+    if (node < 0) {
+      s.credit_ns = 0;  // nothing open: CPU time outside every scope is billed to nobody
+      return;
+    }
+    s.credit_ns += ran;
+    const int64_t n = s.credit_ns / period;
+    if (n == 0) return;
+    s.credit_ns -= n * period;
+    pending_.push_back(PendingSample{node, n, t.tid});
+  });
+  if (pending_.empty()) return;
+  if (!native_) {
+    DC_HOT_LOCK;
+    for (const PendingSample& p : pending_)
+      if (tree_.valid_node(p.node)) tree_.add(p.node, METRIC_SAMPLES, p.samples);
+    return;
+  }
+  for (const PendingSample& p : pending_) {
+    // Unwound without hot_mu_: the target's handler may take up to the
+    // timeout, and operator capture on every thread waits on that lock.
+    const int n = unwind_thread(p.tid, pcs_.data(), kMaxNativeFrames, kUnwindTimeoutNs);
+    DC_HOT_LOCK;
+    if (!tree_.valid_node(p.node)) continue;
+    int64_t node = p.node;
+    if (n < 0) {
+      ++dropped_samples_;  // the sample is still kept, at the thread's node
+    } else {
+      native_path_.clear();
+      symbolizer_.below_interpreter(pcs_.data(), n, &native_path_);
+      for (int64_t f : native_path_) node = tree_.child(node, f);
+    }
+    tree_.add(node, METRIC_SAMPLES, p.samples);
   }
 }
 
 void Collector::reset() {
   stop_threads();
+  if (capturing()) capture_stop();  // node ids are about to be reused
   DC_HOT_LOCK;
   tree_.clear();
   scopes_.clear_all();
@@ -177,6 +217,9 @@ void Collector::reset() {
 }
 
 void Collector::after_fork_child() {
+  // A forked child (a DataLoader worker) records nothing for its parent.
+  capturing_.store(false);
+  new (&hot_mu_) std::mutex();
   sampler_.after_fork_child();
   monitor_.after_fork_child();
   scopes_.after_fork_child();

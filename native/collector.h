@@ -1,20 +1,26 @@
 // The collector: frames + tree + Python stacks + per-thread scopes, and the
 // sampler and monitor threads that feed it.
 //
-// Thread safety: every public method is called with the GIL held (they are
-// only reachable through the pybind11 bindings), and the sampler takes the
-// GIL before touching the tree, so the GIL is the lock and the hot path takes
-// none of its own. Free-threaded builds have no GIL: there a mutex stands in.
+// Thread safety: the tree, frames and Python caches are guarded by one mutex
+// (`hot_mu_`), taken by every method that touches them: the pybind11 methods
+// run with the GIL held, but native operator capture (capture.cc) reports from
+// any thread without it. Lock order: the GIL (when wanted) before hot_mu_,
+// never the other way round.
 #pragma once
 
 #include <Python.h>
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "capture.h"
+#include "capture_api.h"
 #include "frames.h"
 #include "monitor.h"
 #include "pystack.h"
@@ -23,11 +29,7 @@
 #include "tree.h"
 #include "unwind.h"
 
-#ifdef Py_GIL_DISABLED
-#define DC_HOT_LOCK std::lock_guard<std::recursive_mutex> dc_hot_lock_(hot_mu_)
-#else
-#define DC_HOT_LOCK (void)0
-#endif
+#define DC_HOT_LOCK std::lock_guard<std::mutex> dc_hot_lock_(hot_mu_)
 
 namespace dc {
 
@@ -84,6 +86,33 @@ class Collector {
   void stop_monitor() { monitor_.stop(); }
   Monitor& monitor() { return monitor_; }
 
+  // native operator capture (capture.cc); see capture_api.h for the hot calls.
+  // start: GIL held. Backward functions mirror their forward context under
+  // the root's child of frame `backward_frame` (the backward phase); `nested` records every operator (else only
+  // the outermost of each call from Python); frames of `context_code` name a
+  // module by their first local, through `namer(module, outermost_module) ->
+  // frame id`. Returns whether the GIL-free frame walk is in use.
+  bool capture_start(int64_t backward_frame, bool nested, PyObject* context_code,
+                     PyObject* namer, bool allow_gil_free);
+  // Stops recording (GIL held); returns {ops recorded without their path
+  // (stack too deep), namer errors}.
+  std::pair<int64_t, int64_t> capture_stop();
+  bool capturing() const { return capturing_.load(std::memory_order_relaxed); }
+  const dc_capture_api* capture_api() const { return &api_; }
+  int64_t op_frame(const char* name, bool backward);
+  int64_t op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t flags);
+  int64_t backward_enter(int64_t frame, int64_t seq, uint64_t forward_thread);
+  void op_exit(int64_t metric, int64_t value);
+  void op_add(int64_t metric, int64_t value);
+  // The calling thread's operators are not recorded while suspended (> 0):
+  // a region recorded by other means runs (GIL held, on that thread).
+  void capture_suspend(int delta);
+  // Forward sequence numbers [first, last) of framework thread `thread` belong
+  // to `node` (a region recorded by other means): their backward lands there.
+  void capture_seq(uint64_t thread, int64_t first, int64_t last, int64_t node);
+  // Holds the tree still while a snapshot copies it.
+  std::unique_lock<std::mutex> hold() { return std::unique_lock<std::mutex>(hot_mu_); }
+
   void reset();
   void after_fork_child();
   void stop_threads();
@@ -96,9 +125,20 @@ class Collector {
   bool valid_frame(int64_t f) const { return f >= 0 && static_cast<size_t>(f) < frames_.size(); }
 
  private:
-  // One sampler tick over every Python thread (GIL held, sampler thread).
+  // One sampler tick (sampler thread, no GIL): one sample per period of CPU
+  // time each bound thread ran since the last tick, at its published node.
   void sample_threads();
   int64_t close_innermost(ThreadScopes* ts);
+
+  // capture.cc
+  OpThread& op_thread();
+  // After the calling thread's scope stack changed: what it is in now.
+  void republish(ThreadScopes* ts);
+  int64_t context_node(OpThread& t, int64_t frame);
+  int64_t resolve_path(OpThread& t, int n, int keep, int64_t parent, int64_t frame);
+  int walk_with_gil(OpThread& t);
+  int64_t module_frame(PyObject* module, PyObject* root);
+  bool walk_matches_public_api();
 
   StringTable strings_;
   FrameTable frames_;
@@ -110,12 +150,39 @@ class Collector {
   int64_t dropped_samples_ = 0;
   std::vector<int64_t> scratch_;  // reused path buffer (GIL-protected)
   std::vector<void*> pcs_;
+  // The sampler's own (its thread; start_sampler sets them while it is stopped).
+  struct PendingSample {
+    int64_t node;
+    int64_t samples;
+    pid_t tid;
+  };
+  std::vector<PendingSample> pending_;  // this tick's, read under the registry's mutex
+  std::vector<int64_t> native_path_;    // reused path buffer (hot_mu_)
+  int64_t sample_period_ns_ = 10000000;
+  uint64_t sample_epoch_ = 0;  // bumped per start: CPU readings of a previous run are stale
   Monitor monitor_;
+  std::mutex hot_mu_;
+
+  // operator capture
+  dc_capture_api api_;
+  std::atomic<bool> capturing_{false};
+  std::atomic<uint64_t> capture_gen_{0};
+  bool nested_ = false;
+  bool gil_free_ = false;
+  int64_t backward_frame_ = -1;
+  int64_t backward_root_ = -1;  // hot_mu_
+  PyObject* context_code_ = nullptr;  // strong references while capturing
+  PyObject* namer_ = nullptr;
+  SeqTable seqs_;
+  PairMap module_frames_;  // (module, root) -> frame id; GIL
+  std::atomic<int64_t> unpathed_ops_{0};
+  int64_t namer_errors_ = 0;  // GIL
+
   Sampler sampler_;  // last: its thread uses everything above
-#ifdef Py_GIL_DISABLED
-  std::recursive_mutex hot_mu_;
-#endif
 };
+
+// The C table of `c`'s capture entry points (capture_api.h).
+dc_capture_api make_capture_api(Collector* c);
 
 // Process-wide hooks over every live collector: the atexit hook stops their
 // threads before finalization; the fork child handler forgets them.

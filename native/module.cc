@@ -10,6 +10,7 @@
 
 #include "collector.h"
 #include "fastcall.h"
+#include "unwind.h"
 
 namespace py = pybind11;
 using dc::Collector;
@@ -63,6 +64,9 @@ py::object int64_array(const std::vector<int64_t>& v) {
 }
 
 py::dict snapshot(Collector& c) {
+  // Operators on other threads may still be closing (capture is stopped
+  // first, but an op already past its check finishes its add).
+  std::unique_lock<std::mutex> still = c.hold();
   const dc::Tree& t = c.tree();
   const size_t nodes = static_cast<size_t>(t.node_count());
   py::dict out;
@@ -160,6 +164,8 @@ PYBIND11_MODULE(_native, m) {
   m.attr("METRIC_COUNT") = static_cast<int>(dc::METRIC_COUNT);
   m.attr("METRIC_SAMPLES") = static_cast<int>(dc::METRIC_SAMPLES);
   m.def("now_ns", &dc::now_ns, "Monotonic clock (CLOCK_MONOTONIC) in nanoseconds.");
+  m.def("demangle", [](const std::string& name) { return dc::demangle(name.c_str()); },
+        py::arg("name"), "The collector's C++ demangler (names from ELF symbol tables).");
 
   // Threads must be stopped while the interpreter is still whole: atexit
   // callbacks run before finalization, Py_AtExit ones after it.
@@ -271,6 +277,38 @@ PYBIND11_MODULE(_native, m) {
       .def("stop_monitor", &Collector::stop_monitor)
       .def("monitor_samples", &monitor_samples)
       .def("snapshot", &snapshot)
-      .def("reset", &Collector::reset);
+      .def("reset", &Collector::reset)
+      .def("capture_start",
+           [](Collector& c, int64_t backward_frame, bool nested, py::object context_code,
+              py::object namer, bool gil_free) {
+             if (!c.valid_frame(backward_frame))
+               throw py::index_error("no frame " + std::to_string(backward_frame));
+             if (!context_code.is_none() && !PyCode_Check(context_code.ptr()))
+               throw py::type_error("context_code must be a code object or None");
+             if (!namer.is_none() && !PyCallable_Check(namer.ptr()))
+               throw py::type_error("namer must be callable or None");
+             return c.capture_start(backward_frame, nested,
+                                    context_code.is_none() ? nullptr : context_code.ptr(),
+                                    namer.is_none() ? nullptr : namer.ptr(), gil_free);
+           },
+           py::arg("backward_frame"), py::arg("nested"), py::arg("context_code"),
+           py::arg("namer"), py::arg("gil_free") = true)
+      .def("capture_stop", &Collector::capture_stop)
+      .def("capture_suspend", &Collector::capture_suspend, py::arg("delta"))
+      .def("capture_seq",
+           [](Collector& c, uint64_t thread, int64_t first, int64_t last, int64_t node) {
+             check_node(c, node);
+             c.capture_seq(thread, first, last, node);
+           },
+           py::arg("thread"), py::arg("first"), py::arg("last"), py::arg("node"))
+      .def("capturing", &Collector::capturing)
+      .def("capture_api",
+           [](Collector& c) {
+             // Borrowed by the framework extension between capture_start and
+             // capture_stop, while the caller keeps the collector alive.
+             void* api = const_cast<dc_capture_api*>(c.capture_api());
+             return py::reinterpret_steal<py::object>(
+                 PyCapsule_New(api, DC_CAPTURE_CAPSULE, nullptr));
+           });
   dc::install_fastcall(cls);
 }

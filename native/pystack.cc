@@ -55,7 +55,10 @@ PyStack::Resolved PyStack::resolve(PyFrameObject* f) {
   PyCodeObject* code = PyFrame_GetCode(f);
   // The frame keeps its code alive for as long as we look at the frame.
   Py_DECREF(code);
-  int lasti = PyFrame_GetLasti(f);
+  return resolve_code(code, PyFrame_GetLasti(f));
+}
+
+PyStack::Resolved PyStack::resolve_code(PyCodeObject* code, int lasti) {
   uint64_t key = reinterpret_cast<uintptr_t>(code);
   uint64_t sub = static_cast<uint64_t>(static_cast<uint32_t>(lasti)) + 1;  // sub 0 is code_ids_'s
   if (const int64_t* hit = lines_.find(key, sub)) {
@@ -64,8 +67,9 @@ PyStack::Resolved PyStack::resolve(PyFrameObject* f) {
   }
   int64_t idx = code_index(code);
   const CodeInfo& c = codes_[static_cast<size_t>(idx)];
-  int64_t frame =
-      frames_->intern_ids(Frame{KIND_PYTHON, c.name, c.file, PyFrame_GetLineNumber(f), 0, 0});
+  // As PyFrame_GetLineNumber: a frame that has not started is at its first line.
+  int line = lasti < 0 ? code->co_firstlineno : PyCode_Addr2Line(code, lasti);
+  int64_t frame = frames_->intern_ids(Frame{KIND_PYTHON, c.name, c.file, line, 0, 0});
   lines_.insert(key, sub, (idx << 32) | frame);
   return Resolved{frame, c.skip};
 }

@@ -34,14 +34,18 @@ class PyStack {
   // `out` may be null when only the user depth is wanted.
   int64_t capture(PyFrameObject* top, int64_t min_depth, std::vector<int64_t>* out);
 
+  struct Resolved {
+    int64_t frame;
+    bool skip;
+  };
+  // The frame of `code` at byte offset `lasti` (GIL held): what capture()
+  // records for a frame in that state, shared with the native capture path.
+  Resolved resolve_code(PyCodeObject* code, int lasti);
+
  private:
   struct CodeInfo {
     PyObject* code;  // strong reference
     int64_t file, name;
-    bool skip;
-  };
-  struct Resolved {
-    int64_t frame;
     bool skip;
   };
 

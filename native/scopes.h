@@ -1,15 +1,22 @@
-// Per-thread scope stacks and the registry that lets the sampler read other
-// threads' innermost scope.
+// Per-thread scope stacks, and the registry through which the sampler reaches
+// every thread without the GIL.
 //
-// Locking: every caller holds the GIL (pybind methods, and the sampler takes
-// it before sampling), and the GIL is what makes the stacks safe to share.
-// The registry's mutex only guards the map itself (insertions are rare, and
-// the fork handler must be able to rebuild it); the hot path does not take it
-// once a thread's stack is cached in a thread_local.
+// Locking: a thread's `stack` is its own thread's (Python scopes change it
+// with the GIL held, native operator capture reads it without; reset and the
+// fork handler empty them all). The sampler never reads it: it reads
+// `innermost`, an atomic each thread publishes, and the thread's CPU clock.
+// The registry's mutex guards the map and each entry's binding (tid, CPU
+// clock); it is taken at bind time (rare: the hot path hits a thread_local
+// cache) and once per sampler tick. Lock order: hot_mu_ before the registry's
+// mutex (enter binds under hot_mu_), so whoever holds the registry's mutex
+// takes no other lock.
 #pragma once
 
 #include <Python.h>
+#include <sys/types.h>
+#include <time.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,6 +32,15 @@ struct Scope {
   int64_t user_depth;  // Python user depth at entry
 };
 
+// What the sampler remembers of a thread between ticks; only the sampler
+// thread reads or writes it.
+struct SampledCpu {
+  uint64_t epoch = 0;    // the sampler run these readings belong to
+  uint64_t binding = 0;  // the ThreadScopes binding they were read under
+  int64_t cpu_ns = 0;    // the thread's CPU clock at the previous tick
+  int64_t credit_ns = 0; // CPU time run but not billed yet (under one period)
+};
+
 struct ThreadScopes {
   PyThreadState* tstate = nullptr;
   // PyThreadState_GetID of the bound thread state: unique for the life of the
@@ -32,6 +48,17 @@ struct ThreadScopes {
   // CPython both recycle as soon as a thread ends.
   uint64_t tstate_id = 0;
   std::vector<Scope> stack;
+  // The node this thread is in now (its innermost open operator or scope; -1
+  // when none), published for the sampler, which reads it without the GIL.
+  std::atomic<int64_t> innermost{-1};
+  void publish() { innermost.store(stack.empty() ? -1 : stack.back().node, std::memory_order_relaxed); }
+
+  // Recorded at bind, on the thread itself, so the sampler never touches the
+  // thread state (freed once its thread ends). Guarded by the registry's mutex.
+  pid_t tid = 0;              // kernel thread id; 0: not bound, or found gone
+  clockid_t cpu_clock = 0;    // its CPU-time clock; reads fail once it has ended
+  uint64_t binding = 0;       // bumped at every (re)bind
+  SampledCpu sampled;
 };
 
 class ScopeRegistry {
@@ -39,22 +66,34 @@ class ScopeRegistry {
   ScopeRegistry();
 
   // The calling thread's stack (GIL held). Fast path: a thread_local cache.
-  ThreadScopes* current() {
-    PyThreadState* ts = PyThreadState_Get();
+  ThreadScopes* current() { return of(PyThreadState_Get()); }
+
+  // The stack of thread state `ts`, which must be the calling thread's own;
+  // safe without the GIL (the native capture path calls it from operators).
+  ThreadScopes* of(PyThreadState* ts) {
     Cache& c = cache_;
     if (c.owner == id_ && c.scopes->tstate == ts && c.scopes->tstate_id == PyThreadState_GetID(ts))
       return c.scopes;
     return bind(ts);
   }
 
-  // Another thread's stack, or null if it never opened a scope (GIL held).
-  ThreadScopes* find(PyThreadState* ts);
+  // Calls `f(ThreadScopes&)` for every thread bound and not found gone, under
+  // the registry's mutex, from any thread, without the GIL. `f` may read the
+  // binding, mark the thread gone (tid = 0) and use `sampled`; it must take
+  // no lock (see the lock order above).
+  template <class F>
+  void for_each_bound(F&& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : map_)
+      if (kv.second->tid != 0) f(*kv.second);
+  }
 
   // Empties every thread's stack; the objects stay, cached pointers stay valid.
   void clear_all();
 
   // In a forked child only the forking thread exists and the mutex may have
-  // been held by a thread that is gone: rebuild the mutex, empty the stacks.
+  // been held by a thread that is gone: rebuild the mutex, empty the stacks,
+  // forget every other thread and rebind the survivor to its new tid.
   void after_fork_child();
 
  private:

@@ -3,6 +3,7 @@ guard that fails a test which leaves a collector's sampler or monitor running.""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -13,6 +14,8 @@ from dc_core import reference
 from dc_core.worker import WorkerThread
 
 IMPLEMENTATIONS = ("native", "reference")
+#: PyTorch's two operator capture paths; framework suites run on both.
+CAPTURE_PATHS = ("native", "python")
 
 
 def _collector_class(implementation: str) -> type:
@@ -81,6 +84,25 @@ def collector(make_collector):
     return make_collector()
 
 
+@pytest.fixture(params=CAPTURE_PATHS)
+def capture_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a PyTorch test once per operator capture path: ``native`` (the
+    RecordFunction extension) and ``python`` (forced through the config knob a
+    user would set). Names differ between the paths (``aten::linear`` vs
+    ``torch.nn.functional.linear``): compare them with ``dc_core.opnames.role``."""
+    if request.param == "python":
+        monkeypatch.setenv("DEEPCONTEXT_CONFIG", json.dumps({"capture": "python"}))
+    else:
+        from dc_torch.native import load
+
+        if load()[0] is None:
+            reason = "native capture unavailable: " + load()[1]
+            if os.environ.get("CI") == "true":
+                pytest.fail(reason)  # CI builds it: failing to is a failure
+            pytest.skip(reason)
+    return request.param
+
+
 def _cuda_present() -> bool:
     try:
         import torch
@@ -96,3 +118,22 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in marked:
             item.add_marker(skip)
+
+
+def module_calls(tree, node: int) -> int:
+    """How many times the module at ``node`` ran in the window, on either capture
+    path: the Python path times modules as scopes (their ``count``); the native
+    path reads them from the callers' frames, so a module's calls are those of
+    the operator it runs least often (once per call in the models tested)."""
+    own = tree.value(node, "count")
+    if own:
+        return own
+    counts = [tree.value(d, "count") for d in tree.preorder(node)
+              if tree.node_frame(d).kind == "operator" and not tree.node_frame(d).backward]
+    return min((c for c in counts if c), default=0)
+
+
+@pytest.fixture
+def python_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Force PyTorch's Python capture path: for tests of that path's own hooks."""
+    monkeypatch.setenv("DEEPCONTEXT_CONFIG", json.dumps({"capture": "python"}))

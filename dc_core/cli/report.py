@@ -75,9 +75,12 @@ def print_profile(console: Console, profile: Profile, args: argparse.Namespace) 
     first, end = profile.steps
     steps = profile.step_times_ns
     mean = format_value(sum(steps) / len(steps), "x_ns") if steps else "-"
+    # which operator capture ran ("native (frames: native)" → "native capture")
+    capture = profile.env.get("capture", "").split(" (")[0]
+    how = f" · {escape(capture)} capture" if capture else ""
     console.rule(
         f"[bold]{escape(profile.run)}[/] rank {profile.rank} ({escape(profile.host)}) · {escape(profile.framework)} · "
-        f"{escape(profile.mode)} · steps {first}–{end - 1} · mean step {mean}"
+        f"{escape(profile.mode)}{how} · steps {first}–{end - 1} · mean step {mean}"
     )
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     table.add_column("% window", justify="right")

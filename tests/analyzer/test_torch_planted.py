@@ -12,9 +12,16 @@ pytest.importorskip("dc_torch.loop")
 from dc_core.analyzer import analyze  # noqa: E402
 from dc_core.cli import main  # noqa: E402
 from dc_core.logdir import read_profile  # noqa: E402
+from dc_core.opnames import role  # noqa: E402
 
 from . import planted  # noqa: E402
 from .helpers import only  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def both_capture_paths(capture_path: str) -> str:
+    """The rules read operator names of both capture paths (``aten::linear``, ``torch.nn.functional.linear``)."""
+    return capture_path
 
 
 def _one(profiles):
@@ -42,7 +49,7 @@ def test_healthy_mlp_gets_no_warning(tmp_path):
     assert loud == [], loud
     # it is analysed, not skipped: the heaviest operator is the linear layers' backward
     hot = [f for f in p.findings if f["rule"] == "hotspot" and f["evidence"]["kind"] == "operator"]
-    assert hot and hot[0]["evidence"]["operator"].startswith("torch.nn.functional.linear")
+    assert hot and role(hot[0]["evidence"]["operator"].split(" ")[0]) == "linear"
 
 
 def test_slow_getitem_is_the_dataloader_bottleneck(tmp_path):
@@ -57,24 +64,30 @@ def test_planted_model_problems_are_found_where_they_are(tmp_path):
     p = _one(planted.run_planted_model(tmp_path))
     found = p.findings
 
-    cumprod = _at(found, "backward_imbalance", "decay_weights", "torch.cumprod")
+    cumprod = _at(found, "backward_imbalance", "decay_weights", "cumprod")
     assert cumprod["path"][0] == "backward"
     assert cumprod["evidence"]["ratio"] >= 3 and "cumsum" in cumprod["suggestion"]
 
     casts = _at(found, "dtype_conversion", "ping_pong")
-    assert casts["evidence"]["operators"] == ["torch.Tensor.float", "torch.Tensor.half"]
+    # named as called (Tensor.float, Tensor.half) on the Python path, as ATen runs them (aten::to) natively
+    assert casts["evidence"]["operators"] in (["torch.Tensor.float", "torch.Tensor.half"], ["aten::to"])
     assert casts["evidence"]["per_step"] == 24  # 12 casts forward, and each one's backward copy
 
     norm = _at(found, "unfused_norm", "norm (RMSNorm)")
     assert norm["path"][-1].endswith("RMSNorm.forward")
     assert {"pow", "mean", "rsqrt", "mul"} <= set(norm["evidence"]["operators"])
 
-    sync = only(found, "host_sync")
-    assert sync["path"][-1] == "torch.Tensor.item" and sync["path"][-2].endswith("run_planted_model")
-    assert sync["evidence"]["per_step"] == 1.0 and sync["severity"] == "info"
+    # the loop's .item() once per step: on a CPU-only run there is no device to wait for
+    syncs = [f for f in found if f["rule"] == "host_sync"]
+    if "cuda" in p.env:  # a machine with a GPU (the model still runs on the CPU)
+        (sync,) = syncs
+        assert sync["path"][-1] in ("torch.Tensor.item", "aten::item") and sync["path"][-2].endswith("run_planted_model")
+        assert sync["evidence"]["per_step"] == 1.0 and sync["severity"] == "info"
+    else:
+        assert "torch" in p.env and syncs == []
 
     # the stored node is the one the path names
-    for f in (cumprod, casts, norm, sync):
+    for f in (cumprod, casts, norm):
         assert p.tree.node_frame(f["node"]).label() == f["path"][-1]
 
 

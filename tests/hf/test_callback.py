@@ -11,6 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 from dc_core.logdir import load_profiles  # noqa: E402
 from dc_hf import DeepContextCallback, is_available  # noqa: E402
+from tests.conftest import module_calls  # noqa: E402
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -54,7 +55,7 @@ def test_gpt2_attention_forward_and_backward_under_its_module(tmp_path):
     below = [tree.node_frame(d) for n in attn for d in tree.preorder(n) if tree.node_frame(d).kind == "operator"]
     assert any(not f.backward for f in below) and any(f.backward for f in below)
     forward_ops = [n for n in attn if tree.path_frames(n)[0].name == "forward"]
-    assert tree.value(forward_ops[0], "count") == 3  # once per profiled step (2 layers are h.0, h.1)
+    assert module_calls(tree, forward_ops[0]) == 3  # once per profiled step (2 layers are h.0, h.1)
     # transformers' own frames are skipped: the module path starts at the test's call
     path = [f for f in tree.path_frames(forward_ops[0]) if f.kind == "python"]
     assert path and not any("/transformers/" in f.file for f in path)
@@ -67,13 +68,13 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     assert profile.steps == (1, 3) and len(profile.step_times_ns) == 2
     attn = profile.tree.find_all(lambda f: f.name == "transformer.h.0.attn")
     forward = [n for n in attn if profile.tree.path_frames(n)[0].name == "forward"]
-    assert profile.tree.value(forward[0], "count") == 4  # 2 steps × 2 micro-batches
+    assert module_calls(profile.tree, forward[0]) == 4  # 2 steps × 2 micro-batches
 
 
 def _forward_count(profile, module="transformer.h.0.attn"):
     tree = profile.tree
     (node,) = [n for n in tree.find_all(lambda f: f.name == module) if tree.path_frames(n)[0].name == "forward"]
-    return tree.value(node, "count")
+    return module_calls(tree, node)
 
 
 def test_user_logdir_wins_and_eval_is_its_own_window(tmp_path):

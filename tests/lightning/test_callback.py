@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("lightning")
@@ -9,7 +11,15 @@ pytest.importorskip("lightning")
 from dc_core.logdir import load_profiles  # noqa: E402
 from dc_lightning import DeepContextCallback, is_available  # noqa: E402
 
-from .workload import TinyGPTModule, loader, trainer  # noqa: E402
+from tests.conftest import module_calls  # noqa: E402
+
+from .workload import (  # noqa: E402
+    DemoTransformerModule,
+    SequentialModule,
+    TinyGPTModule,
+    loader,
+    trainer,
+)
 
 QUIET = dict(cpu_sampling_hz=0, system_interval_ms=0)
 
@@ -33,11 +43,11 @@ def test_window_phases_and_modules_beside_the_scalars(tmp_path):
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3 and path.name == "steps-2-4.pb"
     tree = profile.tree
     assert {tree.node_frame(n).name for n in tree.children(0)} >= {"forward", "backward", "optimizer"}
-    (attn,) = [n for n in tree.find_all(lambda f: f.name == "blocks.0.attn")
+    (attn,) = [n for n in tree.find_all(lambda f: f.name == "net.blocks.0.attn")
                if tree.path_frames(n)[0].name == "forward"]
-    assert tree.node_frame(attn).detail == "SelfAttention" and tree.value(attn, "count") == 3
+    assert tree.node_frame(attn).detail == "SelfAttention" and module_calls(tree, attn) == 3
     backward = tree.find_all(lambda f: f.kind == "operator" and f.backward)
-    assert any("blocks.0.attn" in [f.name for f in tree.path_frames(n)] for n in backward)
+    assert any("net.blocks.0.attn" in [f.name for f in tree.path_frames(n)] for n in backward)
 
 
 def test_regression_closure_forward_not_under_optimizer(tmp_path):
@@ -59,9 +69,9 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     (profile,), _ = load_profiles(tmp_path)
     assert profile.steps == (1, 3) and len(profile.step_times_ns) == 2
     tree = profile.tree
-    (attn,) = [n for n in tree.find_all(lambda f: f.name == "blocks.0.attn")
+    (attn,) = [n for n in tree.find_all(lambda f: f.name == "net.blocks.0.attn")
                if tree.path_frames(n)[0].name == "forward"]
-    assert tree.value(attn, "count") == 4  # 2 optimizer steps × 2 micro-batches
+    assert module_calls(tree, attn) == 4  # 2 optimizer steps × 2 micro-batches
 
 
 def test_user_logdir_wins_and_validation_is_its_own_window(tmp_path):
@@ -104,3 +114,47 @@ def _pl_module(pl):
             return self.inner.configure_optimizers()
 
     return Module()
+
+
+def _modules(tree):
+    """``{(name, class)}`` of the module frames under the forward phase."""
+    return {(tree.node_frame(n).name, tree.node_frame(n).detail) for n in tree.find_all(lambda f: f.kind == "module")
+            if tree.path_frames(n)[0].name == "forward"}
+
+
+def test_regression_submodules_named_from_the_lightning_module(tmp_path):
+    # training_step calls self.net first: it used to be the root, naming `Sequential`, `0`, `2`
+    callback = fit(tmp_path, DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET), SequentialModule(),
+                   max_steps=3)
+    (profile,), _ = load_profiles(tmp_path)
+    assert _modules(profile.tree) == {("net", "Sequential"), ("net.0", "Linear"), ("net.1", "ReLU"),
+                                      ("net.2", "Linear")}
+    tree = profile.tree
+    (second,) = [n for n in tree.find_all(lambda f: f.name == "net.2") if tree.path_frames(n)[0].name == "forward"]
+    assert [f.name for f in tree.path_frames(second) if f.kind == "module"] == ["net", "net.2"]
+    assert [p.name for p in callback.written] == ["steps-1-2.pb"]
+
+
+def test_regression_model_code_shipped_in_lightning_is_not_skipped(tmp_path):
+    # lightning.pytorch.demos.Transformer is model code: its lines show; the trainer's do not
+    import inspect
+
+    import lightning
+    from lightning.pytorch.demos import Transformer
+
+    fit(tmp_path, DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET), DemoTransformerModule(),
+        max_steps=3)
+    (profile,), _ = load_profiles(tmp_path)
+    tree = profile.tree
+    frames = [tree.node_frame(n) for n in range(1, len(tree))]
+    lines, first = inspect.getsourcelines(Transformer.forward)
+    body = range(first + 1, first + len(lines))
+    forward = {f.line for f in frames if f.kind == "python" and f.name == "Transformer.forward"}
+    assert forward and forward <= set(body)
+    assert {first + i for i, text in enumerate(lines) if "self.transformer(" in text} <= forward
+    demo = {f.name for f in frames if f.kind == "python" and f.file.endswith("lightning/pytorch/demos/transformer.py")}
+    assert demo == {"Transformer.forward", "Transformer.generate_square_subsequent_mask", "PositionalEncoding.forward"}
+    package = os.path.dirname(lightning.__file__)
+    machinery = {f.file for f in frames if f.file.startswith(package) and "/demos/" not in f.file}
+    assert machinery == set()
+    assert ("model.transformer.encoder.layers.1", "TransformerEncoderLayer") in _modules(tree)

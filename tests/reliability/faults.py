@@ -43,6 +43,24 @@ POINTS = {
 }
 
 
+#: The same hooks on the native capture path, where one exists there (ATen ops
+#: and their exits are C++ callbacks: no Python boundary to fault), plus the
+#: native capture's own start and stop.
+NATIVE_POINTS = {
+    "operator": Point("intern", ("state.py", "_path_frame"), depth=1),  # naming a module, inside an op's callback
+    "phase": POINTS["phase"],
+    "backward": Point("enter", ("phases.py", "_begin"), depth=3),  # autograd.backward's phase wrapper
+    "collective": POINTS["collective"],
+    "sampler": POINTS["sampler"],
+    "writer": POINTS["writer"],
+    "capture start": Point("capture_start"),
+    "capture stop": Point("capture_stop"),
+}
+
+#: Points per capture path.
+PATHS = {"python": POINTS, "native": NATIVE_POINTS}
+
+
 class FaultyCollector:
     """Delegates to ``real``; raises `InjectedFault` at the ``nth`` matching call."""
 
@@ -75,6 +93,21 @@ class FaultyCollector:
         finally:
             self._real.stop_sampler(*args, **kwargs)  # the thread stops all the same
 
+    def intern(self, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail("intern")
+        return self._real.intern(*args, **kwargs)
+
+    def capture_start(self, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail("capture_start")
+        return self._real.capture_start(*args, **kwargs)
+
+    def capture_stop(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            self._maybe_fail("capture_stop")
+        finally:
+            result = self._real.capture_stop(*args, **kwargs)  # capture stops all the same
+        return result
+
     def snapshot(self, *args: Any, **kwargs: Any) -> Any:
         self._maybe_fail("snapshot")
         return self._real.snapshot(*args, **kwargs)
@@ -89,15 +122,19 @@ def _called_from(caller: tuple[str, str], depth: int) -> bool:
     return code.co_name == caller[1] and os.path.basename(code.co_filename) == caller[0]
 
 
-def inject(monkeypatch: Any, point: str, nth: int = 1) -> list[FaultyCollector]:
-    """Make every collector created from now on a `FaultyCollector`; returns them."""
+def inject(monkeypatch: Any, point: str, nth: int = 1, capture: str = "python") -> list[FaultyCollector]:
+    """Make every collector created from now on a `FaultyCollector` faulting at
+    ``point`` of capture path ``capture`` (forced through the config); returns them."""
+    import json
+
+    monkeypatch.setenv("DEEPCONTEXT_CONFIG", json.dumps({"capture": capture}))
     from dc_core import collector as collector_mod
 
     made: list[FaultyCollector] = []
     create = collector_mod.create_collector
 
     def create_faulty(*args: Any, **kwargs: Any) -> FaultyCollector:
-        made.append(FaultyCollector(create(*args, **kwargs), POINTS[point], nth))
+        made.append(FaultyCollector(create(*args, **kwargs), PATHS[capture][point], nth))
         return made[-1]
 
     monkeypatch.setattr(collector_mod, "create_collector", create_faulty)

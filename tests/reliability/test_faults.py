@@ -19,11 +19,11 @@ import dc_torch  # noqa: E402
 from dc_core.config import StepRange  # noqa: E402
 from dc_core.logdir import load_profiles  # noqa: E402
 
-from .faults import POINTS, inject  # noqa: E402
+from .faults import PATHS, inject  # noqa: E402
 from .workload import same_training, single_process_group, torch_state, train  # noqa: E402
 
-#: The capture paths that exist; a fault point names a hook every path has.
-CAPTURES = ("python",)
+#: Every (capture path, fault point) there is.
+CASES = [(capture, point) for capture, points in PATHS.items() for point in sorted(points)]
 QUIET = {"system_interval_ms": 0}
 
 
@@ -41,15 +41,15 @@ def process_group(tmp_path):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("capture", CAPTURES)
-@pytest.mark.parametrize("point", sorted(POINTS))
+@pytest.mark.parametrize(("capture", "point"), CASES)
 def test_fault_leaves_training_and_torch_as_they_were(point, capture, tmp_path, monkeypatch, caplog, request):
     if point == "collective":
         request.getfixturevalue("process_group")
     mode = "comprehensive" if point == "aten" else "lightweight"
     plain = train()
     before = torch_state()
-    made = inject(monkeypatch, point, nth=1 if point in ("sampler", "writer") else 2)
+    once = ("sampler", "writer", "capture start", "capture stop")  # once per window
+    made = inject(monkeypatch, point, nth=1 if point in once else 2, capture=capture)
     logdir = tmp_path / "logs"
     with caplog.at_level(logging.WARNING, logger="deepcontext"):
         with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=1, count=2), mode=mode,
@@ -64,8 +64,8 @@ def test_fault_leaves_training_and_torch_as_they_were(point, capture, tmp_path, 
     assert prof.session.disabled
     profiles, bad = load_profiles(logdir)
     assert not bad
-    if point == "writer":
-        assert profiles == []  # the writer itself failed: nothing half-written either
+    if point in ("writer", "capture start"):
+        assert profiles == []  # the writer failed, or the window never opened: nothing half-written either
         assert not list(logdir.rglob("*.partial")) if logdir.exists() else True
     else:
         assert [p.steps[0] for p in profiles] == [1]  # the partial window, from its first step
@@ -107,7 +107,7 @@ def test_profilers_closed_out_of_order_restore_torch(tmp_path):
         assert profiles[0].tree.find("forward") is not None
 
 
-def test_exit_failure_never_reaches_the_user(tmp_path, monkeypatch, caplog):
+def test_exit_failure_never_reaches_the_user(tmp_path, monkeypatch, caplog, python_capture):
     """Regression (issue 11 item 7): an error from ``collector.exit()`` in a hook's
     ``finally`` replaced the user's result with the profiler's exception."""
     inject(monkeypatch, "operator exit", nth=1)

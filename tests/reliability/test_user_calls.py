@@ -80,7 +80,7 @@ def test_failing_pass_through_call_is_the_users(tmp_path, caplog):
     assert prof.written and torch_state()["function modes"] == []
 
 
-def test_user_call_runs_once_when_the_profiler_fails_around_it(tmp_path, monkeypatch, caplog):
+def test_user_call_runs_once_when_the_profiler_fails_around_it(tmp_path, monkeypatch, caplog, python_capture):
     """A profiler error after the user's call (recording its output) must not
     run the call again: an in-place op applied twice would change the result."""
     from dc_torch import ops

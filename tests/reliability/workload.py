@@ -74,8 +74,18 @@ def torch_state() -> dict[str, Any]:
         "optimizer post-hooks": list(optimizer_mod._global_optimizer_post_hooks.values()),
         "Optimizer.zero_grad": torch.optim.Optimizer.__dict__["zero_grad"],
         "DataLoader iterator __next__": dataloader_mod._BaseDataLoaderIter.__dict__["__next__"],
+        "autograd.backward": torch.autograd.__dict__["backward"],
+        "autograd.grad": torch.autograd.__dict__["grad"],
+        "RecordFunction callback": _native_capture_on(),
         "live sessions": active_sessions(),
     }
+
+
+def _native_capture_on() -> bool:
+    from dc_torch.native import load
+
+    extension = load()[0]
+    return extension is not None and extension.active()
 
 
 def single_process_group(directory: str) -> None:

@@ -14,9 +14,19 @@ requires_cuda = pytest.mark.requires_cuda  # skipped without a device by tests/c
 
 
 @pytest.fixture(autouse=True)
+def both_capture_paths(capture_path):
+    """Every test here runs on the native and the Python capture path."""
+    return capture_path
+
+
+@pytest.fixture(autouse=True)
 def nothing_left_hooked():
-    """After every test: no torch function mode, dispatch mode or global hook of ours remains."""
+    """After every test: no torch function mode, dispatch mode, global hook or
+    RecordFunction callback of ours remains."""
     yield
+    from dc_torch.native import load
+
+    assert load()[0] is None or not load()[0].active()
     from torch.nn.modules import module as module_mod
     from torch.optim import optimizer as optimizer_mod
 

@@ -28,6 +28,7 @@ class Exploding(nn.Module):
         self.lin = nn.Linear(4, 4)
 
     def forward(self, x):
+        self.lin(x)  # some work first: the native path sees modules through their operators
         raise KeyError("boom from the user's forward")
 
 

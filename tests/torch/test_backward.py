@@ -7,6 +7,7 @@ from torch.nn import functional as F
 
 import dc_torch
 from dc_core.config import StepRange
+from dc_core.opnames import role
 from dc_core.logdir import load_profiles
 import dc_torch.autograd as autograd
 from dc_torch.autograd import pack, unpack
@@ -17,7 +18,7 @@ QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
 
 
 def _backward_ops(tree, name):
-    return find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == name and fs[-1].backward)
+    return find(tree, lambda fs: fs[0].name == "backward" and role(fs[-1].name) == role(name) and fs[-1].backward)
 
 
 def test_marks_round_trip():
@@ -79,7 +80,7 @@ def test_direct_autograd_backward_closes_its_scopes_when_the_pass_ends(tmp_path)
         assert not any(f.kind == "operator" for f in path[:-1]), path  # operators are leaves
     softmax = _backward_ops(tree, "torch.softmax")
     assert len(softmax) == 1 and tree.value(softmax[0], "count") == 2
-    after = find(tree, lambda fs: fs[-1].name == "torch.softmax" and not fs[-1].backward)
+    after = find(tree, lambda fs: role(fs[-1].name) == role("torch.softmax") and not fs[-1].backward)
     assert sum(tree.value(n, "count") for n in after) == 4
 
 
@@ -144,7 +145,7 @@ def test_alloc_bytes_count_fresh_outputs_not_views(tmp_path):
     tree = only_profile(tmp_path).tree
 
     def alloc(name):
-        nodes = find(tree, lambda fs: fs[-1].name == name)
+        nodes = find(tree, lambda fs: role(fs[-1].name) == role(name))
         assert len(nodes) == 1, name
         return tree.value(nodes[0], "alloc_bytes")
 

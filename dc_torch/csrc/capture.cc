@@ -1,0 +1,325 @@
+// dc_torch's native operator capture: a global at::RecordFunction callback,
+// registered only while a window is open, that reports every ATen op and
+// autograd function on every thread to the collector through its C table
+// (native/capture_api.h). Built on first use against the torch that imports
+// it (dc_torch/native.py); no pybind11, so it compiles against ATen's
+// record_function.h alone.
+#include <Python.h>
+
+#include <ATen/record_function.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "capture_api.h"
+
+namespace {
+
+std::atomic<const dc_capture_api*> g_api{nullptr};
+std::atomic<uint64_t> g_generation{0};
+at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
+// Set by start() before g_api is published; read by the callbacks.
+int64_t g_flops = -1;  // metric id of matmul FLOPs, -1: off
+int64_t g_alloc = -1;  // metric id of output bytes, -1: off
+bool g_marks = false;  // open a "dc#<node>" record per recorded op, for Kineto
+
+// Matmul family, for FLOPs from input shapes: which inputs are the operands.
+enum Family : int8_t { NONE, MM, ADDMM, BMM, BADDBMM };
+
+Family family_of(const char* name) {
+  if (std::strcmp(name, "aten::mm") == 0) return MM;
+  if (std::strcmp(name, "aten::addmm") == 0 || std::strcmp(name, "aten::_addmm_activation") == 0)
+    return ADDMM;
+  if (std::strcmp(name, "aten::bmm") == 0) return BMM;
+  if (std::strcmp(name, "aten::baddbmm") == 0) return BADDBMM;
+  return NONE;
+}
+
+// In-place (``add_``) and ``out=`` ops write into storage they were given.
+bool writes_in_place(const char* name) {
+  size_t n = std::strlen(name);
+  return n > 0 && name[n - 1] == '_' && !(n > 1 && name[n - 2] == '_');
+}
+
+constexpr int64_t kSkip = -1;  // a record that is not an operator of its own (capture_api.h)
+constexpr const char kEngineRecord[] = "autograd::engine::evaluate_function";
+constexpr const char kCollective[] = "c10d::";
+
+// Records that are not operators of their own here: the engine's wrapper around
+// each autograd function (the function's own record follows), and collectives,
+// which dc_torch/collectives.py records with their completion time.
+bool skipped(const char* name) {
+  return std::strncmp(name, kEngineRecord, sizeof(kEngineRecord) - 1) == 0 ||
+         std::strncmp(name, kCollective, sizeof(kCollective) - 1) == 0;
+}
+
+// Operator name -> frame id, per thread. ATen ops name themselves with their
+// schema's string (a stable pointer); autograd nodes and a few records build
+// their names per call, so a pointer hit is checked against the text, and a
+// pointer miss falls back to a table keyed by the text's hash.
+class NameCache {
+ public:
+  struct Known {  // by the text's hash
+    uint64_t hash = 0;
+    bool backward = false;
+    std::string text;
+    int64_t frame = kSkip;
+    Family family = NONE;
+    bool in_place = false;
+    int32_t flags = 0;  // DC_OP_REGION for records that are not ATen ops
+  };
+
+  const Known& lookup(const dc_capture_api* api, const char* name, bool backward) {
+    const uint64_t gen = g_generation.load(std::memory_order_relaxed);
+    if (gen != generation_) {
+      for (Known& k : known_) k = Known();
+      for (Recent& r : recent_) r = Recent();
+      generation_ = gen;
+    }
+    Recent& r = recent_[(reinterpret_cast<uintptr_t>(name) >> 3) & (kSlots - 1)];
+    if (r.ptr == name) {
+      const Known& k = known_[r.known];
+      if (k.backward == backward && k.text == name) return k;
+    }
+    const uint64_t h = fnv(name, backward);
+    const size_t i = h & (kSlots - 1);
+    Known& k = known_[i];
+    if (k.hash != h || k.backward != backward || k.text != name) {
+      k.hash = h;
+      k.backward = backward;
+      k.text = name;
+      k.frame = skipped(name) ? kSkip : api->op_frame(api->collector, name, backward ? 1 : 0);
+      k.family = backward ? NONE : family_of(name);
+      k.in_place = writes_in_place(name);
+      // ATen ops are namespaced (aten::, prim::, c10d::); a bare name is a
+      // region: an autograd.Function's apply, a compiled region.
+      k.flags = std::strstr(name, "::") == nullptr ? DC_OP_REGION : 0;
+    }
+    r.ptr = name;
+    r.known = i;
+    return k;
+  }
+
+  // Per open record on this thread, what its exit must do.
+  struct Open {
+    bool alloc = false;  // recorded: add the bytes of fresh outputs
+    bool marked = false;  // a dc# record is open for it
+    const void* inputs[4] = {nullptr, nullptr, nullptr, nullptr};  // storages it was given
+  };
+  std::vector<Open> open;
+  std::vector<std::pair<std::unique_ptr<at::RecordFunction>, std::string>> marks;
+
+ private:
+  static constexpr size_t kSlots = 1024;
+  struct Recent {  // by the pointer last seen with that text
+    const char* ptr = nullptr;
+    size_t known = 0;
+  };
+  static uint64_t fnv(const char* s, bool backward) {
+    uint64_t h = backward ? 0x84222325cbf29ce4ull : 1469598103934665603ull;
+    for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+    return h;
+  }
+  uint64_t generation_ = ~uint64_t{0};
+  Known known_[kSlots];
+  Recent recent_[kSlots];
+};
+
+NameCache& names() {
+  // A pointer in the initial-exec TLS block: one instruction to reach (a
+  // thread_local object this size would cost a __tls_get_addr call each time).
+  static thread_local NameCache* cache __attribute__((tls_model("initial-exec"))) = nullptr;
+  if (cache == nullptr) {
+    static thread_local std::unique_ptr<NameCache> owner;  // frees it when the thread ends
+    owner.reset(new NameCache());
+    cache = owner.get();
+  }
+  return *cache;
+}
+
+int64_t matmul_flops(Family family, c10::ArrayRef<const c10::IValue> in) {
+  const size_t a = (family == ADDMM || family == BADDBMM) ? 1 : 0;
+  if (in.size() < a + 2 || !in[a].isTensor() || !in[a + 1].isTensor()) return 0;
+  const at::Tensor& x = in[a].toTensor();
+  const at::Tensor& y = in[a + 1].toTensor();
+  if (!x.defined() || !y.defined()) return 0;
+  const int64_t dims = (family == BMM || family == BADDBMM) ? 3 : 2;
+  if (x.dim() != dims || y.dim() != dims) return 0;
+  // 2·M·K·N (per batch): a multiply and an add per contracted element.
+  int64_t flops = 2 * x.size(-2) * x.size(-1) * y.size(-1);
+  return dims == 3 ? flops * x.size(0) : flops;
+}
+
+const void* storage_of(const c10::IValue& v) {
+  if (!v.isTensor()) return nullptr;
+  const at::Tensor& t = v.toTensor();
+  return t.defined() && t.has_storage() ? t.storage().data() : nullptr;
+}
+
+int64_t fresh_bytes(const NameCache::Open& o, const c10::IValue& v) {
+  if (!v.isTensor()) return 0;
+  const at::Tensor& t = v.toTensor();
+  if (!t.defined() || t.is_view() || !t.has_storage() || t.layout() != at::kStrided) return 0;
+  const void* data = t.storage().data();
+  for (const void* given : o.inputs)
+    if (given != nullptr && given == data) return 0;  // an input returned, or written into
+  return static_cast<int64_t>(t.storage().nbytes());
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  const dc_capture_api* api = g_api.load(std::memory_order_acquire);
+  if (api == nullptr) return nullptr;
+  NameCache& cache = names();
+  const bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+  const NameCache::Known& k = cache.lookup(api, fn.name(), backward);
+  const int64_t node =
+      backward && k.frame >= 0
+          ? api->backward_enter(api->collector, k.frame, fn.seqNr(), fn.forwardThreadId())
+          : api->op_enter(api->collector, k.frame, fn.seqNr(), fn.threadId(), k.flags);
+  cache.open.emplace_back();
+  NameCache::Open& o = cache.open.back();
+  if (fn.needsInputs() && !backward) {
+    c10::ArrayRef<const c10::IValue> in = fn.inputs();
+    if (g_flops >= 0 && k.family != NONE) {
+      const int64_t flops = matmul_flops(k.family, in);
+      if (flops > 0) api->op_add(api->collector, g_flops, flops);
+    }
+    if (g_alloc >= 0 && node >= 0 && !k.in_place && std::strcmp(fn.overload_name(), "out") != 0) {
+      o.alloc = true;
+      for (size_t i = 0; i < in.size() && i < 4; ++i) o.inputs[i] = storage_of(in[i]);
+    }
+  }
+  if (g_marks && node >= 0) {
+    // Kineto correlates each kernel with the innermost CPU record open at its
+    // launch; this one names the collector's node (dc_torch/device.py).
+    auto rf = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
+    if (rf->isActive()) {
+      cache.marks.emplace_back(std::move(rf), "dc#" + std::to_string(node));
+      cache.marks.back().first->before(std::string_view(cache.marks.back().second), -1);
+      o.marked = true;
+    }
+  }
+  return nullptr;
+}
+
+void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  const dc_capture_api* api = g_api.load(std::memory_order_acquire);
+  if (api == nullptr) return;
+  NameCache& cache = names();
+  int64_t bytes = 0;
+  if (!cache.open.empty()) {
+    const NameCache::Open& o = cache.open.back();
+    if (o.alloc && fn.needsOutputs()) {
+      for (const c10::IValue& v : fn.outputs()) {
+        if (v.isTensorList()) {
+          for (const at::Tensor& t : v.toTensorList().vec()) bytes += fresh_bytes(o, c10::IValue(t));
+        } else {
+          bytes += fresh_bytes(o, v);
+        }
+      }
+    }
+    if (o.marked && !cache.marks.empty()) cache.marks.pop_back();  // ends the dc# record
+    cache.open.pop_back();
+  }
+  api->op_exit(api->collector, g_alloc, bytes);  // every enter reported one, even a skipped record
+}
+
+void after_fork_child() {
+  // A forked child (a DataLoader worker) records nothing; Python removes the
+  // callback itself right after (os.register_at_fork in dc_torch.native).
+  g_api.store(nullptr);
+}
+
+PyObject* start(PyObject*, PyObject* args) {
+  PyObject* capsule = nullptr;
+  long long flops = -1, alloc = -1;
+  int marks = 0;
+  if (!PyArg_ParseTuple(args, "OLLp", &capsule, &flops, &alloc, &marks)) return nullptr;
+  auto* api = static_cast<const dc_capture_api*>(PyCapsule_GetPointer(capsule, DC_CAPTURE_CAPSULE));
+  if (api == nullptr) return nullptr;
+  if (api->abi != DC_CAPTURE_ABI) {
+    PyErr_Format(PyExc_RuntimeError, "collector capture ABI %d, extension built for %d",
+                 static_cast<int>(api->abi), DC_CAPTURE_ABI);
+    return nullptr;
+  }
+  if (g_handle != at::INVALID_CALLBACK_HANDLE) {
+    PyErr_SetString(PyExc_RuntimeError, "operator capture is already on");
+    return nullptr;
+  }
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, after_fork_child); });
+  g_generation.fetch_add(1);
+  g_flops = flops;
+  g_alloc = alloc;
+  g_marks = marks != 0;
+  g_api.store(api, std::memory_order_release);
+  // Shapes cost every op its boxed inputs and outputs: taken only for the
+  // metrics that need them.
+  const bool shapes = g_flops >= 0 || g_alloc >= 0;
+  try {
+    g_handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(&on_enter, &on_exit)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION})
+            .needsInputs(shapes)
+            .needsOutputs(g_alloc >= 0)
+            .needsIds(false));
+  } catch (const std::exception& e) {
+    g_api.store(nullptr);
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* stop(PyObject*, PyObject*) {
+  g_api.store(nullptr, std::memory_order_release);
+  if (g_handle != at::INVALID_CALLBACK_HANDLE) {
+    at::CallbackHandle handle = g_handle;
+    g_handle = at::INVALID_CALLBACK_HANDLE;
+    try {
+      at::removeCallback(handle);
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      return nullptr;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* thread_id(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(at::RecordFunction::currentThreadId());
+}
+
+PyObject* active(PyObject*, PyObject*) {
+  return PyBool_FromLong(g_handle != at::INVALID_CALLBACK_HANDLE);
+}
+
+PyMethodDef methods[] = {
+    {"start", start, METH_VARARGS,
+     "start(capsule, flops_metric, alloc_metric, marks): report every operator to the collector's "
+     "capture table; metric -1 leaves that metric out; marks opens a dc#<node> record per op."},
+    {"stop", stop, METH_NOARGS, "stop(): remove the callback; idempotent."},
+    {"active", active, METH_NOARGS, "active() -> bool: whether the callback is registered."},
+    {"thread_id", thread_id, METH_NOARGS,
+     "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers are per thread)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+#define DC_CONCAT_(a, b) a##b
+#define DC_CONCAT(a, b) DC_CONCAT_(a, b)
+#define DC_STR_(a) #a
+#define DC_STR(a) DC_STR_(a)
+
+static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, DC_STR(TORCH_EXTENSION_NAME),
+                                 "DeepContext's RecordFunction capture", -1, methods};
+
+PyMODINIT_FUNC DC_CONCAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&module_def); }

@@ -1,0 +1,461 @@
+// Native operator capture; see capture.h for the design and capture_api.h for
+// the calls a framework extension makes.
+#include <cstdlib>
+#include <cstring>
+
+#include "collector.h"
+
+namespace dc {
+
+namespace {
+
+// Capture generations are unique across collectors, so a thread's state from
+// another collector or an earlier window never matches.
+std::atomic<uint64_t> g_generation{0};
+std::atomic<Collector*> g_capturing{nullptr};
+
+constexpr uint64_t kNestedTag = 0x6e65737465642121ull;
+
+// Per frame, the words are multiplied apart (independent of the running hash,
+// so the CPU overlaps them with the walk's loads) and folded in with a
+// rotate-xor: the chain through `h` is two cycles a frame.
+inline uint64_t fold(uint64_t h, const RawFrame& f) {
+  uint64_t x = reinterpret_cast<uintptr_t>(f.code) * 0x9E3779B97F4A7C15ull +
+               reinterpret_cast<uintptr_t>(f.instr) * 0xC2B2AE3D27D4EB4Full +
+               reinterpret_cast<uintptr_t>(f.self);
+  return ((h << 7) | (h >> 57)) ^ x;
+}
+
+inline uint64_t finish(uint64_t h) {
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 29);
+}
+
+int lasti_of(const RawFrame& f, bool gil_free) {
+  // The GIL-held walk stores lasti + 1 where the native walk stores the
+  // instruction's address (both are what the path hash reads).
+  return gil_free ? frame_lasti(f.code, f.instr)
+                  : static_cast<int>(reinterpret_cast<intptr_t>(f.instr)) - 1;
+}
+
+// Innermost recorded operator or region below open slot `d`, or -1: what
+// takes its inclusive time as child time.
+int innermost_recorded(const OpThread& t, int d) {
+  for (int i = (d < kMaxOpDepth ? d : kMaxOpDepth) - 1; i >= 0; --i)
+    if (t.open[i].node >= 0) return i;
+  return -1;
+}
+
+// Innermost recorded operator (not region) below slot `d`, or -1: what an op
+// entered now is an inner op of.
+int innermost_op(const OpThread& t, int d) {
+  for (int i = (d < kMaxOpDepth ? d : kMaxOpDepth) - 1; i >= 0; --i)
+    if (t.open[i].node >= 0 && !t.open[i].region) return i;
+  return -1;
+}
+
+// What the thread is in now, for the sampler and for Python scopes opened
+// inside an op: its innermost open operator, unless a Python scope was
+// opened inside that operator (then that scope).
+void publish(OpThread& t, int d) {
+  if (t.scopes == nullptr) return;
+  const int i = innermost_op(t, d);
+  if (i >= 0 && static_cast<int64_t>(t.scopes->stack.size()) <= t.open[i].py_depth)
+    t.scopes->innermost.store(t.open[i].node, std::memory_order_relaxed);
+  else
+    t.scopes->publish();
+}
+
+// The C table (capture_api.h): thin casts to the collector.
+int64_t api_op_frame(void* c, const char* name, int32_t backward) {
+  return static_cast<Collector*>(c)->op_frame(name, backward != 0);
+}
+int64_t api_op_enter(void* c, int64_t frame, int64_t seq, uint64_t thread, int32_t flags) {
+  return static_cast<Collector*>(c)->op_enter(frame, seq, thread, flags);
+}
+int64_t api_backward_enter(void* c, int64_t frame, int64_t seq, uint64_t forward_thread) {
+  return static_cast<Collector*>(c)->backward_enter(frame, seq, forward_thread);
+}
+void api_op_exit(void* c, int64_t metric, int64_t value) {
+  static_cast<Collector*>(c)->op_exit(metric, value);
+}
+void api_op_add(void* c, int64_t metric, int64_t value) {
+  static_cast<Collector*>(c)->op_add(metric, value);
+}
+
+}  // namespace
+
+dc_capture_api make_capture_api(Collector* c) {
+  dc_capture_api api;
+  api.abi = DC_CAPTURE_ABI;
+  api.collector = c;
+  api.op_frame = api_op_frame;
+  api.op_enter = api_op_enter;
+  api.backward_enter = api_backward_enter;
+  api.op_exit = api_op_exit;
+  api.op_add = api_op_add;
+  return api;
+}
+
+// --- start / stop (GIL held) ----------------------------------------------
+
+bool Collector::walk_matches_public_api() {
+  std::unique_ptr<RawFrame[]> walk(new RawFrame[kMaxWalk]);
+  int n = walk_frames(own_thread_state(), nullptr, walk.get(), kMaxWalk);
+  if (n <= 0) return false;
+  int i = 0;
+  for (PyFrameObject* f = PyEval_GetFrame(); f != nullptr; ++i) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    Py_DECREF(code);  // alive while its frame is
+    if (i >= n || walk[i].code != code || frame_lasti(code, walk[i].instr) != PyFrame_GetLasti(f))
+      return false;
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_XDECREF(back);  // owned by its live interpreter frame
+    f = back;
+  }
+  return i == n;
+}
+
+bool Collector::capture_start(int64_t backward_frame, bool nested, PyObject* context_code,
+                              PyObject* namer, bool allow_gil_free) {
+  Collector* expected = nullptr;
+  if (!g_capturing.compare_exchange_strong(expected, this) && expected != this)
+    throw std::runtime_error("another collector is capturing operators");
+  gil_free_ = allow_gil_free && walk_compiled() && walk_matches_public_api();
+  {
+    DC_HOT_LOCK;
+    backward_frame_ = valid_frame(backward_frame) ? backward_frame : -1;
+    backward_root_ = -1;  // made on the first backward function, so a window without one has no such node
+    nested_ = nested;
+    seqs_.clear();
+    module_frames_.clear();
+    unpathed_ops_.store(0);
+    namer_errors_ = 0;
+    Py_XINCREF(context_code);
+    Py_XINCREF(namer);
+    Py_XSETREF(context_code_, context_code);
+    Py_XSETREF(namer_, namer);
+    capture_gen_.store(g_generation.fetch_add(1) + 1);
+    capturing_.store(true);
+  }
+  return gil_free_;
+}
+
+std::pair<int64_t, int64_t> Collector::capture_stop() {
+  {
+    DC_HOT_LOCK;  // operators in flight finish their tree work first
+    capturing_.store(false);
+  }
+  Py_CLEAR(context_code_);
+  Py_CLEAR(namer_);
+  Collector* self = this;
+  g_capturing.compare_exchange_strong(self, nullptr);
+  return {unpathed_ops_.load(), namer_errors_};
+}
+
+// --- the hot calls (any thread, GIL or not) ---------------------------------
+
+int64_t Collector::op_frame(const char* name, bool backward) {
+  DC_HOT_LOCK;
+  return frames_.intern(KIND_OPERATOR, name, "", 0, "", backward ? FLAG_BACKWARD : 0);
+}
+
+OpThread& Collector::op_thread() {
+  // A pointer in the initial-exec TLS block: one instruction to reach, where
+  // a thread_local object (tens of KB, dynamically initialised) in a dlopen'ed
+  // module costs a __tls_get_addr call and a guard check per access.
+  static thread_local OpThread* state __attribute__((tls_model("initial-exec"))) = nullptr;
+  if (state == nullptr) {
+    static thread_local std::unique_ptr<OpThread> owner;  // frees it when the thread ends
+    owner.reset(new OpThread());
+    state = owner.get();
+  }
+  OpThread& t = *state;
+  const uint64_t gen = capture_gen_.load(std::memory_order_relaxed);
+  PyThreadState* ts = own_thread_state();
+  if (t.owner != gen) {
+    t.owner = gen;
+    t.depth = 0;
+    t.busy = false;
+    t.paths.clear();
+    t.backs.clear();
+    t.ts = nullptr;
+  }
+  if (t.ts != ts || (ts != nullptr && t.scopes == nullptr)) {
+    t.ts = ts;
+    t.scopes = ts != nullptr ? scopes_.of(ts) : nullptr;
+  }
+  return t;
+}
+
+namespace {
+
+// Every enter takes a slot, recorded or not, so that exits pair with enters.
+// Null when the slot is past kMaxOpDepth (counted in depth, not recorded).
+OpThread::Open* open_slot(OpThread& t, bool region) {
+  const int d = t.depth++;
+  if (d >= kMaxOpDepth) return nullptr;
+  OpThread::Open& o = t.open[d];
+  o.node = -1;
+  o.region = region;
+  return &o;
+}
+
+// Starts the timing of a recorded slot; last, so the lookup is not billed to it.
+int64_t begin(OpThread& t, OpThread::Open& o, int64_t node) {
+  o.node = node;
+  o.child_ns = 0;
+  o.py_depth = t.scopes != nullptr ? static_cast<int64_t>(t.scopes->stack.size()) : 0;
+  if (!o.region) publish(t, t.depth);
+  o.start_ns = now_ns();
+  return node;
+}
+
+}  // namespace
+
+int64_t Collector::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t flags) {
+  if (!capturing_.load(std::memory_order_relaxed)) return -1;
+  OpThread& t = op_thread();
+  const int d = t.depth;
+  OpThread::Open* slot = open_slot(t, (flags & DC_OP_REGION) != 0);
+  if (slot == nullptr) return -1;
+  OpThread::Open& o = *slot;
+  if (t.busy || t.suspended > 0 || frame < 0) return -1;  // frame -1: a record that is not an operator
+  const int outer = o.region ? -1 : innermost_op(t, d);
+  int64_t node;
+  if (outer >= 0) {
+    const int64_t outer_node = t.open[outer].node;
+    if (!nested_) {
+      // Lightweight: one node per call from Python. An inner op's autograd
+      // node still belongs to that call, so its backward lands beside it.
+      if (seq >= 0) seqs_.put(thread, seq, outer_node);
+      return -1;
+    }
+    const uint64_t a = kNestedTag ^ static_cast<uint64_t>(frame);
+    if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(outer_node))) {
+      node = *hit;
+    } else {
+      DC_HOT_LOCK;
+      if (!capturing_.load(std::memory_order_relaxed)) return -1;
+      int64_t fid = frame;
+      const Frame& outer_frame = frames_.at(tree_.frames()[static_cast<size_t>(outer_node)]);
+      if (outer_frame.flags & FLAG_BACKWARD) {  // an op a backward function runs is backward too
+        Frame f = frames_.at(frame);
+        f.flags |= FLAG_BACKWARD;
+        fid = frames_.intern_ids(f);
+      }
+      node = tree_.child(outer_node, fid);
+      t.paths.insert(a, static_cast<uint64_t>(outer_node), node);
+    }
+  } else {
+    node = context_node(t, frame);
+    if (node < 0) return -1;
+  }
+  if (seq >= 0) seqs_.put(thread, seq, node);
+  return begin(t, o, node);
+}
+
+int64_t Collector::context_node(OpThread& t, int64_t frame) {
+  int64_t parent = 0, min_depth = 0;
+  ThreadScopes* sc = t.scopes;
+  if (sc != nullptr && !sc->stack.empty()) {
+    parent = sc->stack.back().node;
+    min_depth = sc->stack.back().user_depth;
+  }
+  int n = 0;
+  if (t.ts != nullptr) n = gil_free_ ? walk_frames(t.ts, reinterpret_cast<PyCodeObject*>(context_code_),
+                                                   t.walk, kMaxWalk)
+                                     : walk_with_gil(t);
+  if (n < 0) {  // too deep to walk: the op is kept, without its path
+    unpathed_ops_.fetch_add(1, std::memory_order_relaxed);
+    n = 0;
+  }
+  int keep = n - static_cast<int>(min_depth);
+  if (keep < 0) keep = 0;
+  uint64_t h = static_cast<uint64_t>(keep);
+  for (int i = 0; i < keep; ++i) h = fold(h, t.walk[i]);
+  const uint64_t a = finish(h ^ (static_cast<uint64_t>(frame) * 0xD6E8FEB86659FD93ull));
+  if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(parent))) return *hit;
+  int64_t node = resolve_path(t, n, keep, parent, frame);
+  if (node >= 0) t.paths.insert(a, static_cast<uint64_t>(parent), node);
+  return node;
+}
+
+int64_t Collector::resolve_path(OpThread& t, int n, int keep, int64_t parent, int64_t frame) {
+  (void)n;
+  if (_Py_IsFinalizing()) return -1;
+  const bool held = PyGILState_Check() != 0;
+  PyGILState_STATE g = PyGILState_UNLOCKED;
+  if (!held) g = PyGILState_Ensure();
+  t.busy = true;  // the namer is Python: operators it runs are not the user's
+  t.ids.assign(static_cast<size_t>(keep), -1);
+  PyObject* root = nullptr;  // the outermost module on this stack names the others
+  for (int i = keep - 1; i >= 0 && root == nullptr; --i) root = t.walk[i].self;
+  for (int i = 0; i < keep; ++i)
+    if (t.walk[i].self != nullptr) t.ids[i] = module_frame(t.walk[i].self, root);
+  t.busy = false;
+  int64_t node = -1;
+  {
+    DC_HOT_LOCK;
+    if (capturing_.load(std::memory_order_relaxed)) {
+      node = parent;
+      for (int i = keep - 1; i >= 0; --i) {
+        const RawFrame& f = t.walk[i];
+        if (f.self != nullptr) {
+          if (t.ids[i] >= 0) node = tree_.child(node, t.ids[i]);
+          continue;
+        }
+        PyStack::Resolved r = pystack_.resolve_code(f.code, lasti_of(f, gil_free_));
+        if (!r.skip) node = tree_.child(node, r.frame);
+      }
+      node = tree_.child(node, frame);
+    }
+  }
+  if (!held) PyGILState_Release(g);
+  return node;
+}
+
+int Collector::walk_with_gil(OpThread& t) {
+  if (_Py_IsFinalizing()) return 0;
+  PyGILState_STATE g = PyGILState_Ensure();
+  int n = 0;
+  for (PyFrameObject* f = PyEval_GetFrame(); f != nullptr && n >= 0;) {
+    if (n == kMaxWalk) {
+      n = -1;
+      break;
+    }
+    PyCodeObject* code = PyFrame_GetCode(f);
+    Py_DECREF(code);  // alive while its frame is
+    PyObject* self = nullptr;
+    if (reinterpret_cast<PyObject*>(code) == context_code_) {
+      PyObject* locals = PyFrame_GetLocals(f);  // new reference
+      if (locals != nullptr) {
+        self = PyMapping_Check(locals) ? PyMapping_GetItemString(locals, "self") : nullptr;
+        Py_XDECREF(self);  // the frame still holds it
+        Py_DECREF(locals);
+      }
+      if (PyErr_Occurred()) PyErr_Clear();
+    }
+    t.walk[n++] = RawFrame{code, reinterpret_cast<const void*>(
+                                     static_cast<intptr_t>(PyFrame_GetLasti(f)) + 1),
+                           self};
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_XDECREF(back);
+    f = back;
+  }
+  PyGILState_Release(g);
+  return n;
+}
+
+int64_t Collector::module_frame(PyObject* module, PyObject* root) {
+  uint64_t a = reinterpret_cast<uintptr_t>(module), b = reinterpret_cast<uintptr_t>(root);
+  if (const int64_t* hit = module_frames_.find(a, b)) return *hit;
+  int64_t fid = -1;
+  if (namer_ != nullptr) {
+    PyObject* r = PyObject_CallFunctionObjArgs(namer_, module, root, nullptr);
+    if (r != nullptr) fid = PyLong_AsLongLong(r);
+    Py_XDECREF(r);
+    if (PyErr_Occurred() || fid < 0 || !valid_frame(fid)) {
+      PyErr_Clear();
+      ++namer_errors_;
+      fid = -1;
+    }
+  }
+  module_frames_.insert(a, b, fid);
+  return fid;
+}
+
+int64_t Collector::backward_enter(int64_t frame, int64_t seq, uint64_t forward_thread) {
+  if (!capturing_.load(std::memory_order_relaxed)) return -1;
+  OpThread& t = op_thread();
+  const int d = t.depth;
+  OpThread::Open* slot = open_slot(t, false);
+  if (slot == nullptr) return -1;
+  OpThread::Open& o = *slot;
+  if (t.busy || t.suspended > 0 || (!nested_ && innermost_op(t, d) >= 0)) return -1;
+  const int64_t forward = seq >= 0 ? seqs_.get(forward_thread, seq) : -1;
+  int64_t node;
+  if (const int64_t* hit = t.backs.find(static_cast<uint64_t>(forward), static_cast<uint64_t>(frame))) {
+    node = *hit;
+  } else {
+    DC_HOT_LOCK;
+    if (!capturing_.load(std::memory_order_relaxed) || !valid_frame(frame)) return -1;
+    if (backward_root_ < 0) backward_root_ = backward_frame_ >= 0 ? tree_.child(0, backward_frame_) : 0;
+    if (forward >= 0 && tree_.valid_node(forward)) {
+      // backward phase -> the forward op's context -> forward op [backward],
+      // detail: the autograd node, so a composite call's nodes get their rows.
+      const Frame& fwd = frames_.at(tree_.frames()[static_cast<size_t>(forward)]);
+      const Frame& bwd = frames_.at(frame);
+      int64_t fid = frames_.intern_ids(
+          Frame{KIND_OPERATOR, fwd.name, fwd.file, fwd.line, bwd.name, FLAG_BACKWARD});
+      node = tree_.child(tree_.mirror(tree_.parent(forward), backward_root_), fid);
+    } else {
+      node = tree_.child(backward_root_, frame);  // made outside this window
+    }
+    t.backs.insert(static_cast<uint64_t>(forward), static_cast<uint64_t>(frame), node);
+  }
+  return begin(t, o, node);
+}
+
+void Collector::op_exit(int64_t metric, int64_t value) {
+  if (!capturing_.load(std::memory_order_relaxed)) return;
+  OpThread& t = op_thread();
+  if (t.depth == 0) return;  // entered before this window: not ours
+  const int d = --t.depth;
+  if (d >= kMaxOpDepth) return;
+  const OpThread::Open& o = t.open[d];
+  if (o.node < 0) return;
+  const int64_t elapsed = now_ns() - o.start_ns;
+  {
+    DC_HOT_LOCK;
+    if (!capturing_.load(std::memory_order_relaxed)) return;
+    tree_.add(o.node, METRIC_CPU_TIME, elapsed - o.child_ns);
+    tree_.add(o.node, METRIC_COUNT, 1);
+    if (metric >= 0 && value != 0 && tree_.valid_metric(metric)) tree_.add(o.node, metric, value);
+  }
+  const int outer = innermost_recorded(t, d);
+  if (outer >= 0) {
+    t.open[outer].child_ns += elapsed;
+  } else if (t.scopes != nullptr && o.py_depth > 0 &&
+             static_cast<int64_t>(t.scopes->stack.size()) >= o.py_depth) {
+    t.scopes->stack[static_cast<size_t>(o.py_depth - 1)].child_ns += elapsed;
+  }
+  publish(t, d);
+}
+
+void Collector::republish(ThreadScopes* ts) {
+  if (!capturing_.load(std::memory_order_relaxed)) {
+    ts->publish();
+    return;
+  }
+  OpThread& t = op_thread();
+  if (t.scopes == ts)
+    publish(t, t.depth);
+  else
+    ts->publish();
+}
+
+void Collector::capture_suspend(int delta) {
+  if (!capturing_.load(std::memory_order_relaxed)) return;
+  OpThread& t = op_thread();
+  t.suspended += delta;
+  if (t.suspended < 0) t.suspended = 0;
+}
+
+void Collector::capture_seq(uint64_t thread, int64_t first, int64_t last, int64_t node) {
+  if (!capturing_.load(std::memory_order_relaxed) || first < 0) return;
+  for (int64_t seq = first; seq < last && seq - first < 4096; ++seq) seqs_.put(thread, seq, node);
+}
+
+void Collector::op_add(int64_t metric, int64_t value) {
+  if (!capturing_.load(std::memory_order_relaxed)) return;
+  OpThread& t = op_thread();
+  const int i = innermost_recorded(t, t.depth);
+  if (i < 0) return;
+  DC_HOT_LOCK;
+  if (capturing_.load(std::memory_order_relaxed) && tree_.valid_metric(metric))
+    tree_.add(t.open[i].node, metric, value);
+}
+
+}  // namespace dc

@@ -1,0 +1,70 @@
+#include "pyframes.h"
+
+namespace dc {
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+
+namespace {
+
+// CPython 3.11's _PyInterpreterFrame (Include/internal/pycore_frame.h),
+// declared here because the internal headers do not compile as C++.
+struct Frame311 {
+  PyFunctionObject* f_func;
+  PyObject* f_globals;
+  PyObject* f_builtins;
+  PyObject* f_locals;
+  PyCodeObject* f_code;
+  PyFrameObject* frame_obj;
+  Frame311* previous;
+  _Py_CODEUNIT* prev_instr;
+  int stacktop;
+  bool is_entry;
+  char owner;
+  PyObject* localsplus[1];
+};
+
+constexpr char kOwnedByGenerator = 1;
+
+inline _Py_CODEUNIT* code_start(PyCodeObject* code) {
+  return reinterpret_cast<_Py_CODEUNIT*>(code->co_code_adaptive);
+}
+
+// A frame being set up has not run its first traceable instruction; the public
+// API (PyFrame_GetBack) skips such frames, and so does this walk.
+inline bool incomplete(const Frame311* f) {
+  return f->owner != kOwnedByGenerator &&
+         f->prev_instr < code_start(f->f_code) + f->f_code->_co_firsttraceable;
+}
+
+}  // namespace
+
+int walk_frames(PyThreadState* ts, PyCodeObject* context_code, RawFrame* out, int max) {
+  if (ts == nullptr || ts->cframe == nullptr) return 0;
+  int n = 0;
+  for (const Frame311* f = reinterpret_cast<const Frame311*>(ts->cframe->current_frame);
+       f != nullptr; f = f->previous) {
+    if (incomplete(f)) continue;
+    if (n == max) return -1;
+    PyObject* self = nullptr;
+    if (f->f_code == context_code) {
+      self = f->localsplus[0];
+      if (self != nullptr && Py_IS_TYPE(self, &PyCell_Type)) self = PyCell_GET(self);
+    }
+    out[n++] = RawFrame{f->f_code, f->prev_instr, self};
+  }
+  return n;
+}
+
+int frame_lasti(PyCodeObject* code, const void* instr) {
+  auto d = static_cast<const _Py_CODEUNIT*>(instr) - code_start(code);
+  return d < 0 ? -1 : static_cast<int>(d * static_cast<int>(sizeof(_Py_CODEUNIT)));
+}
+
+#else
+
+int walk_frames(PyThreadState*, PyCodeObject*, RawFrame*, int) { return -1; }
+int frame_lasti(PyCodeObject*, const void*) { return -1; }
+
+#endif
+
+}  // namespace dc
