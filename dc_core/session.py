@@ -53,6 +53,7 @@ class Adapter(Protocol):
     # window closes: unhook, ingest device activity; False while a hook could not be removed yet
     def uninstall(self, session: "Session") -> bool | None: ...
     def restore(self) -> bool: ...  # unhook what uninstall could not; True when nothing is left
+    def prepare(self, session: "Session") -> None: ...  # at session creation: one-off costs out of the steps
     def environment(self) -> dict[str, str]: ...
 
 
@@ -166,6 +167,19 @@ class Session:
         self._last_step = -1
         self._window_t0 = 0
         self._window_unix = 0
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Let the adapter pay its one-off costs now (building or loading an
+        extension, warming tables), not in the first profiled step where the
+        step times would not show them; a failure here is retried at install."""
+        prepare = getattr(self.adapter, "prepare", None)
+        if prepare is None or self.disabled:
+            return
+        try:
+            prepare(self)
+        except Exception:  # noqa: BLE001 - install tries again and fails open there
+            logger.debug("DeepContext adapter preparation failed", exc_info=True)
 
     # --- collector access for adapters -----------------------------------
     @property

@@ -75,6 +75,13 @@ class TorchAdapter:
         self.metric_alloc = self.metric_flops = self.metric_device_time = -1
 
     # --- session protocol -----------------------------------------------------
+    def prepare(self, session: Any) -> None:
+        """At session creation: build or load the capture extension and warm torch's
+        tables, so that opening a window costs the first step almost nothing."""
+        _warm_up()
+        if getattr(session.config, "capture", "auto") != "python":
+            load_native()
+
     def install(self, session: Any) -> None:
         """Hook torch for a window; on any error (or interrupt) part-way, what was
         hooked is unhooked again before the error leaves."""

@@ -13,6 +13,7 @@ operators are the leaves.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import torch
@@ -68,14 +69,55 @@ class DeviceTracer:
         ingest(self.adapter, profiler.events())
 
 
-def _marked_node(event: Any) -> int:
-    """Collector node of the nearest ``dc#`` marker at or above ``event``, or -1."""
+def _marked_node(event: Any, overlapping: "Markers | None" = None) -> int:
+    """Collector node of the nearest ``dc#`` marker at or above ``event``, or -1.
+
+    The Python capture path opens the marker around the torch call, so it is an
+    ancestor. The native path opens it from the op's own RecordFunction
+    callbacks, next to the op's record: the two overlap without nesting, so at
+    each level ``overlapping`` is asked for the marker that starts with it."""
     while event is not None:
         name = event.name
         if name.startswith(MARK):
             return int(name[len(MARK):])
+        if overlapping is not None:
+            node = overlapping.of(event)
+            if node >= 0:
+                return node
         event = event.cpu_parent
     return -1
+
+
+class Markers:
+    """``dc#`` records per thread, for finding the one opened by an op's own callback."""
+
+    #: How far apart (µs) an op's record and its marker may start: the
+    #: callbacks that open the two run one right after the other.
+    SLACK_US = 20.0
+
+    def __init__(self, events: Any) -> None:
+        self.by_thread: dict[int, list[tuple[float, float, int]]] = {}
+        for event in events:
+            span = getattr(event, "time_range", None)
+            if span is not None and event.name.startswith(MARK):
+                self.by_thread.setdefault(event.thread, []).append((span.start, span.end, int(event.name[len(MARK):])))
+        for spans in self.by_thread.values():
+            spans.sort()
+
+    def of(self, event: Any) -> int:
+        """Node of the marker that overlaps ``event`` and starts closest to it
+        (within ``SLACK_US``), or -1."""
+        spans = self.by_thread.get(getattr(event, "thread", None))
+        span = getattr(event, "time_range", None)
+        if not spans or span is None:
+            return -1
+        best, node = self.SLACK_US, -1
+        for first, last, marked in spans[bisect.bisect_left(spans, (span.start - self.SLACK_US,)):]:
+            if first > span.start + self.SLACK_US:
+                break
+            if last >= span.start and first <= span.end and abs(first - span.start) <= best:
+                best, node = abs(first - span.start), marked
+        return node
 
 
 def ingest(adapter: Any, events: Any) -> dict[str, int]:
@@ -88,12 +130,14 @@ def ingest(adapter: Any, events: Any) -> dict[str, int]:
     device_time = adapter.metric_device_time
     alloc = adapter.metric_alloc
     attached = unmarked = 0
+    events = list(events)
+    overlapping = Markers(events) if adapter.capture == "native" else None
     for event in events:
         kernels = getattr(event, "kernels", None) or ()
         memory = getattr(event, "device_memory_usage", 0) or 0
         if not kernels and memory <= 0:
             continue
-        node = _marked_node(event)
+        node = _marked_node(event, overlapping)
         if node < 0:
             unmarked += len(kernels)
             continue

@@ -61,15 +61,22 @@ def build(verbose: bool = False) -> ModuleType:
 
     name = f"dc_torch_capture_{build_key()}"
     directory = cache_dir() / name
-    directory.mkdir(parents=True, exist_ok=True)
+    # The sources are copied in first: ninja keys its state on the source paths,
+    # so two checkouts sharing this cache entry would otherwise rebuild it in turn.
+    source = directory / "src" / _SOURCE.name
+    include = directory / "src" / "include"
+    include.mkdir(parents=True, exist_ok=True)
+    for src, dst in ((_SOURCE, source), (_INCLUDE / "capture_api.h", include / "capture_api.h")):
+        if not dst.exists() or dst.read_bytes() != src.read_bytes():
+            dst.write_bytes(src.read_bytes())
     # ninja may be installed into this environment's bin/ without it being on PATH.
     bin_dir = os.path.dirname(sys.executable)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     return cpp_extension.load(
         name=name,
-        sources=[str(_SOURCE)],
-        extra_include_paths=[str(_INCLUDE)],
+        sources=[str(source)],
+        extra_include_paths=[str(include)],
         extra_cflags=["-O2", "-DNDEBUG", "-fno-omit-frame-pointer"],
         build_directory=str(directory),
         verbose=verbose,

@@ -2,28 +2,47 @@
 
 namespace dc {
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
 
 namespace {
 
-// CPython 3.11's _PyInterpreterFrame (Include/internal/pycore_frame.h),
-// declared here because the internal headers do not compile as C++.
-struct Frame311 {
+// CPython's _PyInterpreterFrame (Include/internal/pycore_frame.h) for the
+// versions read here, declared because the internal headers do not compile as
+// C++. The capture path checks a walk against the public API before use.
+#if PY_VERSION_HEX < 0x030C0000
+struct Frame {  // 3.11
   PyFunctionObject* f_func;
   PyObject* f_globals;
   PyObject* f_builtins;
   PyObject* f_locals;
   PyCodeObject* f_code;
   PyFrameObject* frame_obj;
-  Frame311* previous;
+  Frame* previous;
   _Py_CODEUNIT* prev_instr;
   int stacktop;
   bool is_entry;
   char owner;
   PyObject* localsplus[1];
 };
+#else
+struct Frame {  // 3.12
+  PyCodeObject* f_code;
+  Frame* previous;
+  PyObject* f_funcobj;
+  PyObject* f_globals;
+  PyObject* f_builtins;
+  PyObject* f_locals;
+  PyFrameObject* frame_obj;
+  _Py_CODEUNIT* prev_instr;
+  int stacktop;
+  uint16_t return_offset;
+  char owner;
+  PyObject* localsplus[1];
+};
+#endif
 
 constexpr char kOwnedByGenerator = 1;
+constexpr char kOwnedByCStack = 3;  // 3.12's entry shims: not frames of the program
 
 inline _Py_CODEUNIT* code_start(PyCodeObject* code) {
   return reinterpret_cast<_Py_CODEUNIT*>(code->co_code_adaptive);
@@ -31,7 +50,8 @@ inline _Py_CODEUNIT* code_start(PyCodeObject* code) {
 
 // A frame being set up has not run its first traceable instruction; the public
 // API (PyFrame_GetBack) skips such frames, and so does this walk.
-inline bool incomplete(const Frame311* f) {
+inline bool incomplete(const Frame* f) {
+  if (f->owner == kOwnedByCStack) return true;
   return f->owner != kOwnedByGenerator &&
          f->prev_instr < code_start(f->f_code) + f->f_code->_co_firsttraceable;
 }
@@ -41,7 +61,7 @@ inline bool incomplete(const Frame311* f) {
 int walk_frames(PyThreadState* ts, PyCodeObject* context_code, RawFrame* out, int max) {
   if (ts == nullptr || ts->cframe == nullptr) return 0;
   int n = 0;
-  for (const Frame311* f = reinterpret_cast<const Frame311*>(ts->cframe->current_frame);
+  for (const Frame* f = reinterpret_cast<const Frame*>(ts->cframe->current_frame);
        f != nullptr; f = f->previous) {
     if (incomplete(f)) continue;
     if (n == max) return -1;

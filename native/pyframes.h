@@ -6,10 +6,9 @@
 // (PyEval_GetFrame needs the GIL and materialises frame objects), so the
 // interpreter's frame records are read directly. Their layout is private and
 // changes between minor versions: it is declared here only for the versions
-// whose layout this project tests (CPython 3.11), and `walk_supported()` says
-// whether it matches at run time (the capture path checks a walk against the
-// public API once before trusting it). Elsewhere callers take the GIL-held
-// walk in pystack.h.
+// whose layout this project tests (CPython 3.11 and 3.12), and the capture
+// path checks a walk against the public API at every start before trusting
+// it. Elsewhere callers read frames with the GIL held.
 #pragma once
 
 #include <Python.h>
@@ -29,7 +28,7 @@ struct RawFrame {
 
 // Whether this build knows the interpreter's frame layout.
 constexpr bool walk_compiled() {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
   return true;
 #else
   return false;

@@ -179,7 +179,8 @@ def test_regression_foreach_ops_were_named_after_their_implementation_class():
 def test_regression_first_operator_of_a_window_paid_for_torchs_name_table(tmp_path):
     """Naming the first operator built torch's overridable-function table
     (~10 ms) inside the window, billed to the user's first module; the adapter
-    now builds it when it installs, before the first step starts."""
+    now builds it when the session is created (``prepare``), long before the
+    first step starts, so opening the window costs the step nothing."""
     import subprocess
     import sys
     import textwrap
@@ -191,9 +192,8 @@ def test_regression_first_operator_of_a_window_paid_for_torchs_name_table(tmp_pa
         from dc_torch.adapter import TorchAdapter
         session = Session(logdir={str(tmp_path)!r}, steps={{"start": 0, "count": 1}}, cpu_sampling_hz=0,
                           system_interval_ms=0, framework="torch", adapter=TorchAdapter())
-        assert _get_overridable_functions.cache_info().currsize == 0
+        print(_get_overridable_functions.cache_info().currsize)  # built when the session was made
         session.step_begin(0)  # opens the window: the adapter installs
-        print(_get_overridable_functions.cache_info().currsize)
         session.step_end(0)
         session.close()
     """)

@@ -199,3 +199,40 @@ def test_environment_says_which_capture_path_ran(tmp_path, monkeypatch):
         train(TwoLine(), 1, prof)
     assert only_profile(tmp_path / "b").env["capture"] == "python (capture=python)"
     assert os.environ.get("DEEPCONTEXT_CONFIG") is None
+
+
+def test_kineto_sees_each_recorded_op_under_its_node_marker():
+    """On CUDA every recorded op opens a ``dc#<node>`` record so that Kineto
+    correlates the kernels it launches with the collector's node
+    (dc_torch/device.py walks up to that marker). The marking runs the same on
+    the CPU: checked here against a CPU Kineto session's own event tree."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from dc_core import _native
+    from dc_core.collector import KIND_PHASE
+    from dc_torch.device import Markers, _marked_node
+    from dc_torch.native import NativeCapture, load
+
+    collector = _native.Collector()
+    collector.skip_prefix(os.path.dirname(torch.__file__) + os.sep)
+    capture = NativeCapture(load()[0])
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    with profile(activities=[ProfilerActivity.CPU]) as peer:
+        capture.start(collector, collector.intern(KIND_PHASE, "backward"), False, None, marks=True)
+        try:
+            torch.mm(a, b)
+            torch.relu(a)
+        finally:
+            capture.stop()
+    snap = collector.snapshot()
+    names = [snap["strings"][snap["frames"]["name"][f]] for f in snap["frame"]]
+    nodes = {name: node for node, name in enumerate(names) if name.startswith("aten::")}
+    events = {e.name: e for e in peer.events() if e.name in ("aten::mm", "aten::relu")}
+    assert set(events) == {"aten::mm", "aten::relu"}
+    markers = Markers(peer.events())
+    for name, event in events.items():
+        # the marker opens inside the op's record and closes with it; a kernel's
+        # launcher (this op, or an op inside it) walks up to it
+        assert _marked_node(event, markers) == nodes[name], name
+        for inner in event.cpu_children:
+            assert _marked_node(inner, markers) == nodes[name], (name, inner.name)
