@@ -138,8 +138,12 @@ def straggler_work(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 5):
-    """One process per rank, run one after the other, writing to one logdir."""
+def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 10):
+    """One process per rank, run one after the other, writing to one logdir.
+
+    Each rank's window has 8 steps: the rule compares median step times, and
+    on a loaded host (two suites on two cores) a 3-step median of a plain rank
+    was once inflated past the straggler's."""
     written = []
     for rank in range(world_size):
         torch.manual_seed(0)
@@ -148,7 +152,8 @@ def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 5):
         model = mlp(512)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         x = torch.randn(512, 512)
-        with dc_torch.profile(logdir=str(logdir), steps=WINDOW, rank=rank, host="node0", world_size=world_size) as prof:
+        with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=2, count=8), rank=rank, host="node0",
+                              world_size=world_size) as prof:
             for _ in range(steps):
                 loss = model(x).square().mean()
                 if rank == slow_rank:
