@@ -6,7 +6,10 @@ profiles written (one window, steps 2-4 unless said otherwise).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -22,10 +25,33 @@ def _profiles(prof):
     return [read_profile(path) for path in prof.written]
 
 
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Timings the rules read, on one torch thread: with two suites on two cores,
+    OpenMP's spinning threads stretched a plain step from 15 ms to 190 ms and
+    an op's backward several-fold, which decided findings, not the plants."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _on_one_thread(run: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(run)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _one_thread():
+            return run(*args, **kwargs)
+
+    return wrapper
+
+
 def mlp(width: int = 1024) -> nn.Module:
     return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
 
 
+@_on_one_thread
 def run_healthy(logdir, steps: int = 6, batch: int = 512, width: int = 1024):
     """A compute-bound MLP: 3 x Linear(1024), batch 512, SGD."""
     torch.manual_seed(0)
@@ -53,6 +79,7 @@ class SlowDataset(torch.utils.data.Dataset):
         return sample.flatten()[:256], torch.zeros(())
 
 
+@_on_one_thread
 def run_slow_getitem(logdir, steps: int = 6):
     torch.manual_seed(0)
     model = nn.Linear(256, 1)
@@ -107,6 +134,7 @@ class Planted(nn.Module):
         return h.mean() + decay_weights(gates).mean()
 
 
+@_on_one_thread
 def run_planted_model(logdir, steps: int = 6):
     torch.manual_seed(0)
     model = Planted(width=128)
@@ -138,34 +166,35 @@ def straggler_work(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@_on_one_thread
 def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 10):
     """One process per rank, run one after the other, writing to one logdir.
 
-    Each rank's window has 8 steps: the rule compares median step times, and
-    on a loaded host (two suites on two cores) a 3-step median of a plain rank
-    was once inflated past the straggler's."""
+    Each rank's window has 8 steps: the rule compares median step times."""
     written = []
     for rank in range(world_size):
-        torch.manual_seed(0)
-        # steps of milliseconds, the straggler's several times more: a loaded
-        # host's hiccups must not decide which rank is slowest
-        model = mlp(512)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        x = torch.randn(512, 512)
-        with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=2, count=8), rank=rank, host="node0",
-                              world_size=world_size) as prof:
-            for _ in range(steps):
-                loss = model(x).square().mean()
-                if rank == slow_rank:
-                    # ~7x a plain step: two suites sharing two cores slowed one rank's steps
-                    # ~2.5x, enough to out-wait a straggler of ~2.4x (it did, once)
-                    loss = loss + straggler_work(torch.randn(1024, 1024)).mean()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                prof.step()
-        written += prof.written
+        written += _run_rank(logdir, rank, world_size, slow_rank, steps)
     return written
+
+
+def _run_rank(logdir, rank: int, world_size: int, slow_rank: int, steps: int) -> list:
+    """One rank's job: an MLP step of milliseconds, the straggler's several times
+    more (~7x: a loaded host's hiccups must not decide which rank is slowest)."""
+    torch.manual_seed(0)
+    model = mlp(512)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(512, 512)
+    with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=2, count=8), rank=rank, host="node0",
+                          world_size=world_size) as prof:
+        for _ in range(steps):
+            loss = model(x).square().mean()
+            if rank == slow_rank:
+                loss = loss + straggler_work(torch.randn(1024, 1024)).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    return prof.written
 
 
 def busy_wait(seconds: float) -> None:
