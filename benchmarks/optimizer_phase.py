@@ -36,16 +36,7 @@ def demo_transformer() -> tuple[Callable[[], None], str, list[float]]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.randint(0, 1000, (8, 32))
 
-    timed: list[float] = []
-
-    def step() -> None:
-        loss = torch.nn.functional.nll_loss(model(data, data), data.view(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        start = time.perf_counter()
-        optimizer.step()
-        timed.append(time.perf_counter() - start)
-
+    step, timed = _training_step(lambda: torch.nn.functional.nll_loss(model(data, data), data.view(-1)), optimizer)
     return step, "SGD", timed
 
 
@@ -60,17 +51,23 @@ def tiny_bert() -> tuple[Callable[[], None], str, list[float]]:
     ids = torch.randint(0, 1000, (8, 32))
     labels = torch.randint(0, 2, (8,))
 
+    step, timed = _training_step(lambda: model(input_ids=ids, labels=labels).loss, optimizer)
+    return step, "AdamW", timed
+
+
+def _training_step(loss_of: Callable[[], torch.Tensor], optimizer: Any) -> tuple[Callable[[], None], list[float]]:
+    """A training step, and the list its ``optimizer.step()`` times (s) go to."""
     timed: list[float] = []
 
     def step() -> None:
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = loss_of()
         optimizer.zero_grad()
         loss.backward()
         start = time.perf_counter()
         optimizer.step()
         timed.append(time.perf_counter() - start)
 
-    return step, "AdamW", timed
+    return step, timed
 
 
 def deepcontext_ms(step: Callable[[], None], steps: int, name: str) -> float:
