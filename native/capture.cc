@@ -277,13 +277,12 @@ int64_t Collector::context_node(OpThread& t, int64_t frame) {
   for (int i = 0; i < keep; ++i) h = fold(h, t.walk[i]);
   const uint64_t a = finish(h ^ (static_cast<uint64_t>(frame) * 0xD6E8FEB86659FD93ull));
   if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(parent))) return *hit;
-  int64_t node = resolve_path(t, n, keep, parent, frame);
+  int64_t node = resolve_path(t, keep, parent, frame);
   if (node >= 0) t.paths.insert(a, static_cast<uint64_t>(parent), node);
   return node;
 }
 
-int64_t Collector::resolve_path(OpThread& t, int n, int keep, int64_t parent, int64_t frame) {
-  (void)n;
+int64_t Collector::resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame) {
   if (_Py_IsFinalizing()) return -1;
   const bool held = PyGILState_Check() != 0;
   PyGILState_STATE g = PyGILState_UNLOCKED;

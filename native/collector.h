@@ -135,7 +135,7 @@ class Collector {
   // After the calling thread's scope stack changed: what it is in now.
   void republish(ThreadScopes* ts);
   int64_t context_node(OpThread& t, int64_t frame);
-  int64_t resolve_path(OpThread& t, int n, int keep, int64_t parent, int64_t frame);
+  int64_t resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame);
   int walk_with_gil(OpThread& t);
   int64_t module_frame(PyObject* module, PyObject* root);
   bool walk_matches_public_api();

@@ -172,20 +172,27 @@ def test_equal_frames_after_resolution_merge_and_unresolved_runs_fold():
     }
 
 
-def test_native_sampler_names_a_static_function_at_snapshot(tmp_path):
-    _native = pytest.importorskip("dc_core._native")
-    path, lib, spin = build(tmp_path, "dcsampled")
+def _sampled(_native, hz: float, seconds: float, work) -> dict:
+    """Snapshot of a comprehensive-mode sampler at ``hz`` over ``seconds`` of
+    ``work`` repeated inside a scope (the sampler bills only threads in one)."""
     c = _native.Collector()
-    c.enter([c.intern(6, "forward")], 0, False, 0)  # the sampler bills threads inside a scope
-    c.start_sampler(500, native=True)
+    c.enter([c.intern(6, "forward")], 0, False, 0)
+    c.start_sampler(hz, native=True)
     try:
-        end = time.monotonic() + 0.4
+        end = time.monotonic() + seconds
         while time.monotonic() < end:
-            lib.run(200_000)  # ctypes drops the GIL: the sampler interrupts spin
+            work()
     finally:
         c.stop_sampler()
         c.exit()
-    snap = c.snapshot()
+    return c.snapshot()
+
+
+def test_native_sampler_names_a_static_function_at_snapshot(tmp_path):
+    _native = pytest.importorskip("dc_core._native")
+    path, lib, spin = build(tmp_path, "dcsampled")
+    # ctypes drops the GIL: the sampler interrupts spin
+    snap = _sampled(_native, 500, 0.4, lambda: lib.run(200_000))
     raw = {f for f in frames_from_snapshot(snap) if f.file == path}
     # At capture: one frame per address inside spin, named by library + offset.
     in_spin = [f for f in raw if symbols.is_unresolved(f)]
@@ -205,17 +212,7 @@ def test_issue_10_torch_native_frames_mostly_named(tmp_path):
     model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
     x = torch.randn(8, 16, 64)
     model(x).sum().backward()
-    c = _native.Collector()
-    c.enter([c.intern(6, "forward")], 0, False, 0)  # the sampler bills threads inside a scope
-    c.start_sampler(400, native=True)
-    try:
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            model(x).sum().backward()
-    finally:
-        c.stop_sampler()
-        c.exit()
-    snap = c.snapshot()
+    snap = _sampled(_native, 400, 1.0, lambda: model(x).sum().backward())
     frames = frames_from_snapshot(snap)
     used = [frames[f] for f in set(snap["frame"]) if frames[f].kind == "native"]
     before = sum(symbols.is_unresolved(f) for f in used)  # what dladdr alone left as "??"
