@@ -51,8 +51,9 @@ def _profiled(name: str, logdir: str) -> Iterator[None]:
     elif name.startswith("deepcontext"):
         capture = name.split()[1].rstrip(",")
         prof = Profiler(logdir=logdir, steps=StepRange(start=0, count=1), capture=capture,
-                        cpu_sampling_hz=0, system_interval_ms=0).start()
-        prof.session.adapter.shapes = "no shapes" not in name
+                        cpu_sampling_hz=0, system_interval_ms=0)
+        prof.session.adapter.shapes = "no shapes" not in name  # read when the window opens, in start()
+        prof.start()
         prof.session.step_begin(0)
         try:
             yield

@@ -188,9 +188,11 @@ void Collector::sample_threads() {
     return;
   }
   for (const PendingSample& p : pending_) {
-    // Unwound without hot_mu_: the target's handler may take up to the
-    // timeout, and operator capture on every thread waits on that lock.
+    // Unwound and looked up without hot_mu_: the target's handler may take up
+    // to the timeout and dladdr a millisecond, and operator capture on every
+    // thread waits on that lock.
     const int n = unwind_thread(p.tid, pcs_.data(), kMaxNativeFrames, kUnwindTimeoutNs);
+    if (n >= 0) symbolizer_.below_interpreter(pcs_.data(), n, &native_syms_);
     DC_HOT_LOCK;
     if (!tree_.valid_node(p.node)) continue;
     int64_t node = p.node;
@@ -198,7 +200,7 @@ void Collector::sample_threads() {
       ++dropped_samples_;  // the sample is still kept, at the thread's node
     } else {
       native_path_.clear();
-      symbolizer_.below_interpreter(pcs_.data(), n, &native_path_);
+      symbolizer_.intern(native_syms_, &native_path_);
       for (int64_t f : native_path_) node = tree_.child(node, f);
     }
     tree_.add(node, METRIC_SAMPLES, p.samples);

@@ -157,6 +157,7 @@ class Collector {
     pid_t tid;
   };
   std::vector<PendingSample> pending_;  // this tick's, read under the registry's mutex
+  std::vector<Symbolizer::Sym*> native_syms_;  // reused lookup buffer (sampler thread)
   std::vector<int64_t> native_path_;    // reused path buffer (hot_mu_)
   int64_t sample_period_ns_ = 10000000;
   uint64_t sample_epoch_ = 0;  // bumped per start: CPU readings of a previous run are stale

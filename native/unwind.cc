@@ -133,7 +133,7 @@ Symbolizer::Symbolizer(FrameTable* frames) : frames_(frames) {
   own_ = object_of(reinterpret_cast<const void*>(&unwind_thread));
 }
 
-const Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
+Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
   auto it = cache_.find(addr);
   if (it != cache_.end()) return it->second;
   Dl_info info;
@@ -145,36 +145,44 @@ const Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
     if (info.dli_sname != nullptr) name = demangle(info.dli_sname);
     offset = addr - reinterpret_cast<uintptr_t>(info.dli_fbase);
   }
-  Class cls = NORMAL;
+  Sym sym{NORMAL, false, std::string(), std::string(), 0, -1};
   if (name == "__restore_rt")
-    cls = TRAMPOLINE;
+    sym.cls = TRAMPOLINE;
   else if (!file.empty() && file == own_)
-    cls = OWN;
+    sym.cls = OWN;
   else if ((!file.empty() && (file == libpython_ || file == executable_)) ||
            name.rfind("_PyEval_EvalFrame", 0) == 0)
-    cls = INTERPRETER;
-  int64_t frame = -1;
-  bool fold = false;
-  if (cls == NORMAL) {
+    sym.cls = INTERPRETER;
+  if (sym.cls == NORMAL) {
     if (!name.empty()) {
-      frame = frames_->intern(KIND_NATIVE, name, file, 0, "", 0);
+      sym.name = std::move(name);
+      sym.file = std::move(file);
     } else if (!file.empty() && offset > 0) {
       // No exported symbol covers it (static and hidden functions): record
       // where it is; the snapshot reader names it from the full symbol table.
       char hex[2 + 2 * sizeof(uintptr_t) + 1];
       std::snprintf(hex, sizeof(hex), "0x%" PRIxPTR, offset);
       const size_t slash = file.rfind('/');
-      std::string label = (slash == std::string::npos ? file : file.substr(slash + 1)) + "+" + hex;
-      frame = frames_->intern(KIND_NATIVE, label, file, static_cast<int64_t>(offset), "", 0);
+      sym.name = (slash == std::string::npos ? file : file.substr(slash + 1)) + "+" + hex;
+      sym.file = std::move(file);
+      sym.line = static_cast<int64_t>(offset);
     } else {
-      fold = true;
-      frame = frames_->intern(KIND_NATIVE, kUnknownObject, "", 0, "", 0);
+      sym.fold = true;
+      sym.name = kUnknownObject;
     }
   }
-  return cache_.emplace(addr, Sym{frame, cls, fold}).first->second;
+  return cache_.emplace(addr, std::move(sym)).first->second;
 }
 
-void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<int64_t>* out) {
+void Symbolizer::intern(const std::vector<Sym*>& path, std::vector<int64_t>* out) {
+  for (Sym* s : path) {
+    if (s->frame < 0) s->frame = frames_->intern(KIND_NATIVE, s->name, s->file, s->line, "", 0);
+    out->push_back(s->frame);
+  }
+}
+
+void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<Sym*>* out) {
+  out->clear();
   // Frames above the trampoline are the handler's own; the frame right after
   // it is the interrupted instruction itself, every later one a return
   // address, which is looked up one byte back to land inside the call.
@@ -195,11 +203,11 @@ void Symbolizer::below_interpreter(void* const* pcs, int n, std::vector<int64_t>
   if (end < 0) return;  // unwinding lost the interpreter: nothing reliable
   for (int i = end - 1; i >= start; --i) {
     uintptr_t a = reinterpret_cast<uintptr_t>(pcs[i]) - (i == start ? 0 : 1);
-    const Sym& s = lookup(a);
+    Sym& s = lookup(a);
     if (s.cls != NORMAL) continue;
     // Code outside any object cannot be told apart later: a run is one node.
-    if (s.fold && !out->empty() && out->back() == s.frame) continue;
-    out->push_back(s.frame);
+    if (s.fold && !out->empty() && out->back()->fold) continue;
+    out->push_back(&s);
   }
 }
 

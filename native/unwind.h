@@ -42,8 +42,11 @@ void unwind_after_fork();
 // most `timeout_ns`. Returns the frame count, or -1 on timeout / error.
 int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns);
 
-// Turns raw backtraces into KIND_NATIVE frame ids. One per collector: its
-// cache holds frame ids of that collector's frame table.
+// Turns raw backtraces into KIND_NATIVE frame ids, in two halves: `path`
+// looks addresses up (dladdr takes up to a millisecond in a library with
+// hundreds of thousands of symbols) and touches only the symbolizer's own
+// cache, so the sampler runs it without the collector's lock; `intern` then
+// turns the path into frame ids of that collector's frame table under it.
 //
 // Frame identities (kind native, detail ""):
 //   named      name = demangled symbol, file = object path, line = 0
@@ -60,19 +63,29 @@ class Symbolizer {
  public:
   explicit Symbolizer(FrameTable* frames);
 
-  // Appends, outermost first, the native frames of `pcs` that lie below
-  // (deeper than) the innermost interpreter frame, leaving out the
-  // collector's own frames and the signal trampoline.
-  void below_interpreter(void* const* pcs, int n, std::vector<int64_t>* out);
+  struct Sym;
 
- private:
+  // Replaces `out` with, outermost first, the native frames of `pcs` that lie
+  // below (deeper than) the innermost interpreter frame, leaving out the
+  // collector's own frames and the signal trampoline. Needs no lock; the
+  // pointers stay valid for the symbolizer's life.
+  void below_interpreter(void* const* pcs, int n, std::vector<Sym*>* out);
+
+  // Appends the frame id of each of `path` to `out`, interning what is new
+  // (under the lock that guards the frame table).
+  void intern(const std::vector<Sym*>& path, std::vector<int64_t>* out);
+
   enum Class : int8_t { NORMAL, INTERPRETER, OWN, TRAMPOLINE };
   struct Sym {
-    int64_t frame;
     Class cls;
     bool fold;  // kUnknownObject: runs of them fold into one
+    std::string name, file;  // the frame's identity (see above), until interned
+    int64_t line;
+    int64_t frame;  // -1 until interned
   };
-  const Sym& lookup(uintptr_t addr);
+
+ private:
+  Sym& lookup(uintptr_t addr);
 
   FrameTable* frames_;
   std::string libpython_, executable_, own_;
