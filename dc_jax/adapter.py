@@ -78,6 +78,9 @@ class JaxAdapter:
         self.last_trace_bytes = 0
         self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
         self.last_convert_ns = 0  # reading the trace into the tree
+        #: A directory to copy each window's raw ``*.xplane.pb`` into (TensorBoard's
+        #: profile plugin reads it; tests check the tree against it); None: not kept.
+        self.keep_traces: str | None = None
 
     # --- profiler lifetime ------------------------------------------------------
     def open(self) -> None:
@@ -107,6 +110,7 @@ class JaxAdapter:
                 collector.skip_prefix(os.path.dirname(os.path.abspath(package.__file__)) + os.sep)
         _barrier()
         self._compiles, self._phases = [], []
+        self._index.clear()
         self._flax.classes.clear()
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # the collector's sampler covers Python, far cheaper
@@ -143,6 +147,7 @@ class JaxAdapter:
         except Exception as exc:  # noqa: BLE001 - keep the window's host data, disable profiling
             session.fail(exc, "jax trace conversion")
         finally:
+            self._index.clear()
             shutil.rmtree(directory, ignore_errors=True)
 
     def environment(self) -> dict[str, str]:
@@ -176,10 +181,15 @@ class JaxAdapter:
             return
         try:
             collector = self._session.collector
+            name = str(kwargs.get("fun_name", "?"))
             self._compiles.append(
-                (stage, str(kwargs.get("fun_name", "?")), start_time, end_time, collector.top(),
-                 tuple(collector.python_frames()))
+                (stage, name, start_time, end_time, collector.top(), tuple(collector.python_frames()))
             )
+            if stage == "backend_compile":
+                # The new program is alive now; a jit made anew each step is not
+                # when the window closes, and its ops need its metadata.
+                inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+                self._index.capture(trace.module_of(inner))
         except Exception as exc:  # noqa: BLE001 - a listener must never raise into JAX
             self._session.fail(exc, "jax compile listener")
 
@@ -214,6 +224,11 @@ class JaxAdapter:
             logger.warning("DeepContext: jax.profiler wrote no trace; the window has host samples only")
             return
         self.last_trace_bytes = sum(os.path.getsize(f) for f in files)
+        if self.keep_traces is not None:
+            os.makedirs(self.keep_traces, exist_ok=True)
+            window = session.window or (0, 0)
+            for i, path in enumerate(files):
+                shutil.copy(path, os.path.join(self.keep_traces, f"steps-{window[0]}-{window[1]}-{i}.xplane.pb"))
         for path in files:
             data = ProfileData.from_file(path)
             events, dispatches = trace.read(data)
@@ -240,15 +255,15 @@ class JaxAdapter:
 
     def _add_ops(self, session: Any, ops: list[trace.OpTime]) -> None:
         c = session.collector
-        wanted: dict[str, set[str]] = {}
+        wanted: dict[tuple[str, int], set[str]] = {}
         for op in ops:
-            wanted.setdefault(op.module, set()).add(op.hlo_op)
+            wanted.setdefault((op.module, op.program), set()).add(op.hlo_op)
         modules = self._index.resolve(wanted)
         device_time = c.metric("device_time_ns", "ns")
         kernel_counts: dict[int, dict[int, int]] = {}  # operator node → kernel node → runs
         classes = {**self._nnx.classes, **self._flax.classes}
         for op in ops:
-            instruction = modules.get(op.module, {}).get(op.hlo_op)
+            instruction = modules.get((op.module, op.program), {}).get(op.hlo_op)
             if instruction is None:  # module no longer alive: the op keeps its name only
                 instruction = Instruction(op.hlo_op, "", "", ())
             ctx = context_of(instruction, op.phase, classes)
@@ -264,12 +279,15 @@ class JaxAdapter:
             frames.append(session.frame(KIND_OPERATOR, ctx.operator, detail=op.hlo_op, flags=flags))
             operator = c.path(0, frames)
             kernel = c.child(operator, session.frame(KIND_KERNEL, op.kernel, detail=op.device))
-            c.add(kernel, device_time if op.on_device else METRIC_CPU_TIME, op.time_ns)
-            c.add(kernel, METRIC_COUNT, op.count)
+            # XLA op time is the device's (the CPU device's thunks on the CPU
+            # backend), never host time: the step's own wall time is that, and
+            # summing both would count the same seconds twice.
+            c.add(kernel, device_time, op.time_ns)
             runs = kernel_counts.setdefault(operator, {})
             runs[kernel] = runs.get(kernel, 0) + op.count
         for operator, runs in kernel_counts.items():
-            # An op runs each of its kernels once: its executions are its busiest kernel's.
+            # An op runs each of its kernels once: its executions are its busiest
+            # kernel's, counted on the op alone so that inclusive counts are executions.
             c.add(operator, METRIC_COUNT, max(runs.values()))
 
 

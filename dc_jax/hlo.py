@@ -181,16 +181,55 @@ def parse_module(text: str) -> dict[str, Instruction]:
     return out
 
 
-def live_modules(names: Iterable[str]) -> dict[str, list[Any]]:
-    """The compiled ``HloModule`` objects named ``names`` that are alive in any backend.
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
 
-    One name may map to several modules (a function compiled for several
-    shapes); the caller picks the one whose instructions match the trace.
-    """
+
+def program_id(serialized: bytes) -> int:
+    """The ``id`` (field 5) of a serialized ``HloModuleProto``: the program id every
+    op event of that module carries in a trace (``program_id``); 0 if absent.
+
+    Only the top-level fields are walked (length-delimited ones are skipped
+    whole), so this costs a few steps per computation, not a parse."""
+    i, n = 0, len(serialized)
+    try:
+        while i < n:
+            key, i = _varint(serialized, i)
+            field, wire = key >> 3, key & 7
+            if wire == 0:
+                value, i = _varint(serialized, i)
+                if field == 5:
+                    return value
+            elif wire == 2:
+                length, i = _varint(serialized, i)
+                i += length
+            elif wire == 1:
+                i += 8
+            elif wire == 5:
+                i += 4
+            else:
+                return 0
+    except IndexError:  # truncated: no id
+        return 0
+    return 0
+
+
+def live_modules(names: Iterable[str]) -> dict[tuple[str, int], Any]:
+    """The compiled ``HloModule`` objects named ``names`` alive in any backend, by
+    (name, program id). Several programs share a name: ``jax.jit(f.apply)`` and
+    ``jax.jit(g.apply)`` are both ``jit_apply``, one function compiled for two
+    shapes is two programs."""
     import jax
 
     wanted = set(names)
-    found: dict[str, list[Any]] = {}
+    found: dict[tuple[str, int], Any] = {}
     clients = {id(d.client): d.client for d in jax.devices()}
     for client in clients.values():
         for executable in client.live_executables():
@@ -200,30 +239,64 @@ def live_modules(names: Iterable[str]) -> dict[str, list[Any]]:
                 continue
             for module in modules:
                 if module.name in wanted:
-                    found.setdefault(module.name, []).append(module)
+                    try:
+                        program = program_id(module.as_serialized_hlo_module_proto())
+                    except Exception:  # noqa: BLE001 - matched by name only
+                        program = 0
+                    found.setdefault((module.name, program), module)
     return found
 
 
 class ModuleIndex:
-    """Instructions of the compiled modules a trace mentions, parsed once per text."""
+    """Instructions of the compiled programs a trace mentions, parsed once per text.
+
+    A program compiled and dropped inside a window (a ``jax.jit`` created anew
+    each step) is gone from the backend when the window closes: `capture`, run
+    right after each compile, keeps its text while it is alive."""
 
     def __init__(self) -> None:
         self._parsed: dict[int, dict[str, Instruction]] = {}  # hash(text) → instructions
+        self._captured: dict[tuple[str, int], str] = {}  # (name, program id) → text, this window's
 
-    def resolve(self, wanted: dict[str, set[str]]) -> dict[str, dict[str, Instruction]]:
-        """For each module name, the instructions of the live module that best
-        covers the instruction names seen in the trace (``wanted[name]``)."""
-        out: dict[str, dict[str, Instruction]] = {}
-        for name, modules in live_modules(wanted).items():
+    def capture(self, name: str) -> None:
+        """Keep the text of every live program called ``name`` not kept yet."""
+        for key, module in live_modules([name]).items():
+            if key[1] and key not in self._captured:
+                self._captured[key] = module.to_string()
+
+    def clear(self) -> None:
+        """Forget the captured texts (the window closed)."""
+        self._captured.clear()
+
+    def _instructions(self, text: str) -> dict[str, Instruction]:
+        key = hash(text)
+        parsed = self._parsed.get(key)
+        if parsed is None:
+            parsed = self._parsed[key] = parse_module(text)
+        return parsed
+
+    def resolve(self, wanted: dict[tuple[str, int], set[str]]) -> dict[tuple[str, int], dict[str, Instruction]]:
+        """For each (module name, program id) of the trace, its instructions: from
+        the program of that id, alive or captured; where the trace gives no id
+        (0) or the program is gone, from the program of that name whose
+        instructions best cover the ones seen (``wanted[key]``)."""
+        texts: dict[tuple[str, int], str] = dict(self._captured)
+        for key, module in live_modules({name for name, _ in wanted}).items():
+            texts.setdefault(key, "")
+            if not texts[key]:
+                texts[key] = module.to_string()
+        out: dict[tuple[str, int], dict[str, Instruction]] = {}
+        for key, ops in wanted.items():
+            if key[1] and key in texts:
+                out[key] = self._instructions(texts[key])
+                continue
             best, best_hits = {}, -1
-            for module in modules:
-                text = module.to_string()
-                key = hash(text)
-                parsed = self._parsed.get(key)
-                if parsed is None:
-                    parsed = self._parsed[key] = parse_module(text)
-                hits = len(wanted[name].intersection(parsed))
+            for (name, _), text in texts.items():
+                if name != key[0]:
+                    continue
+                parsed = self._instructions(text)
+                hits = len(ops.intersection(parsed))
                 if hits > best_hits:
                     best, best_hits = parsed, hits
-            out[name] = best
+            out[key] = best
         return out

@@ -19,7 +19,7 @@ _SUMMARY_LINES = {
     "XLA Modules", "XLA Ops", "Steps", "Framework Ops", "Framework Name Scope",
     "Source code", "XLA TraceMe", "TensorFlow Name Scope", "TensorFlow Ops",
 }
-_MODULE_ID = re.compile(r"\(\d+\)$")
+_MODULE_ID = re.compile(r"\((\d+)\)$")
 _DISPATCH = re.compile(r"^(?:Pjit|Jit|Pmap)Function\((.*)\)$")
 _UNSAFE = re.compile(r"[^0-9A-Za-z_]+")
 
@@ -29,11 +29,29 @@ def module_of(function: str) -> str:
     return "jit_" + _UNSAFE.sub("_", function).rstrip("_")
 
 
+def _module_and_program(stats: dict) -> tuple[str, int]:
+    """The op's XLA module name and program id: two jitted functions of one name
+    (``jax.jit(teacher.apply)``, ``jax.jit(student.apply)``: both ``jit_apply``)
+    are told apart by the id, which older XLA versions append to the name."""
+    name = str(stats.get("hlo_module", ""))
+    suffix = _MODULE_ID.search(name)
+    program = stats.get("program_id")
+    if suffix is not None:
+        name = name[: suffix.start()]
+        if program is None:
+            program = suffix.group(1)
+    try:
+        return name, int(program or 0)
+    except (TypeError, ValueError):
+        return name, 0
+
+
 @dataclass
 class OpTime:
-    """One (module, instruction, kernel, device, marked phase) aggregate."""
+    """One (program, instruction, kernel, device, marked phase) aggregate."""
 
     module: str
+    program: int
     hlo_op: str
     kernel: str
     device: str
@@ -46,6 +64,7 @@ class OpTime:
 @dataclass
 class _Event:
     module: str
+    program: int
     hlo_op: str
     kernel: str
     device: str
@@ -83,7 +102,7 @@ def _host_events(plane: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
                 continue
             start, duration = int(event.start_ns), int(event.duration_ns)
             op = _Event(
-                _MODULE_ID.sub("", str(stats.get("hlo_module", ""))), str(hlo_op), str(hlo_op),
+                *_module_and_program(stats), str(hlo_op), str(hlo_op),
                 f"cpu:{stats.get('device_ordinal', 0)}", False, start, duration, int(stats.get("run_id", 0)),
             )
             line_ops.append(op)
@@ -112,7 +131,7 @@ def _device_events(plane: Any, device: str) -> list[_Event]:
             if not hlo_op:
                 continue
             target.append(_Event(
-                _MODULE_ID.sub("", str(stats.get("hlo_module", ""))), str(hlo_op), event.name, device, True,
+                *_module_and_program(stats), str(hlo_op), event.name, device, True,
                 int(event.start_ns), int(event.duration_ns), int(stats.get("run_id", 0)),
             ))
     return kernels or summary
@@ -156,18 +175,18 @@ def aggregate(
     dispatches: list[tuple[int, str]],
     phase_at: Callable[[int], str | None] | None = None,
 ) -> list[OpTime]:
-    """Sum events per (module, op, kernel, device, marked phase).
+    """Sum events per (program, op, kernel, device, marked phase).
 
     ``phase_at(t)`` names the phase the user marked at trace time ``t``. A run
     of a compiled module is placed at the time the host dispatched it (the
     last dispatch of that function before the run's first op), since with
     asynchronous dispatch the ops themselves may run after the marked block.
     """
-    runs: dict[tuple[str, int], int] = {}
+    runs: dict[tuple[str, int, int], int] = {}  # (module, program, run) → when it was dispatched
     events = list(events)
     if phase_at is not None:
         for e in events:
-            key = (e.module, e.run)
+            key = (e.module, e.program, e.run)
             if e.run and (key not in runs or e.start < runs[key]):
                 runs[key] = e.start
         times = [t for t, _ in dispatches]
@@ -179,11 +198,11 @@ def aggregate(
                     break
     totals: dict[tuple, OpTime] = {}
     for e in events:
-        phase = phase_at(runs.get((e.module, e.run), e.start)) if phase_at is not None else None
-        key = (e.module, e.hlo_op, e.kernel, e.device, phase)
+        phase = phase_at(runs.get((e.module, e.program, e.run), e.start)) if phase_at is not None else None
+        key = (e.module, e.program, e.hlo_op, e.kernel, e.device, phase)
         agg = totals.get(key)
         if agg is None:
-            agg = totals[key] = OpTime(e.module, e.hlo_op, e.kernel, e.device, e.on_device, phase)
+            agg = totals[key] = OpTime(e.module, e.program, e.hlo_op, e.kernel, e.device, e.on_device, phase)
         agg.count += 1
         agg.time_ns += max(e.duration, 0)
     return list(totals.values())

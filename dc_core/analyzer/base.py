@@ -102,9 +102,11 @@ class Window:
         profile: The profile analysed.
         tree: Its context tree.
         t: Thresholds in force.
-        metric: The time metric context rules weigh: device time on a GPU
-            profile, host time otherwise.
-        gpu: Whether the profile has device activity or GPU monitor series.
+        metric: The time metric context rules weigh: device time where the
+            profile has it (kernels on a GPU, XLA ops on any JAX backend),
+            host time otherwise.
+        gpu: Whether the profile has device activity on an accelerator or GPU
+            monitor series.
         cpu_only: Whether the run had no accelerator at all, as its environment
             says (PyTorch found no CUDA/ROCm device, or JAX ran on its ``cpu``
             backend); False where the environment does not say.
@@ -114,9 +116,12 @@ class Window:
         self.profile = profile
         self.tree = profile.tree
         self.t = thresholds
-        self.gpu = self.tree.total("device_time_ns") > 0 or bool(profile.series("gpu_util_percent"))
-        self.metric = "device_time_ns" if self.tree.total("device_time_ns") > 0 else "cpu_time_ns"
-        self.cpu_only = not self.gpu and _no_accelerator(profile.env)
+        device = self.tree.total("device_time_ns") > 0
+        no_accelerator = _no_accelerator(profile.env)
+        # JAX's CPU backend has device time too: its XLA ops run on the CPU device.
+        self.gpu = (device and not no_accelerator) or bool(profile.series("gpu_util_percent"))
+        self.metric = "device_time_ns" if device else "cpu_time_ns"
+        self.cpu_only = not self.gpu and no_accelerator
 
     # --- sizes ----------------------------------------------------------------
     @cached_property

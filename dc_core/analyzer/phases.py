@@ -62,7 +62,7 @@ def gpu_idle(w: Window) -> list[dict[str, Any]]:
     """Device idle ≥ min_idle of the window while the host is busy: launch-bound
     (warning; critical past critical_idle). GPU profiles only."""
     device_ns = w.tree.total("device_time_ns")
-    if device_ns <= 0:
+    if device_ns <= 0 or not w.gpu:
         return []
     wall = sum(w.profile.step_times_ns) or w.cpu[0]
     if wall <= 0:
