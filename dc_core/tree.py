@@ -41,7 +41,7 @@ class Frame:
         """A one-line human label, e.g. ``model.py:88 attention`` or ``blocks.3.attn (MHA)``."""
         if self.kind == "python":
             short = self.file.rsplit("/", 1)[-1] if self.file else "?"
-            text = f"{short}:{self.line} {self.name}"
+            text = f"{short}:{self.line} {self.name}" + (f" ({self.detail})" if self.detail else "")
         elif self.detail:
             text = f"{self.name} ({self.detail})"
         else:

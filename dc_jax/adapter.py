@@ -270,7 +270,7 @@ class JaxAdapter:
             frames = [session.frame(KIND_PHASE, ctx.phase)]
             for frame in ctx.frames:
                 if frame[0] == "python":
-                    frames.append(session.frame(KIND_PYTHON, frame[1], frame[2], frame[3]))
+                    frames.append(session.frame(KIND_PYTHON, frame[1], frame[2], frame[3], detail=frame[4]))
                 else:
                     frames.append(session.frame(KIND_MODULE, frame[1], detail=frame[2]))
             if len(frames) == 1:  # nothing known about the source: name the compiled module

@@ -44,7 +44,7 @@ class Context:
 
     phase: str
     backward: bool
-    frames: tuple[tuple, ...]  # ("python", qualname, file, line) or ("module", path, class)
+    frames: tuple[tuple, ...]  # ("python", qualname, file, line, marker) or ("module", path, class)
     operator: str
 
 
@@ -74,6 +74,31 @@ def _unwrap(component: str) -> tuple[str, set[str]]:
     return component, wrappers
 
 
+#: Scopes JAX's own transformations put in the name stack: not modules. A
+#: marker names what the ops below run in; None: an implementation detail.
+_REMAT = {"checkpoint", "remat", "rematted_computation", "remat2"}
+_CALLS = {"closed_call", "core_call"}
+_BRANCH = re.compile(r"^branch_(\d+)_fun$")
+
+
+def transform_marker(scopes: list[str], i: int) -> str | None:
+    """The marker of ``scopes[i]`` if it is a JAX transformation scope, "" if it
+    is one without a marker of its own, None if it is not one (a module)."""
+    scope, before = scopes[i], scopes[i - 1] if i > 0 else ""
+    if scope in _REMAT:
+        return "remat"
+    if scope in _CALLS or scope in ("while", "cond"):
+        return ""  # the loop or conditional itself; its body or branch carries the marker
+    if before == "while" and scope in ("body", "body_fn", "body_fun"):
+        return "loop body"
+    if before == "while" and scope in ("cond", "cond_fn", "cond_fun"):
+        return "loop condition"
+    branch = _BRANCH.match(scope)
+    if before == "cond" and branch is not None:
+        return f"cond branch {branch.group(1)}"
+    return None
+
+
 def parse_op_name(op_name: str) -> tuple[str, list[str], str, bool]:
     """Name stack → (jitted function, scope names, primitive, backward).
 
@@ -99,6 +124,27 @@ def parse_op_name(op_name: str) -> tuple[str, list[str], str, bool]:
     return function, scopes, primitive, backward
 
 
+def _collapse_retraces(stack: tuple[Loc, ...]) -> tuple[tuple[Loc, ...], int]:
+    """A stack without the repeats of nested traces, and where the innermost
+    trace entered it.
+
+    Tracing a ``scan`` body, a ``cond`` branch or a ``checkpoint`` records the
+    whole Python stack again from the outermost frame, so XLA's metadata reads
+    ``step › loss › forward`` once per nested trace before the body's frames.
+    The last repeat is the stack; the frames it shares with the one before it
+    end at the call site of the transformation (the index returned)."""
+    if not stack:
+        return stack, 0
+    starts = [i for i, loc in enumerate(stack) if loc == stack[0]]
+    if len(starts) < 2:
+        return stack, len(stack)
+    last, previous = stack[starts[-1]:], stack[starts[-2]:starts[-1]]
+    shared = 0
+    while shared < min(len(last), len(previous)) and last[shared] == previous[shared]:
+        shared += 1
+    return last, shared
+
+
 @lru_cache(maxsize=4096)
 def is_library(file: str) -> bool:
     """Installed packages and the standard library are not the user's code."""
@@ -116,7 +162,14 @@ def _class_of(qualname: str) -> str:
     return parts[-2] if len(parts) >= 2 and parts[-2] != "<locals>" else ""
 
 
-def _phase_of(stack: tuple[Loc, ...], backward: bool, marked: str | None) -> str:
+#: Where ops go that nothing places (no metadata, none to inherit): not a phase
+#: they may not have run in.
+UNATTRIBUTED = "unattributed"
+
+
+def _phase_of(stack: tuple[Loc, ...], backward: bool, marked: str | None, placed: bool = True) -> str:
+    if not placed:
+        return marked if marked and marked != "other" else UNATTRIBUTED
     if backward:
         return "backward"
     if any(m in loc.file for loc in stack for m in _OPTIMIZER_MARKERS if _NOT_OPTIMIZER not in loc.file):
@@ -144,7 +197,19 @@ def context_of(
             if loc.function.rsplit(".", 1)[-1] == short:
                 stack = stack[i:]
                 break
-    phase = _phase_of(instruction.stack, backward, marked)
+    stack, entered = _collapse_retraces(stack)
+    markers: list[str] = []
+    kept: list[str] = []
+    for i in range(len(scopes)):
+        path = "/".join(scopes[: i + 1])
+        marker = None if classes and path in classes else transform_marker(scopes, i)
+        if marker is None:
+            kept.append(scopes[i])
+        elif marker and (not markers or markers[-1] != marker):
+            markers.append(marker)
+    scopes = kept
+    placed = bool(instruction.stack) or "/" in instruction.op_name
+    phase = _phase_of(instruction.stack, backward, marked, placed)
     paths = ["/".join(scopes[: i + 1]) for i in range(len(scopes))]
     if classes:  # a path between recorded modules that was never called itself (NNX ``layers``
         # above ``layers/0``) is a container, not a module frame
@@ -169,6 +234,16 @@ def context_of(
         insert_at.append(len(stack) if at is None else at)
         if at is not None:
             cursor = at + 1
+    # Each transformation marks the first user frame of the function it traced:
+    # the frames past the call site where its stack was entered, in order.
+    marks = [""] * len(stack)
+    user = [j for j in range(entered, len(stack)) if not is_library(stack[j].file)]
+    if markers and not user:
+        user = [j for j in range(len(stack)) if not is_library(stack[j].file)][-1:]
+    for k, marker in enumerate(markers):
+        if user:
+            j = user[min(k, len(user) - 1)]
+            marks[j] = f"{marks[j]}, {marker}" if marks[j] else marker
     frames: list[tuple] = []
     module = 0
     for j, loc in enumerate(stack):
@@ -176,8 +251,10 @@ def context_of(
             frames.append(("module", paths[module], module_classes[module]))
             module += 1
         if not is_library(loc.file):
-            frames.append(("python", loc.function, loc.file, loc.line))
+            frames.append(("python", loc.function, loc.file, loc.line, marks[j]))
     for k in range(module, len(paths)):
         frames.append(("module", paths[k], module_classes[k]))
+    if instruction.inherited:  # the placing instruction's primitive is not this one's
+        primitive = ""
     operator = instruction.matmul or primitive or instruction.opcode or instruction.name
     return Context(phase, backward, tuple(frames), operator)

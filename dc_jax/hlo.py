@@ -53,6 +53,9 @@ class Instruction:
         stack: Python frames, outermost first (empty when XLA kept none).
         matmul: The JAX primitive of a matrix product executed by this
             instruction (directly or inside its fusion), else "".
+        inherited: XLA kept no metadata for it; ``op_name`` and ``stack`` are
+            those of the instruction it was placed by (an operand, a user, or
+            the loop or fusion running its computation).
     """
 
     name: str
@@ -60,6 +63,7 @@ class Instruction:
     op_name: str
     stack: tuple[Loc, ...]
     matmul: str = ""
+    inherited: bool = False
 
 
 def _unquote(text: str) -> str:
@@ -124,6 +128,25 @@ def _stacks(tables: dict[str, dict[int, str]]) -> dict[int, tuple[Loc, ...]]:
     return stacks
 
 
+_OPERAND = re.compile(r"%([\w.\-]+)")
+
+
+def _operands(rest: str, opcode: str) -> list[str]:
+    """Names of the operands in ``opcode(%a, %b), attributes...``."""
+    at = rest.find(opcode + "(")
+    if at < 0:
+        return []
+    depth, start = 0, at + len(opcode)
+    for i in range(start, len(rest)):
+        if rest[i] == "(":
+            depth += 1
+        elif rest[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return _OPERAND.findall(rest[start:i])
+    return []
+
+
 def parse_module(text: str) -> dict[str, Instruction]:
     """Every instruction of an HLO module's text, by name."""
     lines = text.splitlines()
@@ -131,6 +154,10 @@ def parse_module(text: str) -> dict[str, Instruction]:
     raw: dict[str, tuple[str, str, tuple[Loc, ...], list[str]]] = {}
     opcodes_of: dict[str, set[str]] = {}  # computation → opcodes directly in it
     calls_of: dict[str, list[str]] = {}
+    computation_of: dict[str, str] = {}  # instruction → its computation
+    users_of: dict[str, list[str]] = {}  # instruction → instructions using it
+    inherits: set[str] = set()
+    caller_of: dict[str, str] = {}  # computation → the instruction that calls it
     computation = ""
     for line in lines:
         head = _COMPUTATION.match(line)
@@ -157,7 +184,22 @@ def parse_module(text: str) -> dict[str, Instruction]:
                 source_line = _SOURCE_LINE.search(meta)
                 stack = (Loc("", _unquote(source.group(1)), int(source_line.group(1)) if source_line else 0),)
         called = _CALLS.findall(rest)
-        raw[name] = (opcode, _unquote(op_name.group(1)) if op_name else "", stack, called)
+        op_text = _unquote(op_name.group(1)) if op_name else ""
+        operands = _operands(rest, opcode)
+        for o in operands:
+            users_of.setdefault(o, []).append(name)
+        if not op_text and not stack:
+            # No metadata (a layout copy, a gradient XLA rewrote): it belongs where
+            # its inputs come from; a gradient input makes it backward.
+            donors = [raw[o] for o in operands if o in raw and _placed(raw[o][1], raw[o][2])]
+            donor = next((d for d in donors if "transpose(" in d[1]), donors[0] if donors else None)
+            if donor is not None:
+                op_text, stack = donor[1], donor[2]
+            inherits.add(name)
+        raw[name] = (opcode, op_text, stack, called)
+        computation_of[name] = computation
+        for inner in called:
+            caller_of.setdefault(inner, name)
         opcodes_of.setdefault(computation, set()).add(opcode)
         calls_of.setdefault(computation, []).extend(called)
 
@@ -172,13 +214,32 @@ def parse_module(text: str) -> dict[str, Instruction]:
                     return found
         return ""
 
+    def inherited(name: str) -> tuple[str, tuple[Loc, ...]]:
+        # Still nothing: the first user that is placed (a weight's layout copy
+        # belongs to the op that reads it), else the instruction that runs its
+        # computation (a loop's carried copies belong to the ``while``).
+        seen = set()
+        while name in raw and not _placed(raw[name][1], raw[name][2]) and name not in seen:
+            seen.add(name)
+            user = next((u for u in users_of.get(name, ()) if _placed(raw[u][1], raw[u][2])), None)
+            name = user or caller_of.get(computation_of.get(name, ""), "")
+        return (raw[name][1], raw[name][2]) if name in raw else ("", ())
+
     out = {}
     for name, (opcode, op_name, stack, called) in raw.items():
+        if name in inherits and not _placed(op_name, stack):
+            op_name, stack = inherited(name)
         matmul = MATMUL_OPCODES.get(opcode, "")
         if not matmul and opcode == "fusion":
             matmul = next((m for c in called if (m := matmul_in(c))), "")
-        out[name] = Instruction(name, opcode, op_name, stack, matmul)
+        out[name] = Instruction(name, opcode, op_name, stack, matmul, name in inherits)
     return out
+
+
+def _placed(op_name: str, stack: tuple[Loc, ...]) -> bool:
+    """Whether metadata places an instruction: a name stack or Python frames (a
+    parameter's ``op_name`` is only its argument's name)."""
+    return bool(stack) or "/" in op_name
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:

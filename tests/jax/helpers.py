@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import glob
+
+from dc_core.config import StepRange
+from dc_core.logdir import read_profile
+
 
 def nodes(tree, kind, name=None, backward=None):
     """Nodes of ``kind`` (and ``name``, and backward flag, where given), in node order."""
@@ -11,3 +16,53 @@ def nodes(tree, kind, name=None, backward=None):
         and (name is None or tree.node_frame(n).name == name)
         and (backward is None or tree.node_frame(n).backward == backward)
     ]
+
+
+def profile_with_trace(tmp_path, step, steps=4, window=StepRange(start=1, count=2)):
+    """Run ``step`` ``steps`` times under ``dc_jax.profile``; the window's profile
+    and the path of the raw ``jax.profiler`` trace it was made from."""
+    import dc_jax
+
+    traces = tmp_path / "traces"
+    prof = dc_jax.profile(logdir=str(tmp_path / "logs"), steps=window, cpu_sampling_hz=0, system_interval_ms=0)
+    prof._adapter.keep_traces = str(traces)
+    with prof:
+        for _ in range(steps):
+            step()
+            prof.step()
+    [written] = prof.written
+    [raw] = glob.glob(str(traces / "*.xplane.pb"))
+    return read_profile(written), raw
+
+
+def raw_op_times(path: str) -> dict[int, dict[str, int]]:
+    """program id → XLA op name → exclusive ns, from the trace's host thunks,
+    read here with ``ProfileData`` (not through ``dc_jax.trace``).
+
+    A thunk's time excludes its direct children on its thread (a ``while``
+    holds its body's thunks); a program's dispatch is not an op."""
+    from jax.profiler import ProfileData
+
+    out: dict[int, dict[str, int]] = {}
+    for plane in ProfileData.from_file(path).planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        for line in plane.lines:
+            thunks = []
+            for event in line.events:
+                stats = dict(event.stats)
+                if "hlo_op" in stats and "program_id" in stats:
+                    thunks.append([int(event.start_ns), int(event.duration_ns), int(stats["program_id"]),
+                                   str(stats["hlo_op"]), int(event.duration_ns)])
+            thunks.sort(key=lambda t: (t[0], -t[1]))
+            open_ = []
+            for thunk in thunks:
+                while open_ and open_[-1][0] + open_[-1][1] <= thunk[0]:
+                    open_.pop()
+                if open_:
+                    open_[-1][4] -= thunk[1]  # the direct parent's own time
+                open_.append(thunk)
+            for _, _, program, op, own in thunks:
+                ops = out.setdefault(program, {})
+                ops[op] = ops.get(op, 0) + own
+    return out

@@ -65,7 +65,9 @@ def test_parse_module_reads_opcodes_metadata_and_full_python_stacks():
     ]
     assert ops["dot"].opcode == "dot" and ops["dot"].matmul == "dot_general"
     assert ops["exp.2"].stack == (Loc("", "/home/u/train.py", 21),)  # source_file/source_line form
-    assert ops["tuple.5"].opcode == "tuple" and ops["tuple.5"].stack == ()
+    # No metadata: placed by its operands, a gradient operand first
+    assert ops["tuple.5"].opcode == "tuple" and ops["tuple.5"].inherited
+    assert (ops["tuple.5"].op_name, ops["tuple.5"].stack) == (ops["dot"].op_name, ops["dot"].stack)
     assert ops["x.1"].op_name == "x"
 
 
@@ -91,10 +93,10 @@ def test_forward_and_backward_matmul_share_the_forward_context():
     ops = parse_module(MODULE)
     forward, backward = context_of(ops["ynn_fusion"]), context_of(ops["dot"])
     expected = (
-        ("python", "train_step", "/home/u/train.py", 30),
-        ("python", "loss_fn", "/home/u/train.py", 20),
+        ("python", "train_step", "/home/u/train.py", 30, ""),
+        ("python", "loss_fn", "/home/u/train.py", 20, ""),
         ("module", "MLP", "MLP"),
-        ("python", "MLP.__call__", "/home/u/train.py", 10),
+        ("python", "MLP.__call__", "/home/u/train.py", 10, ""),
         ("module", "MLP/Dense_0", "Dense"),  # flax's own Dense.__call__ frame left out
     )
     assert forward.frames == expected and backward.frames == expected
@@ -110,7 +112,7 @@ def test_recorded_flax_classes_name_modules_and_optax_frames_mean_optimizer():
     assert ctx.frames[-1] == ("module", "Block/proj", "Dense")
     optax_stack = (Loc("step", "/u/t.py", 7), Loc("scale_by_adam.<locals>.update_fn", "/x/site-packages/optax/_src/transform.py", 300))
     upd = context_of(Instruction("add.3", "add", "jit(step)/add", optax_stack))
-    assert upd.phase == "optimizer" and upd.frames == (("python", "step", "/u/t.py", 7),)
+    assert upd.phase == "optimizer" and upd.frames == (("python", "step", "/u/t.py", 7, ""),)
     loss_stack = (Loc("step", "/u/t.py", 6), Loc("softmax_cross_entropy", "/x/site-packages/optax/losses/_classification.py", 1))
     assert context_of(Instruction("exp.1", "exponential", "jit(step)/exp", loss_stack)).phase == "forward"
     # A phase the user marked applies to ops the name stack does not place.
@@ -132,3 +134,49 @@ def test_einsum_specs_and_merged_op_names_are_not_modules():
               ";jit(step)/transpose(jvp(Net))/attn/vmap()/transpose")
     assert parse_op_name(merged) == ("step", ["Net", "attn"], "transpose", True)
     assert parse_op_name("jit(step)/jvp(Net)/attn/BTNH,BSNH->BNTS/dot_general")[1] == ["Net", "attn"]
+
+
+PROVENANCE = """HloModule jit_step, is_scheduled=true
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %v = f32[4]{0} get-tuple-element(%p), index=1
+  %carried = f32[4]{0} copy(%v)
+  %next = s32[] add(%i, %i), metadata={op_name="jit(step)/Dropout_0/while/body/add" source_file="/u/m.py" source_line=7}
+  ROOT %t = (s32[], f32[4]) tuple(%next, %carried)
+}
+
+ENTRY %main (w: f32[4,4], x: f32[4]) -> f32[4] {
+  %w = f32[4,4]{1,0} parameter(0), metadata={op_name="params['Dense_0']['kernel']"}
+  %x = f32[4]{0} parameter(1), metadata={op_name="x"}
+  %w_t = f32[4,4]{0,1} transpose(%w), dimensions={1,0}
+  %y = f32[4]{0} dot(%w_t, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(step)/Dense_0/dot_general" source_file="/u/m.py" source_line=3}
+  %dy = f32[4]{0} negate(%y), metadata={op_name="jit(step)/transpose(jvp(Dense_0))/neg" source_file="/u/m.py" source_line=3}
+  %wgrad = f32[4]{0} multiply(%y, %dy)
+  %init = (s32[], f32[4]) tuple(%dy, %dy)
+  ROOT %loop = (s32[], f32[4]) while(%init), body=%body, metadata={op_name="jit(step)/Dropout_0/while" source_file="/u/m.py" source_line=7}
+}
+"""
+
+
+def test_instructions_without_metadata_are_placed_by_operands_users_or_their_loop():
+    ops = parse_module(PROVENANCE)
+    # a weight's layout transpose: only a parameter feeds it, so the op reading it places it
+    assert ops["w_t"].inherited and ops["w_t"].op_name == "jit(step)/Dense_0/dot_general"
+    # a weight gradient made of a forward and a gradient operand is backward
+    assert ops["wgrad"].op_name == "jit(step)/transpose(jvp(Dense_0))/neg"
+    ctx = context_of(ops["wgrad"])
+    assert ctx.backward and ctx.phase == "backward" and ctx.operator == "multiply"
+    # a loop's carried copy: placed inside the loop that carries it (by the body's
+    # result it feeds), never in the program's top level
+    assert ops["carried"].op_name.startswith("jit(step)/Dropout_0/while")
+    assert context_of(ops["carried"]).operator == "copy"
+    # what has metadata keeps its own
+    assert not ops["next"].inherited and ops["next"].op_name.endswith("/while/body/add")
+
+
+def test_ops_nothing_places_are_unattributed_not_forward():
+    lone = Instruction("copy.9", "copy", "", ())
+    assert context_of(lone).phase == "unattributed"
+    assert context_of(lone, marked="dataloader").phase == "dataloader"  # dispatched inside a marked phase

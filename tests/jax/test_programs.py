@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import glob
 import inspect
 
 import pytest
@@ -16,13 +15,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-import dc_jax  # noqa: E402
 from dc_core.analyzer import analyze  # noqa: E402
 from dc_core.config import StepRange  # noqa: E402
-from dc_core.logdir import read_profile  # noqa: E402
 
 from . import nnx_workloads  # noqa: E402
-from .helpers import nodes  # noqa: E402
+from .helpers import nodes, profile_with_trace as _profile, raw_op_times as _raw_op_times  # noqa: E402
 
 
 class Teacher(nn.Module):
@@ -35,49 +32,6 @@ class Student(nn.Module):
     @nn.compact
     def __call__(self, x):
         return nn.Dense(10)(nn.relu(nn.Dense(16)(x)))
-
-
-def _profile(tmp_path, step, steps=4, window=StepRange(start=1, count=2)):
-    traces = tmp_path / "traces"
-    prof = dc_jax.profile(logdir=str(tmp_path / "logs"), steps=window, cpu_sampling_hz=0, system_interval_ms=0)
-    prof._adapter.keep_traces = str(traces)
-    with prof:
-        for _ in range(steps):
-            step()
-            prof.step()
-    [written] = prof.written
-    [raw] = glob.glob(str(traces / "*.xplane.pb"))
-    return read_profile(written), raw
-
-
-def _raw_op_times(path: str) -> dict[int, dict[str, int]]:
-    """program id → XLA op name → exclusive ns, from the trace's host thunks.
-
-    A thunk's time excludes the thunks nested in it on its thread (a ``while``
-    holds its body's); the dispatch of a program is not an op."""
-    from jax.profiler import ProfileData
-
-    out: dict[int, dict[str, int]] = {}
-    for plane in ProfileData.from_file(path).planes:
-        if not plane.name.startswith("/host:CPU"):
-            continue
-        for line in plane.lines:
-            thunks = []
-            for event in line.events:
-                stats = dict(event.stats)
-                if "hlo_op" in stats and "program_id" in stats:
-                    thunks.append((int(event.start_ns), int(event.duration_ns), int(stats["program_id"]),
-                                   str(stats["hlo_op"])))
-            thunks.sort(key=lambda t: (t[0], -t[1]))
-            for i, (start, duration, program, op) in enumerate(thunks):
-                end, nested = start + duration, 0
-                for inner_start, inner_duration, *_ in thunks[i + 1:]:
-                    if inner_start >= end:
-                        break
-                    nested += inner_duration  # direct and deeper children alike; deeper ones are rare here
-                ops = out.setdefault(program, {})
-                ops[op] = ops.get(op, 0) + duration - nested
-    return out
 
 
 def _op_time_under(tree, name: str) -> dict[str, int]:

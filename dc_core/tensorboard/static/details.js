@@ -26,7 +26,8 @@ export async function showDetails(panel, state, node, onReveal) {
   clear(panel).append(
     el("h3", {}, "Details"),
     el("div", { className: "detail-title" }, kindBadge(row.kind, row.backward), " ", el("span", { className: "label" }, row.label)),
-    row.detail ? el("div", { className: "muted" }, `class ${row.detail}`) : "",
+    // a module's class; an operator's instruction or autograd node; a JAX transformation on a line
+    row.detail ? el("div", { className: "muted" }, row.kind === "module" ? `class ${row.detail}` : row.detail) : "",
     where ? el("div", { className: "mono" }, where) : "",
     el("div", {}, `${formatPercent(row.incl[state.metric] || 0, info.total)} of the window's ${state.metric}`),
     metrics,
