@@ -57,6 +57,13 @@ class Adapter(Protocol):
     def environment(self) -> dict[str, str]: ...
 
 
+class WindowSkipped(Exception):
+    """Raised by an adapter's ``install`` when a window cannot be recorded for a
+    reason outside the profiler (the user's own ``jax.profiler`` trace is
+    running): the window is skipped with one warning, nothing is written for
+    it, and later windows are tried as scheduled."""
+
+
 def _guarded(method: Callable) -> Callable:
     """Run a session method fail-open: profiler errors disable the session."""
 
@@ -154,6 +161,8 @@ class Session:
         self.closed = False
         self.written: list[Path] = []
         self.window: tuple[int, int] | None = None  # (start, end_exclusive) while open
+        self._skipped_until = 0  # steps of a skipped window are not opened again
+        self._warned_skip = False
         self._schedule = WindowSchedule(self.config.steps, self.config.time_range, clock())
         self._created_ns = clock()
         self._first_step_ns: int | None = None
@@ -221,10 +230,19 @@ class Session:
         if self._first_step_ns is None:
             self._first_step_ns = now
         if self.window is None:
+            if step < self._skipped_until:
+                return
             window = self._schedule.open_at(step, now)
             if window is None:
                 return
-            self._open(window, now)
+            try:
+                self._open(window, now)
+            except WindowSkipped as skipped:
+                self._skipped_until = window[1]
+                if not self._warned_skip:
+                    self._warned_skip = True
+                    logger.warning("DeepContext skips the window of steps %d–%d: %s", window[0], window[1] - 1, skipped)
+                return
             now = self.clock()  # opening the window (adapter setup) is not part of the step
         self._last_step = step
         self._step_start_ns = now

@@ -32,6 +32,7 @@ from dc_core.collector import (
     METRIC_COUNT,
     METRIC_CPU_TIME,
 )
+from dc_core.session import WindowSkipped
 
 from . import trace
 from .context import context_of
@@ -118,6 +119,11 @@ class JaxAdapter:
         self._clock0 = (time.time_ns(), time.monotonic_ns())
         try:
             jax.profiler.start_trace(directory, profiler_options=options)
+        except RuntimeError as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            if "already been started" in str(exc):  # the user's own trace: theirs keeps running
+                raise WindowSkipped("a jax.profiler trace of your own is running (one trace at a time)") from None
+            raise
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise

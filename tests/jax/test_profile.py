@@ -179,3 +179,31 @@ def test_importing_dc_jax_does_not_import_jax():
     code = "import sys, dc_jax; dc_jax.Profiler; assert dc_jax.is_available(); print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_users_own_trace_skips_that_window_with_one_warning_and_later_windows_record(tmp_path, caplog):
+    double = jax.jit(lambda v: v * 2)
+    x = jax.numpy.ones(4)
+    theirs = tmp_path / "theirs"
+    jax.profiler.start_trace(str(theirs))
+    try:
+        with caplog.at_level("WARNING", logger="deepcontext"):
+            prof = dc_jax.profile(logdir=str(tmp_path / "logs"), steps=StepRange(start=1, count=2, every=4, repeat=2),
+                                  cpu_sampling_hz=0, system_interval_ms=0).start()
+            for step in range(8):
+                double(x).block_until_ready()
+                if step == 3:
+                    jax.profiler.stop_trace()  # the user's trace ends: the next window records
+                prof.step()
+            prof.stop()
+    finally:
+        try:
+            jax.profiler.stop_trace()
+        except RuntimeError:
+            pass  # already stopped by the loop
+    skips = [r for r in caplog.records if "skips the window" in r.getMessage()]
+    assert len(skips) == 1 and "steps 1–2" in skips[0].getMessage() and "jax.profiler" in skips[0].getMessage()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert not prof.session.disabled
+    assert [read_profile(p).steps for p in prof.written] == [(5, 7)]
+    assert list(theirs.rglob("*.xplane.pb"))  # their trace was written, untouched
