@@ -55,6 +55,7 @@ class Adapter(Protocol):
     def restore(self) -> bool: ...  # unhook what uninstall could not; True when nothing is left
     def prepare(self, session: "Session") -> None: ...  # at session creation: one-off costs out of the steps
     def environment(self) -> dict[str, str]: ...
+    def step_overhead_ns(self) -> int: ...  # framework one-offs (compiles) in the step just ended: not step time
 
 
 class WindowSkipped(Exception):
@@ -261,7 +262,11 @@ class Session:
     def _step_end(self, step: int) -> None:
         now = self.clock()
         self.collector.unwind(0)
-        self._step_times.append(now - self._step_start_ns)
+        # One-off work of the framework inside the step (JAX compiling a new
+        # shape) is reported as its own phase, not as a slow step.
+        overhead = getattr(self.adapter, "step_overhead_ns", None)
+        elapsed = now - self._step_start_ns
+        self._step_times.append(max(elapsed - (overhead() if overhead is not None else 0), 0))
         self._last_step = step
         if self._schedule.should_close(step, now, self._window_t0):
             self._close_window(step + 1)

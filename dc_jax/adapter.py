@@ -35,7 +35,7 @@ from dc_core.collector import (
 from dc_core.session import WindowSkipped
 
 from . import trace
-from .context import context_of
+from .context import context_of, parse_op_name
 from .flax_hooks import ModuleRecorder
 from .hlo import Instruction, ModuleIndex
 from .nnx_hooks import NnxScopes
@@ -76,6 +76,8 @@ class JaxAdapter:
         self._phases: list[tuple[str, int, int]] = []  # (name, start, end) in monotonic ns
         self._clock0 = (0, 0)  # (wall ns, monotonic ns) when the trace started
         self._skipped: set[int] = set()
+        self._warned_nnx = False
+        self._step_spans: list[tuple[float, float]] = []  # compile spans since the last step ended
         self.last_trace_bytes = 0
         self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
         self.last_convert_ns = 0  # reading the trace into the tree
@@ -110,7 +112,7 @@ class JaxAdapter:
             for package in (jax, __import__("jaxlib")):
                 collector.skip_prefix(os.path.dirname(os.path.abspath(package.__file__)) + os.sep)
         _barrier()
-        self._compiles, self._phases = [], []
+        self._compiles, self._phases, self._step_spans = [], [], []
         self._index.clear()
         self._flax.classes.clear()
         options = jax.profiler.ProfileOptions()
@@ -174,6 +176,18 @@ class JaxAdapter:
         env["process_index"] = str(jax.process_index())
         return env
 
+    def step_overhead_ns(self) -> int:
+        """Compile time inside the step just ended (the union of its compile
+        spans: compiling a function traces the ones it calls inside its own
+        span), kept out of the step's time; it is reported in ``compile``."""
+        spans, self._step_spans = sorted(self._step_spans), []
+        total, end = 0.0, float("-inf")
+        for start, stop in spans:
+            if stop > end:
+                total += stop - max(start, end)
+                end = stop
+        return int(total * 1e9)
+
     # --- phases the user marks -------------------------------------------------
     def mark(self, name: str, start_ns: int, end_ns: int) -> None:
         """Record that the host ran phase ``name`` from ``start_ns`` to ``end_ns`` (monotonic)."""
@@ -191,6 +205,7 @@ class JaxAdapter:
             self._compiles.append(
                 (stage, name, start_time, end_time, collector.top(), tuple(collector.python_frames()))
             )
+            self._step_spans.append((start_time, end_time))
             if stage == "backend_compile":
                 # The new program is alive now; a jit made anew each step is not
                 # when the window closes, and its ops need its metadata.
@@ -266,6 +281,10 @@ class JaxAdapter:
             wanted.setdefault((op.module, op.program), set()).add(op.hlo_op)
         modules = self._index.resolve(wanted)
         device_time = c.metric("device_time_ns", "ns")
+        flops = c.metric("flops", "1")
+        # (operator, device, program, instruction) → (flops of one run, runs): a
+        # device runs its own shard's shapes; an op's kernels are one run of it
+        flop_runs: dict[tuple[int, str, int, str], tuple[int, int]] = {}
         kernel_counts: dict[int, dict[int, int]] = {}  # operator node → kernel node → runs
         classes = {**self._nnx.classes, **self._flax.classes}
         for op in ops:
@@ -273,6 +292,12 @@ class JaxAdapter:
             if instruction is None:  # module no longer alive: the op keeps its name only
                 instruction = Instruction(op.hlo_op, "", "", ())
             ctx = context_of(instruction, op.phase, classes)
+            if not self._warned_nnx and _unnamed_nnx(instruction):
+                self._warned_nnx = True
+                logger.warning(
+                    "DeepContext: Flax NNX ops of %s have no module frames: the step was compiled before the "
+                    "profiler started (NNX modules are named while a step is traced); start dc_jax.profile "
+                    "before the step's first call", op.module)
             frames = [session.frame(KIND_PHASE, ctx.phase)]
             for frame in ctx.frames:
                 if frame[0] == "python":
@@ -291,10 +316,26 @@ class JaxAdapter:
             c.add(kernel, device_time, op.time_ns)
             runs = kernel_counts.setdefault(operator, {})
             runs[kernel] = runs.get(kernel, 0) + op.count
+            if instruction.flops:
+                key = (operator, op.device, op.program, op.hlo_op)
+                flop_runs[key] = (instruction.flops, max(flop_runs.get(key, (0, 0))[1], op.count))
+        for (operator, *_), (per_run, runs) in flop_runs.items():
+            c.add(operator, flops, per_run * runs)
         for operator, runs in kernel_counts.items():
             # An op runs each of its kernels once: its executions are its busiest
             # kernel's, counted on the op alone so that inclusive counts are executions.
             c.add(operator, METRIC_COUNT, max(runs.values()))
+
+
+_NNX_DIR = os.sep + os.path.join("flax", "nnx", "nn") + os.sep
+
+
+def _unnamed_nnx(instruction: Instruction) -> bool:
+    """An op an NNX layer made (its method is in the stack) with no module scope in
+    its name stack: traced without the profiler's NNX scopes."""
+    if not any(_NNX_DIR in loc.file for loc in instruction.stack):
+        return False
+    return not parse_op_name(instruction.op_name)[1]
 
 
 def _unregister(listener: Any) -> None:

@@ -226,7 +226,8 @@ def context_of(
     insert_at: list[int] = []
     cursor = 0
     for i, cls in enumerate(module_classes):
-        at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function) == cls), None)
+        at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function) in (cls, "_" + cls)),
+                  None)  # Linen's Conv runs its private base's method, _Conv.__call__
         if at is None and paths[i] not in (classes or {}):
             at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function)), None)
             if at is not None:

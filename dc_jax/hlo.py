@@ -53,6 +53,9 @@ class Instruction:
         stack: Python frames, outermost first (empty when XLA kept none).
         matmul: The JAX primitive of a matrix product executed by this
             instruction (directly or inside its fusion), else "".
+        flops: Floating-point operations of one execution: 2 per multiply-add
+            of the matrix products and convolutions it runs (those of its fused
+            computation included), as the torch side counts them.
         inherited: XLA kept no metadata for it; ``op_name`` and ``stack`` are
             those of the instruction it was placed by (an operand, a user, or
             the loop or fusion running its computation).
@@ -64,6 +67,7 @@ class Instruction:
     stack: tuple[Loc, ...]
     matmul: str = ""
     inherited: bool = False
+    flops: int = 0
 
 
 def _unquote(text: str) -> str:
@@ -129,6 +133,39 @@ def _stacks(tables: dict[str, dict[int, str]]) -> dict[int, tuple[Loc, ...]]:
 
 
 _OPERAND = re.compile(r"%([\w.\-]+)")
+_SHAPE = re.compile(r"^[a-z][a-z0-9]*\[([\d,]*)\]")
+_FUSED_CALL = re.compile(r"\bcalls=%([\w.\-]+)")
+_LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+_WINDOW_SIZE = re.compile(r"window=\{size=([\dx]+)")
+_DIM_LABELS = re.compile(r"dim_labels=[a-z0-9]+_([a-z0-9]+)->")
+
+
+def _product(values: Iterable[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _flops(opcode: str, rest: str, out: tuple[int, ...] | None, operands: list) -> int:
+    """2 × multiply-adds of a ``dot`` or ``convolution`` from the shapes in the text; 0 otherwise."""
+    if out is None or len(operands) < 2 or operands[0] is None or operands[1] is None:
+        return 0
+    if opcode == "dot":
+        contracting = _LHS_CONTRACTING.search(rest)
+        dims = [int(d) for d in contracting.group(1).split(",") if d] if contracting else []
+        if any(d >= len(operands[0]) for d in dims):
+            return 0
+        return 2 * _product(out) * _product(operands[0][d] for d in dims)
+    if opcode == "convolution":
+        window, labels = _WINDOW_SIZE.search(rest), _DIM_LABELS.search(rest)
+        if labels is None or "i" not in labels.group(1) or len(labels.group(1)) != len(operands[1]):
+            return 0
+        per_output = operands[1][labels.group(1).index("i")]  # input features a kernel reads (per group)
+        if window is not None:
+            per_output *= _product(int(w) for w in window.group(1).split("x"))
+        return 2 * _product(out) * per_output
+    return 0
 
 
 def _operands(rest: str, opcode: str) -> list[str]:
@@ -158,6 +195,10 @@ def parse_module(text: str) -> dict[str, Instruction]:
     users_of: dict[str, list[str]] = {}  # instruction → instructions using it
     inherits: set[str] = set()
     caller_of: dict[str, str] = {}  # computation → the instruction that calls it
+    shapes: dict[str, tuple[int, ...]] = {}  # array results' dimensions
+    own_flops: dict[str, int] = {}
+    fused: dict[str, list[str]] = {}  # instruction → computations it runs inside itself (a fusion's)
+    members: dict[str, list[str]] = {}  # computation → its instructions
     computation = ""
     for line in lines:
         head = _COMPUTATION.match(line)
@@ -197,6 +238,12 @@ def parse_module(text: str) -> dict[str, Instruction]:
                 op_text, stack = donor[1], donor[2]
             inherits.add(name)
         raw[name] = (opcode, op_text, stack, called)
+        shape = _SHAPE.match(rest)
+        if shape is not None:
+            shapes[name] = tuple(int(d) for d in shape.group(1).split(",") if d)
+        own_flops[name] = _flops(opcode, rest, shapes.get(name), [shapes.get(o) for o in operands])
+        fused[name] = _FUSED_CALL.findall(rest)
+        members.setdefault(computation, []).append(name)
         computation_of[name] = computation
         for inner in called:
             caller_of.setdefault(inner, name)
@@ -225,6 +272,13 @@ def parse_module(text: str) -> dict[str, Instruction]:
             name = user or caller_of.get(computation_of.get(name, ""), "")
         return (raw[name][1], raw[name][2]) if name in raw else ("", ())
 
+    def flops_of(name: str, depth: int = 0) -> int:
+        total = own_flops.get(name, 0)
+        if depth < 8:
+            for computation in fused.get(name, ()):
+                total += sum(flops_of(inner, depth + 1) for inner in members.get(computation, ()))
+        return total
+
     out = {}
     for name, (opcode, op_name, stack, called) in raw.items():
         if name in inherits and not _placed(op_name, stack):
@@ -232,7 +286,7 @@ def parse_module(text: str) -> dict[str, Instruction]:
         matmul = MATMUL_OPCODES.get(opcode, "")
         if not matmul and opcode == "fusion":
             matmul = next((m for c in called if (m := matmul_in(c))), "")
-        out[name] = Instruction(name, opcode, op_name, stack, matmul, name in inherits)
+        out[name] = Instruction(name, opcode, op_name, stack, matmul, name in inherits, flops_of(name))
     return out
 
 

@@ -93,7 +93,8 @@ for _name in ("index", "index_put", "index_select", "gather", "scatter", "embedd
 
 
 _GEMMS = ("linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "einsum", "conv1d", "conv2d", "conv3d",
-          "convolution", "conv_transpose2d", "scaled_dot_product_attention")
+          "convolution", "conv_transpose2d", "scaled_dot_product_attention",
+          "dot_general", "conv_general_dilated")  # JAX's primitives
 
 
 def _expected_ratio(w: Window, forward: list[int], backward: list[int], name: str) -> float:
@@ -131,8 +132,9 @@ def backward_imbalance(w: Window) -> list[dict[str, Any]]:
             "backward_imbalance", "warning",
             f"{name} costs {bwd / max(fwd, 1):.1f}x more in backward ({ms(bwd)}) than forward ({ms(fwd)}), "
             f"{percent(bwd / w.total)} of the window",
-            advice or f"check the backward formula of {name}: an equivalent forward, or a custom "
-            "autograd.Function, may have a much cheaper backward",
+            advice or f"check the backward formula of {name}: an equivalent forward, or "
+            + ("a jax.custom_vjp rule" if w.profile.framework == "jax" else "a custom autograd.Function")
+            + ", may have a much cheaper backward",
             w.tree, w.heaviest(backward),
             {"operator": name, "forward_ns": fwd, "backward_ns": bwd, "ratio": round(bwd / max(fwd, 1), 2),
              "expected_ratio": round(expected, 2),

@@ -102,3 +102,17 @@ def test_backward_imbalance_judges_gemms_by_their_flops():
     assert "backward_imbalance" not in rules(analyze(linear(800)))
     # the same times with equal FLOPs are an imbalance
     assert only(analyze(linear(400)), "backward_imbalance")["evidence"]["expected_ratio"] == 1.0
+
+
+def test_backward_imbalance_on_a_jax_profile_speaks_jax():
+    # XLA op time (device time) of a JAX window; dot_general's backward FLOPs are 2x
+    layer = line("forward", "model.py:12")
+    p = profile(
+        ("forward", (TRAIN, (layer, f"operator:dot_general @device_time_ns={10 * MS},flops=100"))),
+        ("backward", (TRAIN, (layer, f"operator:dot_general [backward] @device_time_ns={90 * MS},flops=200"))),
+        framework="jax", env={"jax": "0.10.2", "backend": "cpu"},
+    )
+    f = only(analyze(p), "backward_imbalance")
+    assert f["evidence"]["metric"] == "device_time_ns" and f["evidence"]["expected_ratio"] == 2.0
+    assert "jax.custom_vjp" in f["suggestion"] and "autograd" not in f["suggestion"]
+    assert "gpu_idle" not in rules(analyze(p))  # the CPU device is not a GPU

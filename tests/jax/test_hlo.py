@@ -180,3 +180,15 @@ def test_ops_nothing_places_are_unattributed_not_forward():
     lone = Instruction("copy.9", "copy", "", ())
     assert context_of(lone).phase == "unattributed"
     assert context_of(lone, marked="dataloader").phase == "dataloader"  # dispatched inside a marked phase
+
+
+def test_conv_is_named_conv_whether_or_not_its_class_was_recorded():
+    # Linen's Conv runs _Conv.__call__: without the hooks' record (compiled before
+    # the window) the module keeps the name Linen gave it, as with the record.
+    stack = (Loc("step", "/u/t.py", 5), Loc("CNN.__call__", "/u/m.py", 9),
+             Loc("_Conv.__call__", "/x/site-packages/flax/linen/linear.py", 1))
+    ins = Instruction("convolution.1", "convolution", "jit(step)/jvp(CNN)/Conv_0/conv_general_dilated", stack)
+    unrecorded = context_of(ins)
+    recorded = context_of(ins, classes={"CNN": "CNN", "CNN/Conv_0": "Conv"})
+    assert unrecorded.frames == recorded.frames
+    assert unrecorded.frames[-1] == ("module", "CNN/Conv_0", "Conv")

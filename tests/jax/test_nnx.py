@@ -168,13 +168,16 @@ def test_nnx_scopes_name_traced_calls_only_and_restore_the_classes():
 
 
 @pytest.mark.slow
-def test_step_traced_before_the_profiler_keeps_the_users_calling_lines(tmp_path):
+def test_step_traced_before_the_profiler_keeps_the_users_calling_lines(tmp_path, caplog):
     # Without the profiler at trace time there are no NNX scopes: no module
-    # frames, but each matmul still sits under the model line that called it.
+    # frames (said once), but each matmul still sits under the model line that called it.
     training = workloads.mlp_training()
     train_step, state, (x, y) = training
     train_step(state, x, y)
-    tree = _train(tmp_path, training, steps=3, window=StepRange(start=1, count=2)).tree
+    with caplog.at_level("WARNING", logger="deepcontext"):
+        tree = _train(tmp_path, training, steps=3, window=StepRange(start=1, count=2)).tree
+    warned = [r.getMessage() for r in caplog.records if "no module frames" in r.getMessage()]
+    assert len(warned) == 1 and "compiled before the profiler started" in warned[0]
     assert _modules(tree) == {}
     lines = sorted(tree.path_frames(n)[-2].line for n in _nodes(tree, "operator", "dot_general", False))
     call = workloads.MLP.__call__.__code__.co_firstlineno

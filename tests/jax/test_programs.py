@@ -25,13 +25,15 @@ from .helpers import nodes, profile_with_trace as _profile, raw_op_times as _raw
 class Teacher(nn.Module):
     @nn.compact
     def __call__(self, x):
-        return nn.Dense(10)(nn.relu(nn.Dense(2048)(x)))
+        hidden = nn.relu(nn.Dense(2048)(x))  # Dense_0: the wide one
+        return nn.Dense(10)(hidden)
 
 
 class Student(nn.Module):
     @nn.compact
     def __call__(self, x):
-        return nn.Dense(10)(nn.relu(nn.Dense(16)(x)))
+        hidden = nn.relu(nn.Dense(16)(x))
+        return nn.Dense(10)(hidden)
 
 
 def _op_time_under(tree, name: str) -> dict[str, int]:
@@ -67,6 +69,9 @@ def test_two_jitted_applies_of_one_name_keep_their_own_modules_and_times(tmp_pat
     wide = [n for n in nodes(tree, "operator", "dot_general")
             if any(f.name == "Teacher/Dense_0" for f in tree.path_frames(n))]
     assert len(wide) == 1 and not any(f.name.startswith("Student") for f in tree.path_frames(wide[0]))
+    # FLOPs from the program's shapes: 2·M·K·N per run, 2 runs in the window
+    assert tree.value(wide[0], "count") == 2
+    assert tree.value(wide[0], "flops") == 2 * (2 * 64 * 256 * 2048)
 
     # Op time is its own quantity: the shares of the window add to 100% of the ops'
     # time, and the step's host wall time (phase `other`) carries none of it.

@@ -131,6 +131,11 @@ def test_cnn_weight_gradient_conv_sits_under_backward_and_its_conv_module(tmp_pa
     time = tree.inclusive("device_time_ns")
     convs = [n for n in nodes(tree, "operator", "conv_general_dilated", backward=True)
              if any(f.kind == "module" and f.name == "CNN/Conv_0" for f in tree.path_frames(n))]
+    # FLOPs of Conv_0's forward conv: 2 × output elements × (3·3 window × 3 input features), 2 runs
+    forward = [n for n in nodes(tree, "operator", "conv_general_dilated", backward=False)
+               if any(f.kind == "module" and f.name == "CNN/Conv_0" for f in tree.path_frames(n))]
+    assert len(forward) == 1 and tree.value(forward[0], "count") == 2
+    assert tree.value(forward[0], "flops") == 2 * 2 * (16 * 16 * 16 * 16) * (3 * 3 * 3)
     # Conv_0 reads the input, so its only backward conv is its weight gradient
     assert len(convs) == 1 and time[convs[0]] > 0
     assert tree.path_frames(convs[0])[0].name == "backward"
