@@ -66,3 +66,20 @@ def raw_op_times(path: str) -> dict[int, dict[str, int]]:
                 ops = out.setdefault(program, {})
                 ops[op] = ops.get(op, 0) + own
     return out
+
+
+def assert_ops_match_the_trace(tree, raw: str) -> None:
+    """Every XLA op's device time in ``tree`` equals its exclusive time in the raw
+    trace ``raw`` (per op name, summed over programs on both sides), and the
+    phases' op time adds up to the whole: shares of op time add to 100%."""
+    time = tree.inclusive("device_time_ns")
+    ours: dict[str, int] = {}
+    for n in nodes(tree, "operator"):
+        detail = tree.node_frame(n).detail
+        ours[detail] = ours.get(detail, 0) + time[n]
+    theirs: dict[str, int] = {}
+    for ops in raw_op_times(raw).values():
+        for name, ns in ops.items():
+            theirs[name] = theirs.get(name, 0) + ns
+    assert ours == theirs
+    assert sum(time[n] for n in tree.children(0)) == time[0] == sum(theirs.values())

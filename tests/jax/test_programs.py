@@ -19,7 +19,8 @@ from dc_core.analyzer import analyze  # noqa: E402
 from dc_core.config import StepRange  # noqa: E402
 
 from . import nnx_workloads  # noqa: E402
-from .helpers import nodes, profile_with_trace as _profile, raw_op_times as _raw_op_times  # noqa: E402
+from .helpers import assert_ops_match_the_trace, nodes  # noqa: E402
+from .helpers import profile_with_trace as _profile, raw_op_times as _raw_op_times  # noqa: E402
 
 
 class Teacher(nn.Module):
@@ -100,7 +101,7 @@ def test_a_jit_made_anew_each_step_keeps_its_line(tmp_path):
         assert any(f.kind == "python" and f.line == line and f.file.endswith("test_programs.py") for f in frames), \
             [f.label() for f in frames]
         assert not any(f.kind == "compiled" for f in frames)  # a bare program name: context was lost
-    assert tree.inclusive("device_time_ns")[0] == sum(sum(o.values()) for o in _raw_op_times(raw).values())
+    assert_ops_match_the_trace(tree, raw)
 
 
 class _Stack(nnx.Module):
@@ -129,7 +130,7 @@ def test_attention_hotspot_is_judged_against_op_time_at_its_line(tmp_path):
     profile, raw = _profile(tmp_path, step, steps=5, window=StepRange(start=1, count=3))
     tree = profile.tree
     time = tree.inclusive("device_time_ns")
-    assert time[0] == sum(sum(o.values()) for o in _raw_op_times(raw).values())
+    assert_ops_match_the_trace(tree, raw)
     source, first = inspect.getsourcelines(nnx_workloads.Block.__call__)
     line = first + next(i for i, text in enumerate(source) if "self.attn(" in text)
     label = f"nnx_workloads.py:{line} Block.__call__"
