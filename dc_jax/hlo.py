@@ -27,6 +27,13 @@ _TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
 _FIELD = re.compile(r"(\w+)=(\d+)")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s*\(")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+# Operands, result shapes and the attributes FLOPs are read from.
+_OPERAND = re.compile(r"%([\w.\-]+)")
+_SHAPE = re.compile(r"^[a-z][a-z0-9]*\[([\d,]*)\]")
+_FUSED_CALL = re.compile(r"\bcalls=%([\w.\-]+)")
+_LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+_WINDOW_SIZE = re.compile(r"window=\{size=([\dx]+)")
+_DIM_LABELS = re.compile(r"dim_labels=[a-z0-9]+_([a-z0-9]+)->")
 
 #: HLO opcodes that are matrix products; XLA folds the transposes around a
 #: matmul into it and keeps the transpose's metadata, so these name the operator.
@@ -131,13 +138,6 @@ def _stacks(tables: dict[str, dict[int, str]]) -> dict[int, tuple[Loc, ...]]:
         stacks[key] = stack_of(key)
     return stacks
 
-
-_OPERAND = re.compile(r"%([\w.\-]+)")
-_SHAPE = re.compile(r"^[a-z][a-z0-9]*\[([\d,]*)\]")
-_FUSED_CALL = re.compile(r"\bcalls=%([\w.\-]+)")
-_LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
-_WINDOW_SIZE = re.compile(r"window=\{size=([\dx]+)")
-_DIM_LABELS = re.compile(r"dim_labels=[a-z0-9]+_([a-z0-9]+)->")
 
 
 def _product(values: Iterable[int]) -> int:
