@@ -33,7 +33,7 @@ from dc_core import _native
 from dc_core.config import StepRange
 from dc_torch import Profiler
 from dc_torch.demo import make_workload
-from torch_overhead import _timed as timed  # the same timed loop (GPT step) as the overhead benchmark
+from torch_overhead import _timed as timed, profiled  # the same timed loop (GPT step) as the overhead benchmark
 
 CONFIGS = ("unprofiled", "window, sampler off", "window, 100 Hz sampler", "window, 1000 Hz sampler")
 TARGET = 1.10
@@ -45,13 +45,8 @@ def run_config(name: str, steps: int, logdir: str, batches: list, model, optimiz
         timed(1, batches, model, optimizer, lambda: None)
         return timed(steps, batches, model, optimizer, lambda: None)
     hz = float(name.split()[1]) if name.endswith("Hz sampler") else 0.0
-    profiler = Profiler(logdir=logdir, steps=StepRange(start=1, count=steps), cpu_sampling_hz=hz)
-    profiler.start()
-    try:
-        timed(1, batches, model, optimizer, profiler.step)
-        return timed(steps, batches, model, optimizer, profiler.step)
-    finally:
-        profiler.stop()
+    return profiled(Profiler(logdir=logdir, steps=StepRange(start=1, count=steps), cpu_sampling_hz=hz), steps,
+                    batches, model, optimizer)
 
 
 def percentile(values: list[float], q: float) -> float:

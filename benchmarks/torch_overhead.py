@@ -87,7 +87,12 @@ def run_config(name: str, steps: int, logdir: str, batches: list, model, optimiz
     mode = "comprehensive" if name.startswith("comprehensive") else "lightweight"
     window = StepRange(start=10**9, count=1) if name == "outside a window" else StepRange(start=1, count=steps)
     capture = "python" if "python capture" in name else "auto"
-    profiler = Profiler(logdir=logdir, steps=window, mode=mode, capture=capture)
+    return profiled(Profiler(logdir=logdir, steps=window, mode=mode, capture=capture), steps, batches, model,
+                    optimizer)
+
+
+def profiled(profiler: Profiler, steps: int, batches: list, model, optimizer) -> list[float]:
+    """Step times of ``steps`` steps under ``profiler``, after one warm-up step."""
     profiler.start()
     try:
         _timed(1, batches, model, optimizer, profiler.step)

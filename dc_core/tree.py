@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
 KINDS = ("root", "python", "module", "operator", "native", "kernel", "phase", "compiled")
-PHASES = ("forward", "backward", "optimizer", "dataloader", "compile", "other")
+PHASES = ("forward", "backward", "optimizer", "dataloader", "compile", "other", "unattributed")
 
 UNITS = {
     "cpu_time_ns": "ns",

@@ -35,7 +35,7 @@ from dc_core.collector import (
 from dc_core.session import WindowSkipped
 
 from . import trace
-from .context import context_of, parse_op_name
+from .context import context_of
 from .flax_hooks import ModuleRecorder
 from .hlo import Instruction, ModuleIndex
 from .nnx_hooks import NnxScopes
@@ -292,7 +292,7 @@ class JaxAdapter:
             if instruction is None:  # module no longer alive: the op keeps its name only
                 instruction = Instruction(op.hlo_op, "", "", ())
             ctx = context_of(instruction, op.phase, classes)
-            if not self._warned_nnx and _unnamed_nnx(instruction):
+            if not self._warned_nnx and _unnamed_nnx(instruction, ctx):
                 self._warned_nnx = True
                 logger.warning(
                     "DeepContext: Flax NNX ops of %s have no module frames: the step was compiled before the "
@@ -330,12 +330,11 @@ class JaxAdapter:
 _NNX_DIR = os.sep + os.path.join("flax", "nnx", "nn") + os.sep
 
 
-def _unnamed_nnx(instruction: Instruction) -> bool:
-    """An op an NNX layer made (its method is in the stack) with no module scope in
-    its name stack: traced without the profiler's NNX scopes."""
-    if not any(_NNX_DIR in loc.file for loc in instruction.stack):
-        return False
-    return not parse_op_name(instruction.op_name)[1]
+def _unnamed_nnx(instruction: Instruction, ctx: Any) -> bool:
+    """An op an NNX layer made (its method is in the stack) placed under no module
+    frame: traced without the profiler's NNX scopes."""
+    return any(_NNX_DIR in loc.file for loc in instruction.stack) and not any(
+        frame[0] == "module" for frame in ctx.frames)
 
 
 def _unregister(listener: Any) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping
 
-from .hlo import Instruction, Loc
+from .hlo import Instruction, Loc, placed
 
 _WRAPPER = re.compile(r"^([\w\-]+)\((.*)\)$")
 _INDEX_SUFFIX = re.compile(r"_\d+$")
@@ -167,8 +167,8 @@ def _class_of(qualname: str) -> str:
 UNATTRIBUTED = "unattributed"
 
 
-def _phase_of(stack: tuple[Loc, ...], backward: bool, marked: str | None, placed: bool = True) -> str:
-    if not placed:
+def _phase_of(stack: tuple[Loc, ...], backward: bool, marked: str | None, known: bool = True) -> str:
+    if not known:
         return marked if marked and marked != "other" else UNATTRIBUTED
     if backward:
         return "backward"
@@ -208,8 +208,7 @@ def context_of(
         elif marker and (not markers or markers[-1] != marker):
             markers.append(marker)
     scopes = kept
-    placed = bool(instruction.stack) or "/" in instruction.op_name
-    phase = _phase_of(instruction.stack, backward, marked, placed)
+    phase = _phase_of(instruction.stack, backward, marked, placed(instruction.op_name, instruction.stack))
     paths = ["/".join(scopes[: i + 1]) for i in range(len(scopes))]
     if classes:  # a path between recorded modules that was never called itself (NNX ``layers``
         # above ``layers/0``) is a container, not a module frame

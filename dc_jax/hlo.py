@@ -139,7 +139,6 @@ def _stacks(tables: dict[str, dict[int, str]]) -> dict[int, tuple[Loc, ...]]:
     return stacks
 
 
-
 def _product(values: Iterable[int]) -> int:
     out = 1
     for v in values:
@@ -232,7 +231,7 @@ def parse_module(text: str) -> dict[str, Instruction]:
         if not op_text and not stack:
             # No metadata (a layout copy, a gradient XLA rewrote): it belongs where
             # its inputs come from; a gradient input makes it backward.
-            donors = [raw[o] for o in operands if o in raw and _placed(raw[o][1], raw[o][2])]
+            donors = [raw[o] for o in operands if o in raw and placed(raw[o][1], raw[o][2])]
             donor = next((d for d in donors if "transpose(" in d[1]), donors[0] if donors else None)
             if donor is not None:
                 op_text, stack = donor[1], donor[2]
@@ -266,9 +265,9 @@ def parse_module(text: str) -> dict[str, Instruction]:
         # belongs to the op that reads it), else the instruction that runs its
         # computation (a loop's carried copies belong to the ``while``).
         seen = set()
-        while name in raw and not _placed(raw[name][1], raw[name][2]) and name not in seen:
+        while name in raw and not placed(raw[name][1], raw[name][2]) and name not in seen:
             seen.add(name)
-            user = next((u for u in users_of.get(name, ()) if _placed(raw[u][1], raw[u][2])), None)
+            user = next((u for u in users_of.get(name, ()) if placed(raw[u][1], raw[u][2])), None)
             name = user or caller_of.get(computation_of.get(name, ""), "")
         return (raw[name][1], raw[name][2]) if name in raw else ("", ())
 
@@ -281,7 +280,7 @@ def parse_module(text: str) -> dict[str, Instruction]:
 
     out = {}
     for name, (opcode, op_name, stack, called) in raw.items():
-        if name in inherits and not _placed(op_name, stack):
+        if name in inherits and not placed(op_name, stack):
             op_name, stack = inherited(name)
         matmul = MATMUL_OPCODES.get(opcode, "")
         if not matmul and opcode == "fusion":
@@ -290,9 +289,9 @@ def parse_module(text: str) -> dict[str, Instruction]:
     return out
 
 
-def _placed(op_name: str, stack: tuple[Loc, ...]) -> bool:
-    """Whether metadata places an instruction: a name stack or Python frames (a
-    parameter's ``op_name`` is only its argument's name)."""
+def placed(op_name: str, stack: tuple[Loc, ...]) -> bool:
+    """Whether metadata places an instruction in the tree: a name stack or Python
+    frames (a parameter's ``op_name`` is only its argument's name)."""
     return bool(stack) or "/" in op_name
 
 
@@ -395,21 +394,25 @@ class ModuleIndex:
         the program of that id, alive or captured; where the trace gives no id
         (0) or the program is gone, from the program of that name whose
         instructions best cover the ones seen (``wanted[key]``)."""
+        live = live_modules({name for name, _ in wanted})
         texts: dict[tuple[str, int], str] = dict(self._captured)
-        for key, module in live_modules({name for name, _ in wanted}).items():
-            texts.setdefault(key, "")
-            if not texts[key]:
-                texts[key] = module.to_string()
+
+        def instructions(key: tuple[str, int]) -> dict[str, Instruction]:
+            if key not in texts:
+                texts[key] = live[key].to_string()
+            return self._instructions(texts[key])
+
+        known = {*self._captured, *live}
         out: dict[tuple[str, int], dict[str, Instruction]] = {}
         for key, ops in wanted.items():
-            if key[1] and key in texts:
-                out[key] = self._instructions(texts[key])
+            if key[1] and key in known:
+                out[key] = instructions(key)
                 continue
             best, best_hits = {}, -1
-            for (name, _), text in texts.items():
-                if name != key[0]:
+            for candidate in known:
+                if candidate[0] != key[0]:
                     continue
-                parsed = self._instructions(text)
+                parsed = instructions(candidate)
                 hits = len(ops.intersection(parsed))
                 if hits > best_hits:
                     best, best_hits = parsed, hits
