@@ -2,9 +2,10 @@
 
 A launch-bound loop of tiny ops (``torch.neg`` on a 4-element tensor, about a
 microsecond each on a CPU) runs at Python stack depth 10, 30 and 100 under:
-no profiler, DeepContext's native capture (with the op inputs and outputs it
-boxes for FLOPs and alloc_bytes, and without: the "shapes" cost), DeepContext's
-Python capture path, and ``torch.profiler.profile()``. Each configuration's cost per op is its time
+no profiler; DeepContext's native capture taking op inputs and outputs (FLOPs
+and alloc_bytes, as a comprehensive window does), inputs only (FLOPs: a
+lightweight window's default) and neither (so the "shapes" cost shows apart);
+DeepContext's Python capture path; and ``torch.profiler.profile()``. Each configuration's cost per op is its time
 per op minus the unprofiled time per op measured in the same round; rounds
 interleave the configurations so machine noise hits all alike, and the median
 over rounds is printed with the ratio to torch.profiler's cost.
@@ -26,8 +27,10 @@ import torch
 from dc_core.config import StepRange
 from dc_torch import Profiler
 
-CONFIGS = ("unprofiled", "deepcontext native", "deepcontext native, no shapes", "deepcontext python",
-           "torch.profiler()")
+CONFIGS = ("unprofiled", "deepcontext native", "deepcontext native, flops only", "deepcontext native, no shapes",
+           "deepcontext python", "torch.profiler()")
+SHAPES = {"deepcontext native": {"flops", "alloc_bytes"}, "deepcontext native, flops only": {"flops"},
+          "deepcontext native, no shapes": set()}
 TARGET_NS_AT_30 = 300
 
 
@@ -52,7 +55,8 @@ def _profiled(name: str, logdir: str) -> Iterator[None]:
         capture = name.split()[1].rstrip(",")
         prof = Profiler(logdir=logdir, steps=StepRange(start=0, count=1), capture=capture,
                         cpu_sampling_hz=0, system_interval_ms=0)
-        prof.session.adapter.shapes = "no shapes" not in name  # read when the window opens, in start()
+        if name in SHAPES:  # read when the window opens, in start()
+            prof.session.adapter.shapes = frozenset(SHAPES[name])
         prof.start()
         prof.session.step_begin(0)
         try:

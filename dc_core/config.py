@@ -114,6 +114,13 @@ class ProfilerConfig:
             the Python path with one warning), ``"native"`` (the same, named
             as wanted), or ``"python"`` (force the Python function-mode path).
             The profile's environment says which ran (``capture``).
+        record_shapes: Read operator inputs and outputs for the ``flops``
+            (matmul FLOPs) and ``alloc_bytes`` (bytes of fresh outputs)
+            metrics; on a GPU ``alloc_bytes`` come from the allocator's
+            events either way. None (the default): in comprehensive windows
+            only, since torch boxes every operator's arguments once any
+            profiler asks for them, about 4% of a small GPT step
+            (``benchmarks/torch_overhead.py``).
         analyzer: Threshold overrides, ``{"rule.threshold": value}``, checked
             against the analyzer's rules and thresholds; ``"rule.enabled": 0``
             turns a rule off. Stored as a copy, so later edits cannot bypass the checks.
@@ -134,6 +141,7 @@ class ProfilerConfig:
     max_nodes: int = 500_000
     native: bool = True
     capture: str = "auto"
+    record_shapes: bool | None = None
     analyzer: Mapping[str, float] = field(default_factory=dict)
     profile_eval: bool = False
     enabled: bool = True
@@ -158,7 +166,14 @@ class ProfilerConfig:
         for flag in ("native", "profile_eval", "enabled"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {shown(getattr(self, flag))}")
+        if self.record_shapes is not None and not isinstance(self.record_shapes, bool):
+            raise ValueError(f"record_shapes must be true, false or null, got {shown(self.record_shapes)}")
         object.__setattr__(self, "analyzer", check_thresholds(self.analyzer))
+
+    @property
+    def shapes(self) -> bool:
+        """Whether windows read operator shapes (``record_shapes``, else by mode)."""
+        return self.mode == "comprehensive" if self.record_shapes is None else self.record_shapes
 
 
 _NESTED = {"steps": StepRange, "time_range": TimeRange}

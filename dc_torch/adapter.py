@@ -55,9 +55,9 @@ class TorchAdapter:
         self.capture = "python"  # the path the last install took: "native" or "python"
         self.capture_note = ""  # why the Python path, or how the native one reads frames
         self.native: NativeCapture | None = None
-        # Native path: take op inputs/outputs for FLOPs and alloc_bytes (boxing
-        # them costs every op; benchmarks/capture_cost.py prints how much).
-        self.shapes = True
+        # Native path: the metrics read from op inputs/outputs ("flops": inputs,
+        # "alloc_bytes": outputs too). None: ProfilerConfig.record_shapes says.
+        self.shapes: frozenset[str] | None = None
         self.untagged: dict[str, Any] = {}
         self.suspended: set[int] = set()  # threads inside a compiled region: eager hooks stand aside
         self.matmul_frames: set[int] = set()
@@ -73,6 +73,7 @@ class TorchAdapter:
         self.collectives = CollectiveHooks(self)
         self.device = DeviceTracer(self)
         self.metric_alloc = self.metric_flops = self.metric_device_time = -1
+        self.cpu_shapes = False
 
     # --- session protocol -----------------------------------------------------
     def prepare(self, session: Any) -> None:
@@ -92,6 +93,9 @@ class TorchAdapter:
         c = self.collector = session.collector
         c.skip_prefix(TORCH_DIR + os.sep)
         self.metric_alloc = c.metric("alloc_bytes", "bytes")
+        # FLOPs and (on CPU) alloc_bytes are read from operator arguments, on
+        # both capture paths, only where configured.
+        self.cpu_shapes = session.config.shapes
         self.metric_flops = c.metric("flops", "1")
         self.metric_device_time = c.metric("device_time_ns", "ns")
         self.generation += 1
@@ -234,16 +238,25 @@ class TorchAdapter:
         try:
             # On a GPU, Kineto's memory events give alloc_bytes (device.py).
             marks = self.device.on
-            shapes = self.shapes
+            shapes = self._shapes()
             self.native.start(collector, self.session.phase_frame("backward"), self.aten_forward, namer,
-                              flops=self.metric_flops if shapes else -1,
-                              alloc=self.metric_alloc if shapes and not marks else -1, marks=marks)
+                              flops=self.metric_flops if "flops" in shapes else -1,
+                              alloc=self.metric_alloc if "alloc_bytes" in shapes and not marks else -1,
+                              marks=marks)
         except BusyError:
             # Another session's window holds the process-wide callback (two
             # profilers at once): this one records on the Python path.
             self.capture, self.capture_note = "python", "another window holds the native capture"
             return
         self.capture_note = f"frames: {self.native.frame_walk}"
+
+    def _shapes(self) -> frozenset[str]:
+        """Which shape-derived metrics the native path takes: asking for any
+        makes torch box every operator's inputs (and, for alloc_bytes, outputs),
+        so by default only comprehensive windows do (``ProfilerConfig.record_shapes``)."""
+        if self.shapes is not None:
+            return self.shapes
+        return frozenset({"flops", "alloc_bytes"} if self.cpu_shapes else ())
 
     def _stop_native(self) -> None:
         native = self.native

@@ -277,7 +277,7 @@ class AtenMode(TorchDispatchMode):
             count = self.flops.get(func, _UNKNOWN)
             if count is _UNKNOWN:
                 count = self.flops[func] = _MATMUL_FLOPS.get(func.overloadpacket) or flop_registry.get(func.overloadpacket)
-            if count is not None:
+            if count is not None and a.cpu_shapes:
                 c.add(scope, a.metric_flops, int(count(*args, **kwargs, out_val=out)))
         except Exception:  # noqa: BLE001 - FLOPs are best effort; an odd signature is not an error
             pass

@@ -47,6 +47,10 @@ def op_name(func: Callable) -> str:
     """``torch.softmax``, ``torch.nn.functional.linear``, ``torch.Tensor.add``."""
     name = resolve_name(func)
     if name:
+        short = getattr(func, "__name__", None)
+        if name.startswith("torch.") and name.count(".") == 1 and short and name != f"torch.{short}" \
+                and getattr(torch, short, None) is func:
+            return f"torch.{short}"  # torch's table names a twin for some (torch.mm -> "torch.spmm")
         return name
     qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
     module = getattr(func, "__module__", None) or ""
@@ -175,11 +179,11 @@ class OperatorMode(TorchFunctionMode):
         try:
             # In-place calls (most of an optimizer step) return their first argument.
             # On CUDA, Kineto's memory events give alloc_bytes instead.
-            if marker is None and not (args and out is args[0]):
+            if marker is None and a.cpu_shapes and not (args and out is args[0]):
                 size = output_bytes(args, out)
                 if size:
                     c.add(node, a.metric_alloc, size)
-            if fid in self.matmuls:
+            if fid in self.matmuls and a.cpu_shapes:
                 c.add(node, a.metric_flops, matmul_flops(args, out))
             if first_seq >= 0 and isinstance(out, (_Tensor, tuple, list)):
                 tag_op(out, node, fid, first_seq, self.hooks)

@@ -16,16 +16,6 @@ std::atomic<Collector*> g_capturing{nullptr};
 
 constexpr uint64_t kNestedTag = 0x6e65737465642121ull;
 
-// Per frame, the words are multiplied apart (independent of the running hash,
-// so the CPU overlaps them with the walk's loads) and folded in with a
-// rotate-xor: the chain through `h` is two cycles a frame.
-inline uint64_t fold(uint64_t h, const RawFrame& f) {
-  uint64_t x = reinterpret_cast<uintptr_t>(f.code) * 0x9E3779B97F4A7C15ull +
-               reinterpret_cast<uintptr_t>(f.instr) * 0xC2B2AE3D27D4EB4Full +
-               reinterpret_cast<uintptr_t>(f.self);
-  return ((h << 7) | (h >> 57)) ^ x;
-}
-
 inline uint64_t finish(uint64_t h) {
   h ^= h >> 31;
   h *= 0xBF58476D1CE4E5B9ull;
@@ -161,7 +151,7 @@ int64_t Collector::op_frame(const char* name, bool backward) {
   return frames_.intern(KIND_OPERATOR, name, "", 0, "", backward ? FLAG_BACKWARD : 0);
 }
 
-OpThread& Collector::op_thread() {
+OpThread& Collector::op_thread(bool python) {
   // A pointer in the initial-exec TLS block: one instruction to reach, where
   // a thread_local object (tens of KB, dynamically initialised) in a dlopen'ed
   // module costs a __tls_get_addr call and a guard check per access.
@@ -173,7 +163,6 @@ OpThread& Collector::op_thread() {
   }
   OpThread& t = *state;
   const uint64_t gen = capture_gen_.load(std::memory_order_relaxed);
-  PyThreadState* ts = own_thread_state();
   if (t.owner != gen) {
     t.owner = gen;
     t.depth = 0;
@@ -182,6 +171,8 @@ OpThread& Collector::op_thread() {
     t.backs.clear();
     t.ts = nullptr;
   }
+  if (!python) return t;  // an exit: reads only its own slots
+  PyThreadState* ts = own_thread_state();
   if (t.ts != ts || (ts != nullptr && t.scopes == nullptr)) {
     t.ts = ts;
     t.scopes = ts != nullptr ? scopes_.of(ts) : nullptr;
@@ -263,20 +254,31 @@ int64_t Collector::context_node(OpThread& t, int64_t frame) {
     parent = sc->stack.back().node;
     min_depth = sc->stack.back().user_depth;
   }
+  // The cache key is the whole walk (with the scope's depth and the op): the
+  // kept part below the scope is what the node depends on, and on a hit (the
+  // steady state) one pass over the chain, without storing it, is all it costs.
+  const uint64_t op = static_cast<uint64_t>(frame) * 0xD6E8FEB86659FD93ull;
+  uint64_t h = static_cast<uint64_t>(min_depth);
   int n = 0;
-  if (t.ts != nullptr) n = gil_free_ ? walk_frames(t.ts, reinterpret_cast<PyCodeObject*>(context_code_),
-                                                   t.walk, kMaxWalk)
-                                     : walk_with_gil(t);
+  bool walked = false;
+  if (t.ts != nullptr && gil_free_) {
+    n = hash_frames(t.ts, reinterpret_cast<PyCodeObject*>(context_code_), kMaxWalk, &h);
+  } else if (t.ts != nullptr) {
+    n = walk_with_gil(t);
+    for (int i = 0; i < n; ++i) h = fold_frame(h, t.walk[i]);
+    walked = true;
+  }
   if (n < 0) {  // too deep to walk: the op is kept, without its path
     unpathed_ops_.fetch_add(1, std::memory_order_relaxed);
     n = 0;
+    h = static_cast<uint64_t>(min_depth);
   }
+  const uint64_t a = finish((h ^ static_cast<uint64_t>(n)) ^ op);
+  if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(parent))) return *hit;
+  if (n > 0 && !walked) n = walk_frames(t.ts, reinterpret_cast<PyCodeObject*>(context_code_), t.walk, kMaxWalk);
+  if (n < 0) n = 0;
   int keep = n - static_cast<int>(min_depth);
   if (keep < 0) keep = 0;
-  uint64_t h = static_cast<uint64_t>(keep);
-  for (int i = 0; i < keep; ++i) h = fold(h, t.walk[i]);
-  const uint64_t a = finish(h ^ (static_cast<uint64_t>(frame) * 0xD6E8FEB86659FD93ull));
-  if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(parent))) return *hit;
   int64_t node = resolve_path(t, keep, parent, frame);
   if (node >= 0) t.paths.insert(a, static_cast<uint64_t>(parent), node);
   return node;
@@ -399,7 +401,7 @@ int64_t Collector::backward_enter(int64_t frame, int64_t seq, uint64_t forward_t
 
 void Collector::op_exit(int64_t metric, int64_t value) {
   if (!capturing_.load(std::memory_order_relaxed)) return;
-  OpThread& t = op_thread();
+  OpThread& t = op_thread(false);
   if (t.depth == 0) return;  // entered before this window: not ours
   const int d = --t.depth;
   if (d >= kMaxOpDepth) return;

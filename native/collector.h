@@ -131,7 +131,7 @@ class Collector {
   int64_t close_innermost(ThreadScopes* ts);
 
   // capture.cc
-  OpThread& op_thread();
+  OpThread& op_thread(bool python = true);  // python: also refresh the thread state (not needed at an exit)
   // After the calling thread's scope stack changed: what it is in now.
   void republish(ThreadScopes* ts);
   int64_t context_node(OpThread& t, int64_t frame);

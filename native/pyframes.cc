@@ -56,22 +56,42 @@ inline bool incomplete(const Frame* f) {
          f->prev_instr < code_start(f->f_code) + f->f_code->_co_firsttraceable;
 }
 
-}  // namespace
-
-int walk_frames(PyThreadState* ts, PyCodeObject* context_code, RawFrame* out, int max) {
+// Calls visit(RawFrame) for each complete frame of `ts`, innermost first;
+// returns the number visited, or -1 past `max`. Only the innermost frame can
+// be incomplete (an outer frame is inside a call, past its first traceable
+// instruction), so only it pays the code-object read; 3.12's entry shims are
+// marked in the frame itself.
+template <typename Visit>
+inline int for_each_frame(PyThreadState* ts, PyCodeObject* context_code, int max, Visit visit) {
   if (ts == nullptr || ts->cframe == nullptr) return 0;
+  const Frame* f = reinterpret_cast<const Frame*>(ts->cframe->current_frame);
+  if (f != nullptr && incomplete(f)) f = f->previous;
   int n = 0;
-  for (const Frame* f = reinterpret_cast<const Frame*>(ts->cframe->current_frame);
-       f != nullptr; f = f->previous) {
-    if (incomplete(f)) continue;
+  for (; f != nullptr; f = f->previous) {
+    if (f->owner == kOwnedByCStack) continue;
     if (n == max) return -1;
     PyObject* self = nullptr;
     if (f->f_code == context_code) {
       self = f->localsplus[0];
       if (self != nullptr && Py_IS_TYPE(self, &PyCell_Type)) self = PyCell_GET(self);
     }
-    out[n++] = RawFrame{f->f_code, f->prev_instr, self};
+    visit(RawFrame{f->f_code, f->prev_instr, self});
+    ++n;
   }
+  return n;
+}
+
+}  // namespace
+
+int walk_frames(PyThreadState* ts, PyCodeObject* context_code, RawFrame* out, int max) {
+  int n = 0;
+  return for_each_frame(ts, context_code, max, [&](const RawFrame& f) { out[n++] = f; });
+}
+
+int hash_frames(PyThreadState* ts, PyCodeObject* context_code, int max, uint64_t* h) {
+  uint64_t acc = *h;
+  const int n = for_each_frame(ts, context_code, max, [&](const RawFrame& f) { acc = fold_frame(acc, f); });
+  *h = acc;
   return n;
 }
 
@@ -83,6 +103,7 @@ int frame_lasti(PyCodeObject* code, const void* instr) {
 #else
 
 int walk_frames(PyThreadState*, PyCodeObject*, RawFrame*, int) { return -1; }
+int hash_frames(PyThreadState*, PyCodeObject*, int, uint64_t*) { return -1; }
 int frame_lasti(PyCodeObject*, const void*) { return -1; }
 
 #endif

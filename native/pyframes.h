@@ -46,6 +46,21 @@ inline PyThreadState* own_thread_state() { return PyGILState_GetThisThreadState(
 // `max` or the layout is unknown.
 int walk_frames(PyThreadState* ts, PyCodeObject* context_code, RawFrame* out, int max);
 
+// Folds one frame into a running path hash. The words are multiplied apart
+// (independent of `h`, so the CPU overlaps them with the walk's loads) and
+// folded in with a rotate-xor: the chain through `h` is two cycles a frame.
+inline uint64_t fold_frame(uint64_t h, const RawFrame& f) {
+  uint64_t x = reinterpret_cast<uintptr_t>(f.code) * 0x9E3779B97F4A7C15ull +
+               reinterpret_cast<uintptr_t>(f.instr) * 0xC2B2AE3D27D4EB4Full +
+               reinterpret_cast<uintptr_t>(f.self);
+  return ((h << 7) | (h >> 57)) ^ x;
+}
+
+// The frames walk_frames would write, folded into `*h` (fold_frame, innermost
+// first) instead of stored: one pass over the chain, no writes. Returns the
+// number of frames, or -1 if deeper than `max` or the layout is unknown.
+int hash_frames(PyThreadState* ts, PyCodeObject* context_code, int max, uint64_t* h);
+
 // Byte offset of `instr` in `code`, as PyFrame_GetLasti reports it.
 int frame_lasti(PyCodeObject* code, const void* instr);
 

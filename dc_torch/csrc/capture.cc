@@ -81,6 +81,7 @@ class NameCache {
     if (gen != generation_) {
       for (Known& k : known_) k = Known();
       for (Recent& r : recent_) r = Recent();
+      used_ = 0;
       generation_ = gen;
     }
     Recent& r = recent_[(reinterpret_cast<uintptr_t>(name) >> 3) & (kSlots - 1)];
@@ -88,23 +89,37 @@ class NameCache {
       const Known& k = known_[r.known];
       if (k.backward == backward && k.text == name) return k;
     }
+    // Open addressing: two names sharing a slot would otherwise evict each
+    // other on every call (aten::copy_ and a backward record did, each eviction
+    // a locked intern in the collector).
     const uint64_t h = fnv(name, backward);
-    const size_t i = h & (kSlots - 1);
+    size_t i = h & (kSlots - 1);
+    for (; known_[i].hash != 0; i = (i + 1) & (kSlots - 1)) {
+      const Known& k = known_[i];
+      if (k.hash == h && k.backward == backward && k.text == name) break;
+    }
     Known& k = known_[i];
-    if (k.hash != h || k.backward != backward || k.text != name) {
-      k.hash = h;
-      k.backward = backward;
-      k.text = name;
-      k.frame = skipped(name) ? kSkip : api->op_frame(api->collector, name, backward ? 1 : 0);
-      k.family = backward ? NONE : family_of(name);
-      k.in_place = writes_in_place(name);
+    if (k.hash == 0) {
+      if (++used_ * 4 > kSlots * 3) {  // a window of thousands of distinct names: start over
+        for (Known& old : known_) old = Known();
+        for (Recent& old : recent_) old = Recent();
+        used_ = 1;
+        i = h & (kSlots - 1);
+      }
+      Known& fresh = known_[i];
+      fresh.hash = h;
+      fresh.backward = backward;
+      fresh.text = name;
+      fresh.frame = skipped(name) ? kSkip : api->op_frame(api->collector, name, backward ? 1 : 0);
+      fresh.family = backward ? NONE : family_of(name);
+      fresh.in_place = writes_in_place(name);
       // ATen ops are namespaced (aten::, prim::, c10d::); a bare name is a
       // region: an autograd.Function's apply, a compiled region.
-      k.flags = std::strstr(name, "::") == nullptr ? DC_OP_REGION : 0;
+      fresh.flags = std::strstr(name, "::") == nullptr ? DC_OP_REGION : 0;
     }
     r.ptr = name;
     r.known = i;
-    return k;
+    return known_[i];
   }
 
   // Per open record on this thread, what its exit must do.
@@ -117,7 +132,7 @@ class NameCache {
   std::vector<std::pair<std::unique_ptr<at::RecordFunction>, std::string>> marks;
 
  private:
-  static constexpr size_t kSlots = 1024;
+  static constexpr size_t kSlots = 2048;
   struct Recent {  // by the pointer last seen with that text
     const char* ptr = nullptr;
     size_t known = 0;
@@ -125,9 +140,10 @@ class NameCache {
   static uint64_t fnv(const char* s, bool backward) {
     uint64_t h = backward ? 0x84222325cbf29ce4ull : 1469598103934665603ull;
     for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
-    return h;
+    return h != 0 ? h : 1;  // 0 marks an empty slot
   }
   uint64_t generation_ = ~uint64_t{0};
+  size_t used_ = 0;  // filled slots of known_
   Known known_[kSlots];
   Recent recent_[kSlots];
 };
@@ -293,6 +309,32 @@ PyObject* stop(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// A callback that does nothing, registered like the real one: what
+// RecordFunction itself costs a step (benchmarks/torch_overhead.py's floor).
+std::unique_ptr<at::ObserverContext> bare_enter(const at::RecordFunction&) { return nullptr; }
+void bare_exit(const at::RecordFunction&, at::ObserverContext*) {}
+at::CallbackHandle g_bare = at::INVALID_CALLBACK_HANDLE;
+
+PyObject* bare(PyObject*, PyObject* arg) {
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return nullptr;
+  try {
+    if (on && g_bare == at::INVALID_CALLBACK_HANDLE) {
+      g_bare = at::addGlobalCallback(at::RecordFunctionCallback(&bare_enter, &bare_exit)
+                                         .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION})
+                                         .needsInputs(false)
+                                         .needsIds(false));
+    } else if (!on && g_bare != at::INVALID_CALLBACK_HANDLE) {
+      at::removeCallback(g_bare);
+      g_bare = at::INVALID_CALLBACK_HANDLE;
+    }
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* thread_id(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(at::RecordFunction::currentThreadId());
 }
@@ -307,6 +349,8 @@ PyMethodDef methods[] = {
      "capture table; metric -1 leaves that metric out; marks opens a dc#<node> record per op."},
     {"stop", stop, METH_NOARGS, "stop(): remove the callback; idempotent."},
     {"active", active, METH_NOARGS, "active() -> bool: whether the callback is registered."},
+    {"bare", bare, METH_O,
+     "bare(on): register (or remove) a callback that does nothing, for measuring RecordFunction's own cost."},
     {"thread_id", thread_id, METH_NOARGS,
      "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers are per thread)."},
     {nullptr, nullptr, 0, nullptr},

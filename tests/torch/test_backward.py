@@ -134,15 +134,20 @@ def test_a_graph_that_outlives_its_window_lands_under_the_phase_by_node_name(tmp
     assert tree.value(softmax[0], "count") == 1
 
 
-def test_alloc_bytes_count_fresh_outputs_not_views(tmp_path):
-    x = torch.randn(16, 8)
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
+def _alloc_window(logdir, **config):
+    x, w = torch.randn(16, 8), torch.randn(8, 16)
+    with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=0, count=2), **QUIET, **config) as prof:
         for _ in range(2):
             fresh = F.relu(x)
             fresh.view(8, 16).t().add_(1.0)
             torch.cat([fresh, x]).split(4)
+            torch.mm(x, w)
             prof.step()
-    tree = only_profile(tmp_path).tree
+    return only_profile(logdir).tree
+
+
+def test_alloc_bytes_count_fresh_outputs_not_views(tmp_path):
+    tree = _alloc_window(tmp_path, record_shapes=True)
 
     def alloc(name):
         nodes = find(tree, lambda fs: role(fs[-1].name) == role(name))
@@ -153,3 +158,17 @@ def test_alloc_bytes_count_fresh_outputs_not_views(tmp_path):
     assert alloc("torch.cat") == 2 * 32 * 8 * 4
     assert alloc("torch.Tensor.view") == alloc("torch.Tensor.t") == alloc("torch.Tensor.add_") == 0
     assert alloc("torch.Tensor.split") == 0
+
+
+def test_shapes_are_read_in_comprehensive_windows_or_when_asked(tmp_path):
+    """Reading op arguments makes torch box every op's inputs and outputs:
+    lightweight windows leave FLOPs and alloc_bytes out unless record_shapes
+    asks for them; comprehensive windows take them unless it says no."""
+    for name, config, takes in (("light", {}, False), ("light+shapes", {"record_shapes": True}, True),
+                                ("comprehensive", {"mode": "comprehensive"}, True),
+                                ("comprehensive-shapes", {"mode": "comprehensive", "record_shapes": False}, False)):
+        tree = _alloc_window(tmp_path / name, **config)
+        relu = find(tree, lambda fs: role(fs[-1].name) == role("torch.nn.functional.relu"))[0]
+        mm = find(tree, lambda fs: fs[0].name != "backward" and role(fs[-1].name) == role("torch.mm"))[0]
+        assert tree.value(relu, "alloc_bytes") == (2 * 16 * 8 * 4 if takes else 0), name
+        assert tree.value(mm, "flops") == (2 * (2 * 16 * 8 * 16) if takes else 0), name

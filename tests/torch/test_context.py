@@ -53,7 +53,7 @@ def test_backward_ops_flagged_under_the_same_helper_frame(tmp_path):
 
 
 def test_module_frames_carry_path_and_class(tmp_path):
-    tree = _run(tmp_path).tree
+    tree = _run(tmp_path, record_shapes=True).tree
     linear = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == "linear")
     assert len(linear) == 1
     modules = [f for f in tree.path_frames(linear[0]) if f.kind == "module"]

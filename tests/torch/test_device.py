@@ -45,7 +45,7 @@ def test_ingest_puts_kernels_under_the_marked_operator(tmp_path):
 
 def test_cpu_only_operators_are_the_leaves(tmp_path):
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
-                          system_interval_ms=0) as prof:
+                          system_interval_ms=0, record_shapes=True) as prof:
         train(TwoLine(), 3, prof)
     tree = only_profile(tmp_path).tree
     assert not [n for n in range(len(tree)) if tree.node_frame(n).kind == "kernel"]

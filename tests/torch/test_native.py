@@ -65,7 +65,8 @@ def test_composite_calls_show_every_matmul_and_attention_as_torch_profiler_count
         _demo_step(model, data, optimizer)
     expected = {e.key: e.count for e in peer.key_averages()}
     steps = 3
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=steps), **QUIET) as prof:
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=steps), record_shapes=True,
+                          **QUIET) as prof:
         for _ in range(steps):
             _demo_step(model, data, optimizer)
             prof.step()
