@@ -128,8 +128,11 @@ class TorchAdapter:
         `restore`'s answer: False while a mode could not be taken off yet."""
         self.active = False
         try:
-            self._stop_native()
-            return self.restore()
+            failure = self._stop_native()
+            restored = self.restore()
+            if failure is not None:  # raised here, all unhooked: the session logs it once and turns off
+                raise RuntimeError(f"the native operator capture stopped itself after an error in {failure}")
+            return restored
         finally:
             closers, self.on_uninstall = self.on_uninstall, []
             try:
@@ -258,16 +261,18 @@ class TorchAdapter:
             return self.shapes
         return frozenset({"flops", "alloc_bytes"} if self.cpu_shapes else ())
 
-    def _stop_native(self) -> None:
+    def _stop_native(self) -> str | None:
+        """Remove the callback; returns the error that stopped it mid-window, if one did."""
         native = self.native
         if native is None or native.collector is None:
-            return
+            return None
         unpathed, errors = native.stop()
         if errors:
             logger.warning("deepcontext: %d module(s) could not be named; their operators sit under the caller", errors)
         if unpathed:
             logger.warning("deepcontext: %d operator(s) ran under a Python stack deeper than the walk "
                            "reads; they are recorded without their Python path", unpathed)
+        return native.failure
 
     def _remove_modes(self) -> bool:
         """Take our modes off the installing thread's stacks, leaving others' modes

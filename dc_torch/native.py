@@ -112,6 +112,7 @@ class NativeCapture:
         self.extension = extension
         self.collector: Any = None
         self.gil_free = False
+        self.failure: str | None = None  # the error that stopped the last window's callback, if any
 
     def start(self, collector: Any, backward_frame: int, nested: bool, namer: Any,
               flops: int = -1, alloc: int = -1, marks: bool = False) -> None:
@@ -149,6 +150,7 @@ class NativeCapture:
     def stop(self) -> tuple[int, int]:
         """Remove the callback; returns (ops without their path, naming errors)."""
         self.extension.stop()
+        self.failure = self.extension.failure()
         collector, self.collector = self.collector, None
         return collector.capture_stop() if collector is not None else (0, 0)
 

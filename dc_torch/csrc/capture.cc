@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <stdexcept>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -82,6 +84,8 @@ class NameCache {
       for (Known& k : known_) k = Known();
       for (Recent& r : recent_) r = Recent();
       used_ = 0;
+      open.clear();  // records left open when the last window closed
+      marks.clear();
       generation_ = gen;
     }
     Recent& r = recent_[(reinterpret_cast<uintptr_t>(name) >> 3) & (kSlots - 1)];
@@ -189,9 +193,37 @@ int64_t fresh_bytes(const NameCache::Open& o, const c10::IValue& v) {
   return static_cast<int64_t>(t.storage().nbytes());
 }
 
-std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+// Fail-open: an error inside a callback stops the capture at once (every
+// later callback returns on the null table) and is kept for Python, which
+// logs it once and turns the profiler off when the window closes. Nothing is
+// thrown into torch's dispatcher.
+std::atomic<bool> g_failed{false};
+char g_failure[512];
+std::atomic<long> g_fault_in{-1};  // tests: the callback that many calls from now throws
+
+void fail_open(const char* where, const char* what) noexcept {
+  g_api.store(nullptr, std::memory_order_release);
+  bool first = false;
+  if (g_failed.compare_exchange_strong(first, true))
+    std::snprintf(g_failure, sizeof(g_failure), "%s: %s", where, what);
+}
+
+template <typename Body>
+void guarded(const char* where, Body body) noexcept {
+  try {
+    if (g_fault_in.load(std::memory_order_relaxed) >= 0 && g_fault_in.fetch_sub(1) == 0)
+      throw std::runtime_error("injected fault");
+    body();
+  } catch (const std::exception& e) {
+    fail_open(where, e.what());
+  } catch (...) {
+    fail_open(where, "unknown exception");
+  }
+}
+
+void enter(const at::RecordFunction& fn) {
   const dc_capture_api* api = g_api.load(std::memory_order_acquire);
-  if (api == nullptr) return nullptr;
+  if (api == nullptr) return;
   NameCache& cache = names();
   const bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   const NameCache::Known& k = cache.lookup(api, fn.name(), backward);
@@ -222,10 +254,14 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
       o.marked = true;
     }
   }
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  guarded("operator entry", [&] { enter(fn); });
   return nullptr;
 }
 
-void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+void leave(const at::RecordFunction& fn) {
   const dc_capture_api* api = g_api.load(std::memory_order_acquire);
   if (api == nullptr) return;
   NameCache& cache = names();
@@ -246,6 +282,8 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   }
   api->op_exit(api->collector, g_alloc, bytes);  // every enter reported one, even a skipped record
 }
+
+void on_exit(const at::RecordFunction& fn, at::ObserverContext*) { guarded("operator exit", [&] { leave(fn); }); }
 
 void after_fork_child() {
   // A forked child (a DataLoader worker) records nothing; Python removes the
@@ -272,6 +310,7 @@ PyObject* start(PyObject*, PyObject* args) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, after_fork_child); });
   g_generation.fetch_add(1);
+  g_failed.store(false);
   g_flops = flops;
   g_alloc = alloc;
   g_marks = marks != 0;
@@ -335,6 +374,18 @@ PyObject* bare(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+PyObject* failure(PyObject*, PyObject*) {
+  if (!g_failed.load()) Py_RETURN_NONE;
+  return PyUnicode_DecodeUTF8(g_failure, static_cast<Py_ssize_t>(std::strlen(g_failure)), "replace");
+}
+
+PyObject* inject_fault(PyObject*, PyObject* arg) {
+  const long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred()) return nullptr;
+  g_fault_in.store(n);
+  Py_RETURN_NONE;
+}
+
 PyObject* thread_id(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(at::RecordFunction::currentThreadId());
 }
@@ -351,6 +402,10 @@ PyMethodDef methods[] = {
     {"active", active, METH_NOARGS, "active() -> bool: whether the callback is registered."},
     {"bare", bare, METH_O,
      "bare(on): register (or remove) a callback that does nothing, for measuring RecordFunction's own cost."},
+    {"failure", failure, METH_NOARGS,
+     "failure() -> str | None: the error that stopped this window's capture inside a callback, if any."},
+    {"inject_fault", inject_fault, METH_O,
+     "inject_fault(n): for tests, the callback n calls from now throws (-1: never)."},
     {"thread_id", thread_id, METH_NOARGS,
      "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers are per thread)."},
     {nullptr, nullptr, 0, nullptr},

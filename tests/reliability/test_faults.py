@@ -116,3 +116,34 @@ def test_exit_failure_never_reaches_the_user(tmp_path, monkeypatch, caplog, pyth
             out = torch.mm(torch.ones(2, 3), torch.ones(3, 2))
     assert out.tolist() == [[3.0, 3.0], [3.0, 3.0]]
     assert len(_errors(caplog)) == 1
+
+
+@pytest.mark.parametrize("calls", [7, 40])
+def test_an_error_inside_the_native_callback_stops_it_and_turns_the_profiler_off(calls, tmp_path, caplog):
+    """C++ errors in the RecordFunction callback never reach torch's dispatcher:
+    the capture stops at once, the window closes with what it had, one error is
+    logged and the profiler is off; training is bit-identical."""
+    from dc_torch import native
+
+    extension, why = native.load()
+    if extension is None:
+        pytest.skip(f"no native capture here: {why}")
+    plain = train()
+    before = torch_state()
+    logdir = tmp_path / "logs"
+    extension.inject_fault(calls)  # the callback that many calls into the window throws
+    try:
+        with caplog.at_level(logging.WARNING, logger="deepcontext"):
+            with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=1, count=2), capture="native",
+                                  cpu_sampling_hz=0, **QUIET) as prof:
+                profiled = train(profiler=prof)
+    finally:
+        extension.inject_fault(-1)
+    assert same_training(profiled, plain)
+    assert torch_state() == before and not extension.active()
+    errors = _errors(caplog)
+    assert len(errors) == 1 and "disabled itself" in errors[0] and "injected fault" in errors[0], errors
+    assert prof.session.disabled
+    profiles, bad = load_profiles(logdir)
+    assert not bad and [p.steps[0] for p in profiles] == [1]
+    assert profiles[0].env["capture"].startswith("native")
