@@ -15,16 +15,20 @@ PYTEST_ARGS ?=
 .PHONY: demo test test-cuda bench install install-test browser clean
 
 $(BIN)/python:
+	@echo "== creating $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
 $(VENV)/.installed-all: $(BIN)/python pyproject.toml constraints.txt $(wildcard native/*) $(wildcard dc_core/include/*) $(wildcard dc_torch/csrc/*)
+	@echo "== installing DeepContext with every integration (torch, lightning, transformers, jax, tensorboard) into $(VENV): several minutes on a fresh machine"
 	$(PIP) install -q -e ".[all]"
+	@echo "== building the PyTorch operator-capture extension against the torch just installed"
 	@# Build the RecordFunction extension against the torch just installed (cached by version and ABI).
 	$(BIN)/python -m dc_torch.native || echo "warning: native operator capture not built; the Python capture path will be used"
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-all
+	@echo "== installing the test tools (pytest, hypothesis, playwright, …)"
 	$(PIP) install -q -e ".[all,test]"
 	touch $@
 

@@ -66,9 +66,11 @@ def rewrite_profile(profile: Profile, path: str | Path) -> Path:
     (``analyze`` stores findings back where it found a profile this way)."""
     path = Path(path)
     data = encode(profile)
+    mode = _file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), mode)  # mkstemp's 0600 would hide profiles from the TensorBoard serving them
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
@@ -79,6 +81,30 @@ def rewrite_profile(profile: Profile, path: str | Path) -> Path:
         raise
     remove_stale_temps(path.parent, now)
     return path
+
+
+def _file_mode(path: Path) -> int:
+    """The mode the file at ``path`` has (a rewrite keeps it), else what a new
+    file gets under the process's umask, as the event files beside it do."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # Linux reports it without changing it; os.umask() can only read by setting,
+    # which another thread creating a file at that moment would see.
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def remove_stale_temps(directory: Path, now: float, older_than_s: float = STALE_TEMP_S) -> list[Path]:

@@ -175,6 +175,8 @@ class Session:
         self._step_times: list[int] = []
         self._step_start_ns = 0
         self._last_step = -1
+        self._steps_seen = 0  # for the one warning when a session closes with nothing written
+        self._last_seen = -1
         self._window_t0 = 0
         self._window_unix = 0
         self._prepare()
@@ -219,6 +221,8 @@ class Session:
     # --- driving -----------------------------------------------------------
     def step_begin(self, step: int) -> None:
         """Call at the start of training step ``step``."""
+        self._steps_seen += 1
+        self._last_seen = step
         if self.disabled or (self.window is None and not self._schedule.may_open(step)):
             if self._unrestored:
                 self._restore()
@@ -324,6 +328,24 @@ class Session:
                 logger.debug("DeepContext: a mode of a failed window was not on its stack at close")
             self._unrestored = False  # nothing more can be done: what is left stays inert
             self._track()
+            if ours and not self.disabled and not self.written and not self._warned_skip:
+                logger.warning(self._nothing_written())
+
+    def _nothing_written(self) -> str:
+        """Why a session closed without a profile: what it saw, what it waited for, where files go."""
+        where = Path(self.config.logdir) / self.config.run if self.config.run else Path(self.config.logdir)
+        if self.config.time_range is not None:
+            r = self.config.time_range
+            planned = f"a window {r.start_after_s:g} s after the profiler started, for {r.duration_s:g} s"
+        else:
+            s = self.config.steps
+            planned = f"steps {s.start}–{s.start + s.count - 1}" + (f", then every {s.every} steps" if s.every else "")
+        if self._steps_seen == 0:
+            seen = "no training step was seen (call step() once per step, or use the trainer callback)"
+        else:
+            n = self._steps_seen
+            seen = f"{n} step{'s were' if n != 1 else ' was'} seen, the last numbered {self._last_seen}"
+        return f"DeepContext wrote no profile: {seen}; it profiles {planned}; profiles would go to {where}"
 
     # --- windows -------------------------------------------------------------
     def _open(self, window: tuple[int, int], now: int) -> None:

@@ -3,54 +3,92 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
+import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+
+
+#: Workloads, richest first: (name, what must be importable for it, the extra that installs it).
+WORKLOADS = (
+    ("lightning", (("lightning", "pytorch_lightning"),), "lightning"),
+    ("torch", (("torch",),), "torch"),
+    ("jax", (("jax",), ("flax",), ("optax",)), "jax"),
+    ("python", (), ""),
+)
 
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("demo", help="profile a small embedded training run and print its report")
-    p.add_argument("--logdir", default="runs/deepcontext-demo", help="where to write the profile")
-    p.add_argument("--workload", choices=("auto", "python", "torch", "lightning"), default="auto",
-                   help="auto picks the richest workload whose framework is installed")
+    p.add_argument("--logdir", default="runs/deepcontext-demo",
+                   help="where to write the profile (each demo run gets its own run directory)")
+    p.add_argument("--workload", choices=("auto", *(name for name, _, _ in WORKLOADS)), default="auto",
+                   help="auto picks the richest workload whose framework is installed: "
+                        "lightning, else torch, else jax (Flax), else pure Python")
     p.set_defaults(run=run)
 
 
-def _pick(workload: str) -> str:
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing(workload: str) -> str | None:
+    """What ``workload`` needs that is not installed (a pip hint), or None."""
+    for name, needs, extra in WORKLOADS:
+        if name == workload:
+            for alternatives in needs:
+                if not any(_installed(m) for m in alternatives):
+                    return f"{' or '.join(alternatives)} (pip install 'deepcontext[{extra}]')"
+    return None
+
+
+def pick(workload: str) -> str:
+    """``workload``, or for ``auto`` the first of WORKLOADS whose framework imports."""
     if workload != "auto":
         return workload
-    for name, module in (("lightning", "dc_lightning.demo"), ("torch", "dc_torch.demo")):
-        try:
-            if importlib.util.find_spec(module) is not None:
-                return name
-        except ImportError:
-            continue
-    return "python"
+    return next(name for name, _, _ in WORKLOADS if missing(name) is None)
 
 
 def run(args: argparse.Namespace) -> int:
     from .report import run as run_report
 
-    console = Console(highlight=False)
-    workload = _pick(args.workload)
+    console = Console(highlight=False, soft_wrap=True)
+    workload = pick(args.workload)
+    lacking = missing(workload)
+    if lacking is not None:
+        console.print(f"[red]the {workload} workload needs {escape(lacking)}[/]")
+        return 2
+    # A run directory per demo, so the report shows this run, not every earlier one.
+    run_name = time.strftime("demo-%Y%m%d-%H%M%S")
     console.print(f"[bold]DeepContext demo[/]: profiling the {workload} workload into {args.logdir}")
     if workload == "python":
         from ..demo.workload import train
 
-        written = train(args.logdir)
+        written = train(args.logdir, run=run_name)
+    elif workload == "lightning":  # the Trainer's logger names its own run (version_N)
+        written = importlib.import_module("dc_lightning.demo").run_demo(args.logdir)
     else:
-        module = importlib.import_module(f"dc_{workload}.demo")
-        written = module.run_demo(args.logdir)
+        written = importlib.import_module(f"dc_{workload}.demo").run_demo(args.logdir, run=run_name)
     if not written:
         console.print("[red]the demo wrote no profile[/]")
         return 1
-    report_args = argparse.Namespace(
-        logdir=args.logdir, view="top-down", depth=None, min_percent=1.0, rank=None, metric=None,
-        limit=60, json=False, max_bytes=None,
-    )
-    status = run_report(report_args)
+    from . import build_parser
+
+    status = run_report(build_parser().parse_args(
+        ["report", str(run_directory(written[0])), "--limit", "60", "--min-percent", "1"]))
     console.print(f"\nprofiles: {', '.join(str(p) for p in written)}")
     console.print(f"open the DeepContext tab: [bold]deepcontext view {args.logdir}[/] "
                   f"(or tensorboard --logdir {args.logdir})")
     return status
+
+
+def run_directory(profile: Path) -> Path:
+    """The run directory holding ``profile`` (``<run>/plugins/deepcontext/<rank>-<host>/steps-….pb``)."""
+    return profile.parents[3]

@@ -100,3 +100,17 @@ def test_kill_mid_write_leaves_no_partial_file(tmp_path):
     assert len(leftovers) == 1
     profiles, errors = load_profiles(tmp_path)
     assert [p.steps for p in profiles] == [(0, 1)] and errors == []
+
+
+def test_profiles_are_created_under_the_umask_and_a_rewrite_keeps_the_mode(tmp_path):
+    from dc_core.logdir import rewrite_profile
+
+    old = os.umask(0o027)
+    try:
+        path = write_profile(make_profile(), tmp_path, "run")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o640  # 0666 under umask 027, not mkstemp's 0600
+    path.chmod(0o604)
+    rewrite_profile(make_profile(), path)
+    assert path.stat().st_mode & 0o777 == 0o604

@@ -152,3 +152,35 @@ def test_fork_in_the_middle_of_a_window(tmp_path):
     session.close()
     (profile,), _ = load_profiles(tmp_path)
     assert profile.steps == (0, 2)
+
+
+def _closed_warnings(caplog, session):
+    with caplog.at_level(logging.WARNING, logger="deepcontext"):
+        session.close()
+    return [r.getMessage() for r in caplog.records if "wrote no profile" in r.getMessage()]
+
+
+def test_a_session_that_never_saw_a_step_says_so_once(tmp_path, caplog):
+    session = Session(logdir=str(tmp_path / "runs"), steps={"start": 5, "count": 3})
+    (message,) = _closed_warnings(caplog, session)
+    assert "no training step was seen" in message and "steps 5–7" in message
+    assert str(tmp_path / "runs") in message
+    assert _closed_warnings(caplog, session) == [message]  # closing again adds nothing
+
+
+def test_a_window_after_the_loop_ended_is_named_with_the_steps_seen(tmp_path, caplog):
+    session = Session(logdir=str(tmp_path), run="exp", steps={"start": 50, "count": 3})
+    for step in range(10):
+        session.step_begin(step)
+        session.step_end(step)
+    (message,) = _closed_warnings(caplog, session)
+    assert "10 steps were seen, the last numbered 9" in message and "steps 50–52" in message
+    assert str(tmp_path / "exp") in message
+    assert not (tmp_path / "exp").exists()
+
+
+def test_a_session_that_wrote_its_window_does_not_warn(tmp_path, caplog):
+    session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 1})
+    session.step_begin(0)
+    session.step_end(0)
+    assert _closed_warnings(caplog, session) == [] and len(session.written) == 1
