@@ -34,7 +34,21 @@ $(VENV)/.installed-test: $(VENV)/.installed-all
 
 install: $(VENV)/.installed-all
 
-install-test: $(VENV)/.installed-test browser
+# speedscope's published file-format schema (npm), for the export tests.
+SPEEDSCOPE_VERSION := 1.25.0
+SPEEDSCOPE_SCHEMA  := $(VENV)/share/speedscope/file-format-schema.json
+
+$(SPEEDSCOPE_SCHEMA):
+	@echo "== fetching speedscope's file-format schema (npm speedscope@$(SPEEDSCOPE_VERSION))"
+	mkdir -p $(dir $@)
+	@command -v npm >/dev/null || { [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null \
+	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; } \
+	  || echo "warning: npm missing; the speedscope schema test will fail under CI=true"
+	-cd $(dir $@) && npm pack --silent speedscope@$(SPEEDSCOPE_VERSION) >/dev/null \
+	  && tar -xzf speedscope-$(SPEEDSCOPE_VERSION).tgz --strip-components=3 package/dist/release/file-format-schema.json \
+	  && rm speedscope-$(SPEEDSCOPE_VERSION).tgz && touch file-format-schema.json
+
+install-test: $(VENV)/.installed-test browser $(SPEEDSCOPE_SCHEMA)
 
 # The browser test drives Debian's chromium with Playwright; CI installs it here.
 browser:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from .config import ProfilerConfig
 from .profile import Profile, ProfileError
 from .tree import Frame, Tree
 from .processors import flatten
@@ -14,6 +15,78 @@ from .views import bottom_up
 
 REPORT_VERSION = 1
 METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc_bytes", "flops")
+
+#: Environment key a writer may set to the window it planned, ``"<start>-<end_exclusive>"``
+#: (e.g. ``"5-8"``); without it a window that ended early is recognised only
+#: by having fewer step times than steps.
+PLANNED_WINDOW_ENV = "planned_window"
+
+#: The collectors' cap on system-monitor readings per window (``max_samples``
+#: of `dc_core.reference.Collector` and of the native one; a test pins them).
+MONITOR_READINGS_CAP = 100_000
+
+
+def steps_text(steps: tuple[int, int]) -> str:
+    """Human text of a half-open step range, inclusive: ``(5, 8)`` → ``steps 5–7``."""
+    first, end = steps
+    last = max(first, end - 1)
+    return f"step {first}" if last == first else f"steps {first}\u2013{last}"
+
+
+def planned_window(env: Mapping[str, str]) -> tuple[int, int] | None:
+    """The window the writer planned (`PLANNED_WINDOW_ENV`), when it recorded one."""
+    first, sep, end = env.get(PLANNED_WINDOW_ENV, "").partition("-")
+    if not (sep and first.isdigit() and end.isdigit()) or int(end) <= int(first):
+        return None
+    return int(first), int(end)
+
+
+def window_label(steps: tuple[int, int], step_times: Sequence[int] = (),
+                 env: Mapping[str, str] | None = None) -> str:
+    """``steps 5–7``, or for a window that ended early ``steps 5–6 (partial: 1 of 2 steps timed)``.
+
+    The range is the steps the file covers (the last one may have begun and
+    not ended: a loop that stops inside a window). Profiles do not record the
+    window's configured size unless the writer set `PLANNED_WINDOW_ENV`, so
+    the note counts against the planned steps when known, else against the
+    steps in the range; without step times nothing is said.
+    """
+    text = steps_text(steps)
+    planned = planned_window(env or {})
+    total = (planned[1] - planned[0]) if planned else steps[1] - steps[0]
+    timed = len(step_times)
+    if step_times and timed < total:
+        text += f" (partial: {timed} of {total} {'planned ' if planned else ''}steps timed)"
+    return text
+
+
+def profile_label(profile: Profile) -> str:
+    """`window_label` of a profile's own steps."""
+    return window_label(profile.steps, profile.step_times_ns, profile.env)
+
+
+def metrics_with_values(tree: Tree) -> list[str]:
+    """The metrics of ``tree`` holding a non-zero value, in column order."""
+    return [m for m, column in tree.excl.items() if any(column)]
+
+
+def describe_drops(drops: Mapping[str, int]) -> list[str]:
+    """What each non-zero drop counter of a window means, one sentence each."""
+    reasons = {
+        "nodes": lambda n: (
+            f"{n:,} new call paths not added: the window's tree reached its cap of max_nodes nodes "
+            f"(default {ProfilerConfig.max_nodes:,}; the profile does not record the value used); their cost "
+            "is counted on the deepest node already in the tree. Raise max_nodes (ProfilerConfig or "
+            "DEEPCONTEXT_CONFIG)."),
+        "samples": lambda n: (
+            f"{n:,} CPU samples lost or shallow: the sampler fell behind its rate, or a native stack could not be "
+            "unwound (that sample is kept without its C/C++ frames); lower cpu_sampling_hz on a busy machine."),
+        "monitor": lambda n: (
+            f"{n:,} system-monitor readings not kept: the window reached its cap of {MONITOR_READINGS_CAP:,} "
+            "readings; raise system_interval_ms or profile fewer steps per window."),
+    }
+    return [reasons[name](count) if name in reasons else f"{count:,} {name} dropped"
+            for name, count in sorted(drops.items()) if count > 0]
 
 
 def default_metric(tree: Tree) -> str:
@@ -35,18 +108,34 @@ def view_tree(tree: Tree, view: str) -> Tree:
     raise ValueError(f"view must be top-down, bottom-up or flat, got {view!r}")
 
 
+def view_columns(tree: Tree, metric: str, view: str = "top-down") -> tuple[list[int], list[int]]:
+    """``(inclusive, exclusive)`` of ``metric`` per node of ``view_tree(..., view)``.
+
+    In the bottom-up tree a top-level node is a frame and its children are its
+    callers; what a row shows is the self time of that top-level frame which
+    flowed through the row's caller path (as in pprof's and speedscope's
+    inverted views), so both columns are that tree's inclusive value, never the
+    remainder parked on the outermost caller.
+    """
+    incl = tree.inclusive(metric)
+    if view == "bottom-up":
+        return incl, incl
+    return incl, tree.excl.get(metric) or [0] * len(tree)
+
+
 def node_json(tree: Tree, node: int = 0, depth: int | None = None, min_fraction: float = 0.0,
-              metric: str | None = None) -> dict[str, Any]:
+              metric: str | None = None, view: str = "top-down") -> dict[str, Any]:
     """One NODE of the report: frame fields, exclusive and inclusive metrics, children.
 
+    ``view`` names the view ``tree`` was made for (see `view_columns`).
     Built with an explicit stack (a call chain may be any depth); serialise
     it with `dc_core.export.nested.dumps`, which does not recurse either."""
     metric = metric or default_metric(tree)
-    incl_cols = {m: tree.inclusive(m) for m in tree.excl}
-    key = incl_cols.get(metric) or [0] * len(tree)
+    columns = {m: view_columns(tree, m, view) for m in tree.excl}
+    key = columns[metric][0] if metric in columns else [0] * len(tree)
     limit = key[0] * min_fraction
-    excl_items = list(tree.excl.items())
-    incl_items = list(incl_cols.items())
+    excl_items = [(m, excl) for m, (_, excl) in columns.items()]
+    incl_items = [(m, incl) for m, (incl, _) in columns.items()]
     top: list[dict[str, Any]] = []
     stack = [(node, 0, top)]  # (node, level, the list its JSON goes in)
     while stack:
@@ -75,9 +164,9 @@ def profile_json(profile: Profile, view: str = "top-down", depth: int | None = N
         "host": profile.host,
         "framework": profile.framework,
         "mode": profile.mode,
-        "steps": [profile.steps[0], profile.steps[1]],
+        "steps": [profile.steps[0], profile.steps[1]],  # half-open: [5, 8] is steps 5–7
         "step_times_ns": list(profile.step_times_ns),
-        "tree": node_json(tree, 0, depth, min_fraction, metric),
+        "tree": node_json(tree, 0, depth, min_fraction, metric, view),
         "findings": [{k: v for k, v in f.items() if k != "node"} for f in profile.findings],
     }
 
@@ -103,10 +192,9 @@ class Row:
 
 
 def tree_rows(tree: Tree, metric: str, depth: int | None = None, min_fraction: float = 0.0,
-              limit: int = 200) -> list[Row]:
-    """Rows of the top-down report: heaviest first, at most ``limit``."""
-    incl = tree.inclusive(metric)
-    excl = tree.excl.get(metric, [0] * len(tree))
+              limit: int = 200, view: str = "top-down") -> list[Row]:
+    """Rows of the report of ``view``'s tree: heaviest first, at most ``limit``."""
+    incl, excl = view_columns(tree, metric, view)
     total = incl[0] or 1
     rows: list[Row] = []
     stack = [(k, 0) for k in sorted(tree.children(0), key=lambda k: incl[k])]

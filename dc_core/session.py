@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 
 from . import collector as collector_mod
 from .config import ProfilerConfig, resolve
+from .report import PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
 from .logdir import write_profile
@@ -175,6 +176,7 @@ class Session:
         self._step_times: list[int] = []
         self._step_start_ns = 0
         self._last_step = -1
+        self._planned: tuple[int, int] | None = None
         self._steps_seen = 0  # for the one warning when a session closes with nothing written
         self._last_seen = -1
         self._window_t0 = 0
@@ -355,6 +357,7 @@ class Session:
         c = self.collector
         c.reset()
         self.window = window
+        self._planned = window  # what the written profile says it planned (a loop may end early)
         self._track()
         self._step_times = []
         self._window_t0 = now
@@ -432,6 +435,8 @@ class Session:
 
     def _write(self, steps: tuple[int, int]) -> Path | None:
         env = environment(self.framework, self.config.mode)
+        if self.config.time_range is None and self._planned is not None:
+            env[PLANNED_WINDOW_ENV] = f"{self._planned[0]}-{self._planned[1]}"
         if self.adapter is not None and hasattr(self.adapter, "environment"):
             env.update(self.adapter.environment())
         profile = profile_from_snapshot(

@@ -44,7 +44,11 @@ def bottom_up(tree: Tree, select: Callable[[Frame], bool] | None = None, max_cal
 
     Without ``select``, every node's exclusive cost goes to the inverted path
     (self frame, caller, caller's caller, ...), so a top-level node's inclusive
-    value is the frame's total self cost. With ``select`` (e.g. operators
+    value is the frame's total self cost, and a caller's inclusive value is the
+    part of it that flowed through that caller path. Read the view through
+    inclusive values only: the exclusive column is bookkeeping (each cost is
+    stored once, on the deepest caller its path reached), not a row's own
+    cost; `dc_core.report.view_columns` gives what a row shows. With ``select`` (e.g. operators
     only), the top level holds the matching frames with their *inclusive* cost
     (an operator with its kernels), counted once when the frame nests in itself.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import sys
 from typing import Sequence
@@ -13,12 +14,24 @@ from typing import Sequence
 _SUBCOMMANDS = ("report", "analyze", "export", "demo", "view")
 
 
+def version() -> str:
+    """The installed distribution's version, else the package's ``__version__``
+    (a source tree on ``sys.path`` without an install)."""
+    try:
+        return importlib.metadata.version("deepcontext")
+    except importlib.metadata.PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deepcontext",
         description="DeepContext: calling-context profiles of deep-learning training.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=f"deepcontext {version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in _SUBCOMMANDS:

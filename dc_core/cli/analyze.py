@@ -8,25 +8,33 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from ..analyzer import analyze, analyze_ranks, attach
 from ..config import resolve
 from ..logdir import rewrite_profile
+from ..report import profile_label
 from ..validate import check_thresholds
-from .common import CliError, add_read_options, fail, load_logdir
+from .common import CliError, add_read_options, fail, load_logdir, make_console, print_about_file
 from .findings import render_findings
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("analyze", help="recompute the analyzer's findings and store them in the profiles")
+    p = subparsers.add_parser(
+        "analyze", help="recompute the analyzer's findings and write them into the profile files",
+        description="Recompute the analyzer's findings for every profile under LOGDIR (e.g. with other "
+                    "thresholds), print them, and REWRITE EACH PROFILE FILE in place with the new findings "
+                    "(atomically; its tree, steps and samples are kept, its old findings replaced). "
+                    "--dry-run prints the findings and leaves the files untouched.")
     p.add_argument("logdir", help="directory holding DeepContext profiles (searched recursively)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="RULE.THRESHOLD=VALUE",
                    help="override a threshold, e.g. --set dataloader_bottleneck.min_share=0.2 (repeatable; "
                         "on top of DEEPCONTEXT_CONFIG's analyzer mapping)")
-    p.add_argument("--dry-run", action="store_true", help="print the findings without rewriting the profiles")
-    p.add_argument("--json", action="store_true", help="findings per profile as JSON on stdout")
+    p.add_argument("--dry-run", action="store_true",
+                   help="only print the findings: no profile file is rewritten")
+    p.add_argument("--json", action="store_true",
+                   help='findings per profile as JSON on stdout; "steps" is half-open [first, end): '
+                        "[5, 8] is steps 5-7")
     add_read_options(p)
     p.set_defaults(run=run)
 
@@ -70,16 +78,18 @@ def run(args: argparse.Namespace) -> int:
         errors_text = [str(e) for e in errors] + unwritten
         sys.stdout.write(json.dumps({"profiles": doc, "errors": errors_text}) + "\n")
         return status
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = make_console()
     for profile in profiles:
-        head = f"[bold]{escape(profile.run)}[/] rank {profile.rank} steps {profile.steps[0]}-{profile.steps[1] - 1}"
+        head = Text(profile.run, style="bold") + f" rank {profile.rank} {profile_label(profile)}"
         if not profile.findings:
-            console.print(f"{head}: no findings")
+            console.print(head + ": no findings")
             continue
         console.print(head)
         render_findings(profile.findings, console)
     for error in errors:
-        console.print(f"[red]skipped[/] {escape(error.file)}: {escape(error.message)}", soft_wrap=True)
+        print_about_file(console, Text("skipped ", style="red"), error.file, error.message)
+    if profiles and not args.dry_run and not unwritten:
+        console.print(f"findings written into {len(profiles)} profile file{'s' if len(profiles) != 1 else ''}")
     return status
 
 

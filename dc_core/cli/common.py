@@ -3,20 +3,122 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, TextIO
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import Progress
+from rich.segment import Segment
+from rich.text import Text
 
 from ..logdir import MAX_BYTES_ENV, find_profiles, max_profile_bytes, read_profile
 from ..profile import Profile, ProfileError
 
 
+#: Width of output that is not a terminal, when ``COLUMNS`` does not say:
+#: wide, so that deep call paths in a piped report are not cut.
+PIPED_WIDTH = 160
+
+
+#: From this many files on, reading says so on stderr even when it is not a terminal.
+MANY_FILES = 50
+
+
 class CliError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def output_width(stream: TextIO | None = None, env: Mapping[str, str] = os.environ) -> int | None:
+    """Columns to lay output out in: ``COLUMNS`` when set (also when piped),
+    else the terminal's own width (None: rich asks the terminal), else `PIPED_WIDTH`."""
+    columns = env.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = stream or sys.stdout
+    try:
+        return None if stream.isatty() else PIPED_WIDTH
+    except (AttributeError, ValueError):  # a closed or odd stream
+        return PIPED_WIDTH
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The console every subcommand prints with: `output_width`, no highlighting."""
+    return Console(highlight=False, stderr=stderr, width=output_width(sys.stderr if stderr else sys.stdout))
+
+
+def middle_truncate(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, cut in the middle:
+    ``model.blocks.3.attn (SelfAttention)`` → ``model.bloc…lfAttention)``."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "\u2026"[:max(width, 0)]
+    room = width - 1
+    head = _cells_from(text, (room + 1) // 2)  # the start gets the odd cell
+    tail = _cells_from(text[::-1], room - cell_len(head))[::-1]
+    return head + "\u2026" + tail
+
+
+def _cells_from(text: str, cells: int) -> str:
+    """The longest start of ``text`` that fits in ``cells`` cells."""
+    used = 0
+    for index, char in enumerate(text):
+        used += cell_len(char)
+        if used > cells:
+            return text[:index]
+    return text
+
+
+class Hanging:
+    """``lead`` then ``body``, the body's wrapped lines aligned under its first
+    line (a hanging indent) instead of at column 0; no line padded with blanks."""
+
+    def __init__(self, lead: Text, body: RenderableType) -> None:
+        self.lead, self.body = lead, body
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        indent = self.lead.cell_len
+        width = max(options.max_width - indent, 8)
+        lines = console.render_lines(self.body, options.update(width=width), pad=False, new_lines=False)
+        for index, line in enumerate(lines or [[]]):
+            yield from self.lead.render(console) if index == 0 else [Segment(" " * indent)]
+            yield from _rstrip(line)
+            yield Segment.line()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(self.lead.cell_len + 8, options.max_width)
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """A rendered line without the blanks word wrapping leaves at its end."""
+    line = list(line)
+    while line and not line[-1].control and not line[-1].text.rstrip(" "):
+        line.pop()
+    if line and not line[-1].control:
+        last = line[-1]
+        line[-1] = Segment(last.text.rstrip(" "), last.style)
+    return line
+
+
+def hanging(lead: Text | str, body: RenderableType) -> Hanging:
+    """`Hanging`: ``lead``, and ``body`` wrapped under its own start."""
+    return Hanging(Text(lead) if isinstance(lead, str) else lead, body)
+
+
+def print_about_file(console: Console, lead: Text, path: str, message: str) -> None:
+    """``lead path: message`` on one line when it fits; else the path whole on
+    its own line (never wrapped inside) and the message under it, indented."""
+    line = lead + Text(f"{path}: {message}")
+    if line.cell_len <= console.width:
+        console.print(line, soft_wrap=True)
+        return
+    console.print(lead + Text(f"{path}:"), soft_wrap=True)
+    console.print(hanging("    ", Text(message)))
 
 
 def _mebibytes(text: str) -> int:
@@ -59,6 +161,8 @@ def load_logdir(logdir: str, rank: int | None = None, quiet: bool = False,
         raise CliError(f"no DeepContext profiles{which} under {logdir!r} (expected <run>/plugins/deepcontext/<rank>-<host>/steps-*.pb)")
     profiles, errors = [], []
     show = not quiet and len(files) > 8 and sys.stderr.isatty()
+    if not quiet and len(files) >= MANY_FILES and not show:  # a log, not a terminal: one line says what it is doing
+        print(f"deepcontext: reading {len(files):,} profiles under {logdir}", file=sys.stderr, flush=True)
     with Progress(console=Console(stderr=True), transient=True, disable=not show) as progress:
         task = progress.add_task("reading profiles", total=len(files))
         for file in files:
@@ -73,5 +177,5 @@ def load_logdir(logdir: str, rank: int | None = None, quiet: bool = False,
 def fail(message: str) -> int:
     """Print ``error: message`` on stderr as one line (long paths are not
     wrapped) and return the exit status of a user-facing error."""
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return 2

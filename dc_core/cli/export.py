@@ -13,11 +13,19 @@ from .common import CliError, add_read_options, fail, load_logdir
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("export", help="write profiles as Chrome trace, speedscope, pprof or Hatchet JSON")
-    p.add_argument("logdir")
-    p.add_argument("--format", choices=FORMATS, required=True)
+    p.add_argument("logdir", help="directory holding DeepContext profiles (searched recursively); "
+                   "every profile found is exported to its own file")
+    p.add_argument("--format", choices=FORMATS, required=True,
+                   help="chrome (chrome://tracing, Perfetto), speedscope, pprof (go tool pprof) or hatchet "
+                        "(GraphFrame.from_literal)")
     p.add_argument("--out", required=True, help="directory for the exported files")
-    p.add_argument("--metric", default=None, help="metric to export (default: the profile's main one)")
-    p.add_argument("--rank", type=int, default=None)
+    p.add_argument("--metric", default=None,
+                   help="metric drawn as the flame chart's widths (chrome, speedscope), the default sample "
+                        "type (pprof) or Hatchet's default 'time' column: cpu_time_ns, device_time_ns, count, "
+                        "samples, alloc_bytes (default: the profile's main one, device time where there is any, "
+                        "else CPU time)")
+    p.add_argument("--rank", type=int, default=None, metavar="N",
+                   help="export only rank N's profiles (default: every rank's)")
     add_read_options(p)
     p.set_defaults(run=run)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from ..tree import PHASES
+from .common import Hanging, hanging
 
 SEVERITY_STYLE = {"critical": "bold white on red", "warning": "bold yellow", "info": "cyan"}
 _NOT_USER = ("<frozen ", "runpy.py:", "<string>:", "threading.py:")
@@ -27,21 +28,20 @@ def short_path(path: list[str], keep: int = _KEEP) -> str:
     return " › ".join(parts)
 
 
-def finding_text(finding: dict[str, Any]) -> Text:
-    """One finding as rich text (three lines at most)."""
+def finding_text(finding: dict[str, Any]) -> Hanging:
+    """One finding: the severity, then the rule and message, the call path and
+    the suggestion, each wrapping under its own start (a hanging indent)."""
     severity = finding.get("severity", "info")
-    text = Text()
-    text.append(f" {severity.upper():8}", style=SEVERITY_STYLE.get(severity, ""))
-    text.append(f" {finding.get('rule', '?')}", style="bold")
-    text.append(f"  {finding.get('message', '')}")
+    head = Text()
+    head.append(str(finding.get("rule", "?")), style="bold")
+    head.append(f"  {finding.get('message', '')}")
+    parts: list[RenderableType] = [head]
     where = short_path(list(finding.get("path", [])))
     if where:
-        text.append("\n           at ", style="dim")
-        text.append(where, style="green")
+        parts.append(hanging(Text(" at ", style="dim"), Text(where, style="green")))
     if finding.get("suggestion"):
-        text.append("\n           → ", style="dim")
-        text.append(finding["suggestion"], style="italic")
-    return text
+        parts.append(hanging(Text(" \u2192 ", style="dim"), Text(finding["suggestion"], style="italic")))
+    return hanging(Text(f" {severity.upper():8}", style=SEVERITY_STYLE.get(severity, "")) + " ", Group(*parts))
 
 
 def render_findings(findings: Iterable[dict[str, Any]], console: Console, title: str = "findings") -> None:

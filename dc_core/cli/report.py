@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -14,27 +15,42 @@ from rich.text import Text
 from ..export.nested import dumps
 from ..profile import Profile
 from ..report import (
-    default_metric, format_value, rank_step_stats, rank_top_frames, report_json, tree_rows, view_tree,
+    Row, default_metric, describe_drops, format_value, metrics_with_values, profile_label, rank_step_stats,
+    rank_top_frames, report_json, tree_rows, view_tree,
 )
-from .common import CliError, add_read_options, fail, load_logdir
+from ..tree import UNITS
+from .common import (
+    CliError, add_read_options, fail, hanging, load_logdir, make_console, middle_truncate, print_about_file,
+)
 
 KIND_STYLE = {
     "phase": "bold magenta", "python": "cyan", "module": "green", "operator": "yellow",
     "native": "dim", "kernel": "bold blue", "compiled": "bold cyan",
 }
 
+#: Cells a frame name keeps however deep it sits: deeper levels stop indenting.
+MIN_LABEL = 24
+MAX_INDENT_LEVELS = 24
+
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("report", help="print the context tree of each profile")
+    p = subparsers.add_parser(
+        "report", help="print the context tree of each profile",
+        description="Print the context tree of each profile under LOGDIR, its findings and, for several "
+                    "ranks, a comparison. Output fits COLUMNS (160 when piped without COLUMNS).")
     p.add_argument("logdir", help="directory holding DeepContext profiles (searched recursively)")
-    p.add_argument("--view", choices=("top-down", "bottom-up", "flat"), default="top-down")
+    p.add_argument("--view", choices=("top-down", "bottom-up", "flat"), default="top-down",
+                   help="top-down: callers above callees; bottom-up: frames by their own (self) time, "
+                        "each with the callers that time came through; flat: one row per frame")
     p.add_argument("--depth", type=int, default=None, help="print at most this many levels")
     p.add_argument("--min-percent", type=float, default=None,
                    help="hide nodes under this %% of the window (default 1 in the table, 0 in --json)")
     p.add_argument("--rank", type=int, default=None, help="only this rank")
     p.add_argument("--metric", default=None, help="cpu_time_ns, device_time_ns, count, samples, alloc_bytes")
     p.add_argument("--limit", type=int, default=60, help="rows per profile")
-    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--json", action="store_true",
+                   help='machine-readable report on stdout; each profile\'s "steps" is half-open '
+                        "[first, end): [5, 8] is steps 5-7, as the table's header says")
     add_read_options(p)
     p.set_defaults(run=run)
 
@@ -49,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
     except CliError as exc:
         return fail(str(exc))
     known = {m for p in profiles for m in p.tree.excl}
-    if args.metric is not None and args.metric not in known:
-        return fail(f"--metric {args.metric!r} is not in these profiles; they have: {', '.join(sorted(known))}")
+    if args.metric is not None and args.metric not in known and args.metric not in UNITS:
+        have = sorted({m for p in profiles for m in metrics_with_values(p.tree)})
+        return fail(f"--metric {args.metric!r} is not in these profiles; they have: {', '.join(have)}")
     if args.json:
         doc = report_json(profiles, errors, view=args.view, depth=args.depth,
                           min_fraction=(args.min_percent or 0.0) / 100.0, metric=args.metric)
@@ -58,49 +75,91 @@ def run(args: argparse.Namespace) -> int:
         return 0 if profiles else 1
     if args.min_percent is None:
         args.min_percent = 1.0
-    # Piped output gets a wide fixed width so deep call paths are not wrapped.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = make_console()
     for profile in profiles:
         print_profile(console, profile, args)
     if len({p.rank for p in profiles}) > 1:
         print_ranks(console, profiles)
     for error in errors:
-        console.print(f"[red]skipped[/] {escape(error.file)}: {escape(error.message)}", soft_wrap=True)
+        print_about_file(console, Text("skipped ", style="red"), error.file, error.message)
     return 0 if profiles else 1
 
 
 def print_profile(console: Console, profile: Profile, args: argparse.Namespace) -> None:
     tree = view_tree(profile.tree, args.view)
     metric = args.metric or default_metric(tree)
-    first, end = profile.steps
-    steps = profile.step_times_ns
-    mean = format_value(sum(steps) / len(steps), "x_ns") if steps else "-"
-    # which operator capture ran ("native (frames: native)" → "native capture")
-    capture = profile.env.get("capture", "").split(" (")[0]
-    how = f" · {escape(capture)} capture" if capture else ""
-    console.rule(
-        f"[bold]{escape(profile.run)}[/] rank {profile.rank} ({escape(profile.host)}) · {escape(profile.framework)} · "
-        f"{escape(profile.mode)}{how} · steps {first}–{end - 1} · mean step {mean}"
-    )
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    table.add_column("% window", justify="right")
-    table.add_column(f"incl {metric}", justify="right")
-    table.add_column(f"excl {metric}", justify="right")
-    table.add_column("context")
-    for row in tree_rows(tree, metric, args.depth, args.min_percent / 100.0, args.limit):
-        label = Text("  " * min(row.depth, 24) + ("… " if row.depth > 24 else ""))
-        label.append(row.frame.label(), style=KIND_STYLE.get(row.frame.kind, ""))
-        table.add_row(f"{row.percent:5.1f}%", format_value(row.incl, metric), format_value(row.excl, metric), label)
-    console.print(table)
-    dropped = {k: v for k, v in profile.drops.items() if v}
-    if dropped:
-        console.print(f"[yellow]dropped (caps reached):[/] {dropped}")
+    print_header(console, profile)
+    if tree.total(metric) == 0:  # say why instead of an empty table
+        have = ", ".join(metrics_with_values(profile.tree)) or "none"
+        why = (" (device time is recorded where a GPU or an XLA device ran the ops)"
+               if metric == "device_time_ns" else "")
+        note = f"this profile has no {metric} values (nothing to show); it has: {have}{why}"
+        console.print(hanging(Text("note: ", style="yellow"), Text(note)))
+    else:
+        rows = tree_rows(tree, metric, args.depth, args.min_percent / 100.0, args.limit, view=args.view)
+        console.print(rows_table(console.width, rows, metric, self_only=args.view == "bottom-up"))
+    for reason in describe_drops(profile.drops):
+        console.print(hanging(Text("dropped: ", style="yellow"), Text(reason)))
     if profile.findings:
         try:
             from .findings import render_findings
         except ImportError:
             return
         render_findings(profile.findings, console)
+
+
+def print_header(console: Console, profile: Profile) -> None:
+    """The rule naming the window; what does not fit in it goes on the next lines."""
+    steps = profile.step_times_ns
+    mean = format_value(sum(steps) / len(steps), "x_ns") if steps else "-"
+    # which operator capture ran ("native (frames: native)" → "native capture")
+    capture = profile.env.get("capture", "").split(" (")[0]
+    parts = [f"{profile.run} rank {profile.rank} ({profile.host})", profile.framework, profile.mode,
+             *([f"{capture} capture"] if capture else []), profile_label(profile), f"mean step {mean}"]
+    lines = [parts[0]]  # whole parts per line: a step range or a run name is never split
+    for part in parts[1:]:
+        if cell_len(lines[-1] + " \u00b7 " + part) + 4 <= console.width:
+            lines[-1] += " \u00b7 " + part
+        else:
+            lines.append(part)
+    title = Text(lines[0])
+    title.stylize("bold", 0, len(profile.run))
+    console.rule(title)
+    for line in lines[1:]:
+        console.print(Text(line), soft_wrap=True)
+
+
+def rows_table(width: int, rows: list[Row], metric: str, self_only: bool = False) -> Table:
+    """The tree's rows laid out in ``width`` columns: names cut in the middle and
+    indentation capped so that no row wraps. ``self_only``: one value column
+    (the bottom-up view, whose inclusive and exclusive are the same number)."""
+    percents = [f"{row.percent:5.1f}%" for row in rows]
+    values = [[format_value(row.incl, metric) for row in rows]]
+    heads = [f"self {metric}"] if self_only else [f"incl {metric}", f"excl {metric}"]
+    if not self_only:
+        values.append([format_value(row.excl, metric) for row in rows])
+    widths = [max([len(h), *map(len, col)]) for h, col in zip(heads, values)]
+    room = width - max([8, *map(len, percents)]) - sum(widths) - 2 * len(heads) - 2
+    needed = max((2 * min(r.depth, MAX_INDENT_LEVELS) + cell_len(r.frame.label()) for r in rows), default=0)
+    caption = None
+    if needed > room and room < 2 * MIN_LABEL:  # narrow: short headers, the metric said once below
+        caption = f"{'self' if self_only else 'incl/excl'}: {metric}"
+        heads = ["self"] if self_only else ["incl", "excl"]
+        room += sum(widths) - sum(max([len(h), *map(len, col)]) for h, col in zip(heads, values))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", caption=caption,
+                  caption_justify="left", caption_style="dim")
+    table.add_column("% window", justify="right", no_wrap=True)
+    for head in heads:
+        table.add_column(head, justify="right", no_wrap=True)
+    table.add_column("context", no_wrap=True, overflow="ellipsis")
+    levels_cap = min(MAX_INDENT_LEVELS, max(0, (room - MIN_LABEL) // 2))
+    for index, row in enumerate(rows):
+        levels = min(row.depth, levels_cap)
+        label = Text("  " * levels + ("\u2026 " if row.depth > levels else ""))
+        name = middle_truncate(row.frame.label(), max(room - label.cell_len, 8))
+        label.append(name, style=KIND_STYLE.get(row.frame.kind, ""))
+        table.add_row(percents[index], *(col[index] for col in values), label)
+    return table
 
 
 def print_ranks(console: Console, profiles: list[Profile]) -> None:

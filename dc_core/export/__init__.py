@@ -6,6 +6,10 @@
 | ``speedscope`` | `speedscope` | speedscope.app |
 | ``pprof`` | `pprof` | ``go tool pprof``, pprof-compatible viewers |
 | ``hatchet`` | `hatchet` | LLNL Hatchet ``GraphFrame.from_literal`` |
+
+The Chrome and speedscope flame charts share one layout (`layout`); the
+Hatchet literal and the report's JSON share one non-recursive writer (`nested`).
+Each exporter draws, or opens on, the metric it is given.
 """
 
 from __future__ import annotations

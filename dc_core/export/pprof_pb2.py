@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64\x63_core/export/pprof.proto\x12\x11\x64\x65\x65pcontext.pprof\"\xca\x02\n\x07Profile\x12\x31\n\x0bsample_type\x18\x01 \x03(\x0b\x32\x1c.deepcontext.pprof.ValueType\x12)\n\x06sample\x18\x02 \x03(\x0b\x32\x19.deepcontext.pprof.Sample\x12-\n\x08location\x18\x04 \x03(\x0b\x32\x1b.deepcontext.pprof.Location\x12-\n\x08\x66unction\x18\x05 \x03(\x0b\x32\x1b.deepcontext.pprof.Function\x12\x14\n\x0cstring_table\x18\x06 \x03(\t\x12\x12\n\ntime_nanos\x18\t \x01(\x03\x12\x16\n\x0e\x64uration_nanos\x18\n \x01(\x03\x12\x31\n\x0bperiod_type\x18\x0b \x01(\x0b\x32\x1c.deepcontext.pprof.ValueType\x12\x0e\n\x06period\x18\x0c \x01(\x03\"\'\n\tValueType\x12\x0c\n\x04type\x18\x01 \x01(\x03\x12\x0c\n\x04unit\x18\x02 \x01(\x03\",\n\x06Sample\x12\x13\n\x0blocation_id\x18\x01 \x03(\x04\x12\r\n\x05value\x18\x02 \x03(\x03\"=\n\x08Location\x12\n\n\x02id\x18\x01 \x01(\x04\x12%\n\x04line\x18\x04 \x03(\x0b\x32\x17.deepcontext.pprof.Line\")\n\x04Line\x12\x13\n\x0b\x66unction_id\x18\x01 \x01(\x04\x12\x0c\n\x04line\x18\x02 \x01(\x03\"_\n\x08\x46unction\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\x03\x12\x13\n\x0bsystem_name\x18\x03 \x01(\x03\x12\x10\n\x08\x66ilename\x18\x04 \x01(\x03\x12\x12\n\nstart_line\x18\x05 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1adc_core/export/pprof.proto\x12\x11deepcontext.pprof"\xe7\x02\n\x07Profile\x121\n\x0bsample_type\x18\x01 \x03(\x0b2\x1c.deepcontext.pprof.ValueType\x12)\n\x06sample\x18\x02 \x03(\x0b2\x19.deepcontext.pprof.Sample\x12-\n\x08location\x18\x04 \x03(\x0b2\x1b.deepcontext.pprof.Location\x12-\n\x08function\x18\x05 \x03(\x0b2\x1b.deepcontext.pprof.Function\x12\x14\n\x0cstring_table\x18\x06 \x03(\t\x12\x12\n\ntime_nanos\x18\t \x01(\x03\x12\x16\n\x0eduration_nanos\x18\n \x01(\x03\x121\n\x0bperiod_type\x18\x0b \x01(\x0b2\x1c.deepcontext.pprof.ValueType\x12\x0e\n\x06period\x18\x0c \x01(\x03\x12\x1b\n\x13default_sample_type\x18\x0e \x01(\x03"\'\n\tValueType\x12\x0c\n\x04type\x18\x01 \x01(\x03\x12\x0c\n\x04unit\x18\x02 \x01(\x03",\n\x06Sample\x12\x13\n\x0blocation_id\x18\x01 \x03(\x04\x12\r\n\x05value\x18\x02 \x03(\x03"=\n\x08Location\x12\n\n\x02id\x18\x01 \x01(\x04\x12%\n\x04line\x18\x04 \x03(\x0b2\x17.deepcontext.pprof.Line")\n\x04Line\x12\x13\n\x0bfunction_id\x18\x01 \x01(\x04\x12\x0c\n\x04line\x18\x02 \x01(\x03"_\n\x08Function\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\x03\x12\x13\n\x0bsystem_name\x18\x03 \x01(\x03\x12\x10\n\x08filename\x18\x04 \x01(\x03\x12\x12\n\nstart_line\x18\x05 \x01(\x03b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,15 +32,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dc_core.export.pprof_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PROFILE']._serialized_start=50
-  _globals['_PROFILE']._serialized_end=380
-  _globals['_VALUETYPE']._serialized_start=382
-  _globals['_VALUETYPE']._serialized_end=421
-  _globals['_SAMPLE']._serialized_start=423
-  _globals['_SAMPLE']._serialized_end=467
-  _globals['_LOCATION']._serialized_start=469
-  _globals['_LOCATION']._serialized_end=530
-  _globals['_LINE']._serialized_start=532
-  _globals['_LINE']._serialized_end=573
-  _globals['_FUNCTION']._serialized_start=575
-  _globals['_FUNCTION']._serialized_end=670
+  _globals['_PROFILE']._serialized_end=409
+  _globals['_VALUETYPE']._serialized_start=411
+  _globals['_VALUETYPE']._serialized_end=450
+  _globals['_SAMPLE']._serialized_start=452
+  _globals['_SAMPLE']._serialized_end=496
+  _globals['_LOCATION']._serialized_start=498
+  _globals['_LOCATION']._serialized_end=559
+  _globals['_LINE']._serialized_start=561
+  _globals['_LINE']._serialized_end=602
+  _globals['_FUNCTION']._serialized_start=604
+  _globals['_FUNCTION']._serialized_end=699
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from ..profile import Profile, ProfileError
+from ..report import steps_text, window_label
 from .metadata import DATA_VERSION, METRICS
 from .params import NotFound, format_window
 from .store import Index, ProfileStore
@@ -18,10 +19,11 @@ def runs(store: ProfileStore) -> dict:
     listing: dict[str, dict[int, dict]] = {}
     for file in store.files():
         ranks = listing.setdefault(file.run, {})
-        entry = ranks.setdefault(file.rank, {"rank": file.rank, "host": file.host, "windows": []})
+        entry = ranks.setdefault(file.rank, {"rank": file.rank, "host": file.host, "windows": [], "labels": {}})
         window = format_window(file.steps)
         if window not in entry["windows"]:
             entry["windows"].append(window)
+            entry["labels"][window] = steps_text(file.steps)  # what the selector shows: "steps 5–7"
     return {
         "data_version": DATA_VERSION,
         "metrics": METRICS,
@@ -60,7 +62,7 @@ def window(index: Index) -> dict:
         findings.append({**f, "node": node if 0 <= node < size else -1,
                          "label": labels[frame[node]] if 0 < node < size else ""})
     return {
-        **index.ref.as_dict(),
+        **index.ref.as_dict(), "label": window_label(index.ref.window, p.step_times_ns, p.env),
         "host": p.host, "framework": p.framework, "mode": p.mode, "world_size": p.world_size,
         "steps": list(p.steps), "step_times_ns": list(p.step_times_ns), "duration_ns": p.duration_ns,
         "init_ns": p.init_ns, "nodes": size, "drops": dict(p.drops), "env": dict(p.env),
@@ -104,5 +106,6 @@ def ranks(store: ProfileStore, run: str, window_steps: tuple[int, int], metric: 
         for r, v in zip(rows, values):
             r[key] = (v / median) if median else None
     phases = sorted({name for r in rows for name in r["phases"]})
-    return {"run": run, "window": format_window(window_steps), "metric": metric, "ranks": rows,
+    return {"run": run, "window": format_window(window_steps), "label": steps_text(window_steps),
+            "metric": metric, "ranks": rows,
             "phases": phases, "errors": errors}

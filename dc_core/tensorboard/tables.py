@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .. import views
+from ..report import window_label
 from .params import format_window
 from .store import Index
 
@@ -28,8 +29,8 @@ def node_row(index: Index, node: int) -> dict:
     """One node as the tables show it: identity, all metrics, child count."""
     row = {"id": node, **frame_fields(index, index.tree.frame[node])}
     if node == 0:
-        first, end = index.ref.window
-        row["label"] = f"steps {first}\u2013{max(first, end - 1)}"
+        p = index.profile
+        row["label"] = window_label(index.ref.window, p.step_times_ns, p.env)
     row["excl"] = {m: index.excl(m)[node] for m in index.metrics}
     row["incl"] = {m: index.incl(m)[node] for m in index.metrics}
     row["kids"] = len(index.children(node))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
 from dc_core.cli import main
 from dc_core.export import exporter
 from dc_core.export import pprof_pb2
@@ -14,10 +16,11 @@ from tests.core.test_files import make_profile
 
 def test_chrome_trace_nests_children_inside_parents():
     doc = json.loads(exporter("chrome")(make_profile(), "cpu_time_ns"))
-    events = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X"}
-    mm, step = events["aten::mm"], events["t.py:3 step"]
-    assert mm["dur"] == 0.1 and mm["args"]["count"] == 3  # 100 ns in µs
-    assert step["ts"] <= mm["ts"] and mm["ts"] + mm["dur"] <= step["ts"] + step["dur"]
+    events = [(e["ph"], e["name"], e["ts"]) for e in doc["traceEvents"] if e["ph"] in "BE"]
+    assert events == [("B", "forward", 0), ("B", "t.py:3 step", 0), ("B", "aten::mm", 0),
+                      ("E", "aten::mm", 0.1), ("E", "t.py:3 step", 0.1), ("E", "forward", 0.1)]  # 100 ns in µs
+    mm_end = [e for e in doc["traceEvents"] if e["ph"] == "E"][0]
+    assert mm_end["args"]["count"] == 3 and mm_end["args"]["cpu_time_ns"] == 100
 
 
 def test_speedscope_events_nest_the_tree_by_inclusive_value():
@@ -35,7 +38,8 @@ def test_pprof_samples_leaf_first():
     msg = pprof_pb2.Profile()
     msg.ParseFromString(gzip.decompress(exporter("pprof")(make_profile(), "cpu_time_ns")))
     strings = list(msg.string_table)
-    assert strings[msg.sample_type[0].type] == "cpu_time_ns"
+    assert strings[msg.sample_type[0].type] == strings[msg.default_sample_type] == "cpu_time_ns"
+    assert msg.duration_nanos == 10 + 20 + 30  # the step times
     names = {f.id: strings[f.name] for f in msg.function}
     (sample,) = [s for s in msg.sample if s.value[0]]
     assert [names[i] for i in sample.location_id] == ["aten::mm", "t.py:3 step", "forward"]
@@ -46,6 +50,9 @@ def test_hatchet_literal_has_inclusive_and_exclusive():
     (forward,) = json.loads(exporter("hatchet")(make_profile(), "cpu_time_ns"))
     assert forward["frame"] == {"name": "forward", "type": "phase", "file": "", "line": 0}
     assert forward["metrics"]["cpu_time_ns (inc)"] == 100 and forward["metrics"]["cpu_time_ns"] == 0
+    assert forward["metrics"]["time (inc)"] == 100 and forward["metrics"]["time"] == 0  # Hatchet's default column
+    (mm,) = forward["children"][0]["children"]
+    assert mm["metrics"]["time"] == 100 and mm["metrics"]["count (inc)"] == 3
 
 
 def test_cli_export_writes_one_file_per_profile(tmp_path, capsys):
@@ -76,5 +83,15 @@ def test_exporters_take_a_metric_the_profile_lacks():
         assert exporter(fmt)(make_profile(), "flops")
     msg = pprof_pb2.Profile()
     msg.ParseFromString(gzip.decompress(exporter("pprof")(make_profile(), "flops")))
-    assert list(msg.string_table)[msg.sample_type[0].type] == "flops"
+    assert list(msg.string_table)[msg.sample_type[0].type] == "flops" == list(msg.string_table)[msg.default_sample_type]
     assert all(s.value[0] == 0 for s in msg.sample)
+
+
+def test_export_help_describes_logdir_and_rank(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["export", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "logdir directory holding DeepContext profiles (searched recursively)" in text
+    assert "--rank N export only rank N's profiles" in text
+    assert "default sample type (pprof)" in text

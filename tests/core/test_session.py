@@ -184,3 +184,17 @@ def test_a_session_that_wrote_its_window_does_not_warn(tmp_path, caplog):
     session.step_begin(0)
     session.step_end(0)
     assert _closed_warnings(caplog, session) == [] and len(session.written) == 1
+
+
+def test_a_loop_that_ends_inside_a_window_writes_it_as_partial_of_its_plan(tmp_path):
+    from dc_core.report import window_label
+
+    session = Session(logdir=str(tmp_path), steps={"start": 5, "count": 3})
+    for step in range(6):  # steps 0..5: the window 5–7 sees only step 5
+        session.step_begin(step)
+        session.step_end(step)
+    session.close()
+    (profile,), _ = load_profiles(tmp_path)
+    assert profile.steps == (5, 6) and profile.env["planned_window"] == "5-8"
+    assert window_label(profile.steps, profile.step_times_ns, profile.env) == \
+        "step 5 (partial: 1 of 3 planned steps timed)"

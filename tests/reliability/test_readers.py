@@ -186,7 +186,8 @@ def test_every_writer_puts_parents_before_children(collector):
     ("[1, 2]", "not a JSON object"),
     ('"text"', "not a JSON object"),
 ])
-def test_bad_evidence_json_is_named_not_a_traceback(tmp_path, capsys, evidence, why):
+def test_bad_evidence_json_is_named_not_a_traceback(tmp_path, capsys, monkeypatch, evidence, why):
+    monkeypatch.setenv("COLUMNS", "1000")  # each skipped file on one line, whatever the path's length
     msg = message(model_profile(1))
     msg.findings[0].evidence_json = evidence
     with pytest.raises(ProfileError, match=why) as caught:
@@ -215,6 +216,7 @@ def test_superscript_rank_directory_is_skipped_not_a_crash(tmp_path, capsys, nam
 
 
 def test_oversized_file_is_refused_by_name_without_reading_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # each skipped file on one line, whatever the path's length
     monkeypatch.delenv(MAX_BYTES_ENV, raising=False)
     good = write_profile(model_profile(0), tmp_path, "run")
     huge = place(tmp_path, b"", rank=1)

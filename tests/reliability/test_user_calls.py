@@ -18,8 +18,8 @@ from .workload import torch_state  # noqa: E402
 QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
 
 
-def _window(tmp_path):
-    return dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET)
+def _window(tmp_path, **config):
+    return dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET, **config)
 
 
 def _backward_once_failing(error: BaseException, retain_graph: bool) -> tuple[list[str], list[float]]:
@@ -91,7 +91,7 @@ def test_user_call_runs_once_when_the_profiler_fails_around_it(tmp_path, monkeyp
     monkeypatch.setattr(ops, "output_bytes", broken)
     x = torch.ones(3)
     with caplog.at_level(logging.ERROR, logger="deepcontext"):
-        with _window(tmp_path) as prof:
+        with _window(tmp_path, record_shapes=True) as prof:  # output_bytes runs after each call
             y = torch.add(x, 1.0)
             x.mul_(2.0)
     assert y.tolist() == [2.0, 2.0, 2.0] and x.tolist() == [2.0, 2.0, 2.0]

@@ -32,9 +32,10 @@ function select(options, value, onchange, label) {
 function ranksOf(run) { return (state.runs.find((r) => r.run === run) || { ranks: [] }).ranks; }
 function windowsOf(run, rank) { return (ranksOf(run).find((r) => r.rank === Number(rank)) || { windows: [] }).windows; }
 
-function windowLabel(w) {
-  const [first, end] = w.split("-").map(Number);
-  return `steps ${first}\u2013${Math.max(first, end - 1)}`;
+/** What the selector shows for window id `w` ("5-8", half-open): the server's label ("steps 5\u20137"). */
+function windowLabel(run, rank, w) {
+  const entry = ranksOf(run).find((r) => r.rank === Number(rank));
+  return (entry && entry.labels && entry.labels[w]) || w;
 }
 
 function pickRef(run, rank, window) {
@@ -53,7 +54,7 @@ function drawToolbar() {
   clear(ui.toolbar).append(
     select(state.runs.map((r) => [r.run, r.run]), ref.run, (v) => changeRef(pickRef(v, ref.rank, ref.window)), "Run"),
     select(ranksOf(ref.run).map((r) => [r.rank, `${r.rank} (${r.host})`]), ref.rank, (v) => changeRef(pickRef(ref.run, v, ref.window)), "Rank"),
-    select(windowsOf(ref.run, ref.rank).map((w) => [w, windowLabel(w)]), ref.window, (v) => changeRef({ ...ref, window: v }), "Window"),
+    select(windowsOf(ref.run, ref.rank).map((w) => [w, windowLabel(ref.run, ref.rank, w)]), ref.window, (v) => changeRef({ ...ref, window: v }), "Window"),
     select(metrics.map((m) => [m, METRIC_NAMES[m] || m]), state.metric, (v) => { state.metric = v; showTab(); }, "Metric"),
     select([["incl", "Inclusive"], ["excl", "Exclusive"]], state.mode, (v) => { state.mode = v; showTab(); }, "Value"),
     el("label", { className: "field" }, el("input", { type: "checkbox", checked: state.percent, onchange: (e) => { state.percent = e.target.checked; if (state.table) state.table.draw(); } }), " % of window"),
@@ -163,7 +164,7 @@ async function diffContent() {
   const bar = el("div", { className: "subbar" }, el("b", {}, "A = the selection above; compare with B: "),
     select(state.runs.map((r) => [r.run, r.run]), b.run, (v) => choose(pickRef(v, b.rank, b.window)), "Run"),
     select(ranksOf(b.run).map((r) => [r.rank, String(r.rank)]), b.rank, (v) => choose(pickRef(b.run, v, b.window)), "Rank"),
-    select(windowsOf(b.run, b.rank).map((w) => [w, windowLabel(w)]), b.window, (v) => choose({ ...b, window: v }), "Window"));
+    select(windowsOf(b.run, b.rank).map((w) => [w, windowLabel(b.run, b.rank, w)]), b.window, (v) => choose({ ...b, window: v }), "Window"));
   state.table = await diffView(state, { onSort });
   return el("div", {}, bar, state.table.element);
 }
