@@ -9,10 +9,10 @@ from .base import Window, finding, ms, op_name, percent
 
 def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
     """Optimizer phase ≥ min_share with many per-parameter operators and no
-    foreach/fused kernels (warning)."""
+    foreach/fused kernels (warning; PyTorch's eager optimizers only)."""
     phases = w.phase_nodes("optimizer")
-    if not phases:
-        return []
+    if not phases or w.profile.framework == "jax":
+        return []  # XLA compiles a JAX update into the step's program: there is nothing to launch per parameter
     share = sum(w.incl[p] for p in phases) / w.total
     ops = [o for o in w.top_ops if w.phase(o) == "optimizer"]
     names = {op_name(w.tree.node_frame(o)) for o in ops}

@@ -15,6 +15,13 @@ def test_optimizer_unfused_counts_per_parameter_ops():
     assert f["evidence"]["share"] == 0.25 and "foreach=True" in f["suggestion"]
 
 
+def test_optimizer_unfused_is_torch_advice_not_given_to_jax():
+    """XLA compiles a JAX update into the step's program: foreach=True means nothing there."""
+    ops = ("optimizer", f"aten::add_ @cpu_time_ns={10 * MS},count=150", f"aten::mul_ @cpu_time_ns={10 * MS},count=150")
+    assert "optimizer_unfused" not in rules(analyze(profile(FORWARD, ops, framework="jax")))
+    assert "optimizer_unfused" in rules(analyze(profile(FORWARD, ops, framework="torch")))
+
+
 def test_optimizer_unfused_quiet_with_foreach_kernels():
     p = profile(FORWARD, ("optimizer", f"aten::_foreach_add_ @cpu_time_ns={20 * MS},count=3",
                           f"aten::add_ @cpu_time_ns={10 * MS},count=150"))
