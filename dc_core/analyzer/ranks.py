@@ -8,7 +8,7 @@ A finding here names its profile in ``evidence`` (``run``, ``rank``,
 from __future__ import annotations
 
 from statistics import median
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..profile import Profile
 from ..tree import Frame
@@ -52,18 +52,52 @@ def _step_ns(p: Profile, w: Window) -> float:
     return median(p.step_times_ns) if p.step_times_ns else w.cpu[0] / w.steps
 
 
-def _excess_node(slow: Window, others: list[Window], paths: _Paths) -> int:
+def _common_work(windows: dict[int, Window], paths: _Paths) -> dict[int, int]:
+    """Per rank, its time in the top-level operators that every rank ran
+    equally often (same call path, same count): work all ranks share, timed on
+    each rank's own clock. Empty when there is no such work."""
+    counts: dict[int, dict[int, int]] = {}  # path id -> rank -> calls
+    nodes: dict[int, dict[int, int]] = {}  # rank -> path id -> node
+    for rank, w in windows.items():
+        path_of = {n: pid for pid, n in paths.keyed(w).items()}
+        nodes[rank] = {path_of[op]: op for op in w.top_ops}
+        for pid, op in nodes[rank].items():
+            counts.setdefault(pid, {})[rank] = w.tree.value(op, "count")
+    common = [pid for pid, per_rank in counts.items()
+              if len(per_rank) == len(windows) and len(set(per_rank.values())) == 1]
+    work = {rank: sum(windows[rank].incl[nodes[rank][pid]] for pid in common) for rank in windows}
+    return work if all(work.values()) else {}
+
+
+def _work_ratios(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict[int, float]:
+    """Per rank, its window in units of its common work (``_common_work``),
+    over the ranks' median of that. Load on a host stretches a rank's common
+    work and its extra work alike, so it cancels out: on a loaded 2-core host
+    even ranks stayed within 0.88-1.0 and one doing ~8x the work at 5-7, where
+    step times had put a stretched even rank first (ranks sharing a host, a
+    busy spell while one rank runs). Empty without enough common work (less
+    than min_share of the median rank's window)."""
+    common = _common_work(windows, paths)
+    if not common or median(common[r] / windows[r].total for r in windows) < t["load_imbalance.min_share"]:
+        return {}
+    per_rank = {r: windows[r].total / common[r] for r in windows}
+    med = median(per_rank.values())
+    return {r: v / med for r, v in per_rank.items()}
+
+
+def _excess_node(slow: Window, others: list[Window], paths: _Paths, size: Callable[[Window, int], float]) -> int:
     """Walk down the slow rank's tree through the child with the most time above
-    the ranks' median, while it explains at least half of its parent's excess."""
+    the ranks' median, while it explains at least half of its parent's excess.
+    ``size(window, node)`` is the node's time in the unit the ranks are compared in."""
     keyed = [paths.keyed(o) for o in others]
     path_of = {n: pid for pid, n in paths.keyed(slow).items()}
 
     def excess(n: int) -> float:
         key = path_of.get(n)
-        values = [o.incl[k[key]] if key in k else 0 for o, k in zip(others, keyed)]
-        return slow.incl[n] - median(values + [slow.incl[n]])
+        values = [size(o, k[key]) if key in k else 0 for o, k in zip(others, keyed)]
+        return size(slow, n) - median(values + [size(slow, n)])
 
-    node, here = 0, slow.incl[0] - median([o.incl[0] for o in others] + [slow.incl[0]])
+    node, here = 0, size(slow, 0) - median([size(o, 0) for o in others] + [size(slow, 0)])
     while True:
         kids = [(excess(k), k) for k in slow.tree.children(node)]
         if not kids:
@@ -74,42 +108,68 @@ def _excess_node(slow: Window, others: list[Window], paths: _Paths) -> int:
         node, here = best, best_excess
 
 
+def _time(w: Window, node: int) -> float:
+    return w.incl[node]
+
+
+def _in_work(work: dict[int, float]) -> Callable[[Window, int], float]:
+    """A node's size in units of its rank's common work (``_work_ratios``):
+    what load on the rank's host does not change."""
+    return lambda w, node: w.incl[node] * work[w.profile.rank] / w.total
+
+
 def load_imbalance(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any]]:
-    """Per window: the slowest rank's median step ≥ ratio × the ranks' median
-    (warning, naming the rank and the node holding its extra time); otherwise a
+    """Per window, a straggler rank (warning, see `_straggler`); otherwise a
     node whose share of the window differs by ≥ share_diff between ranks (info)."""
     groups: dict[tuple, dict[int, Profile]] = {}
     for p in profiles:
         groups.setdefault((p.run, p.steps), {}).setdefault(p.rank, p)
     out = []
-    for (_, steps), by_rank in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for _, by_rank in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if len(by_rank) < 2:
             continue
         windows = {r: Window(p, t) for r, p in by_rank.items()}
         paths = _Paths(windows.values())
-        step = {r: _step_ns(by_rank[r], windows[r]) for r in by_rank}
-        med = median(step.values())
-        slow_rank = max(step, key=step.get)
-        ratio = step[slow_rank] / med if med else 0.0
-        if ratio >= t["load_imbalance.ratio"]:
-            slow = windows[slow_rank]
-            node = _excess_node(slow, [w for r, w in windows.items() if r != slow_rank], paths)
-            label = slow.tree.node_frame(node).label() if node else "time outside the profiled context"
-            out.append(finding(
-                "load_imbalance", "warning",
-                f"rank {slow_rank} is {ratio:.2f}x slower than the median rank ({ms(step[slow_rank])} vs "
-                f"{ms(med)} per step); its extra time is in {label}",
-                "even out the work: check data sharding (sequence lengths per rank), rank-specific work "
-                "(logging or checkpointing on rank 0), and the named node on that rank",
-                slow.tree, node,
-                {**_where(by_rank[slow_rank]), "ratio": round(ratio, 3), "step_ns": int(step[slow_rank]),
-                 "median_step_ns": int(med), "step_ns_per_rank": {str(r): int(v) for r, v in sorted(step.items())}},
-            ))
-            continue
-        found = _share_difference(windows, t, paths)
+        found = _straggler(windows, paths, t) or _share_difference(windows, t, paths)
         if found:
             out.append(found)
     return out
+
+
+def _straggler(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict[str, Any] | None:
+    """The rank doing ≥ ratio × the median rank's work per step (its window
+    against the work every rank shares, see `_work_ratios`), else the rank
+    whose median step takes ≥ ratio × the ranks' median; named with the node
+    holding its extra time. Work first: host load cannot fake it."""
+    step = {r: _step_ns(w.profile, w) for r, w in windows.items()}
+    med = median(step.values())
+    work = _work_ratios(windows, paths, t)
+    if work and max(work.values()) >= t["load_imbalance.ratio"]:
+        rank = max(work, key=work.get)
+        measure, ratio, size = "work", work[rank], _in_work(work)
+    else:
+        rank = max(step, key=step.get)
+        measure, ratio, size = "step_time", step[rank] / med if med else 0.0, _time
+    if ratio < t["load_imbalance.ratio"]:
+        return None
+    slow = windows[rank]
+    node = _excess_node(slow, [w for r, w in windows.items() if r != rank], paths, size)
+    label = slow.tree.node_frame(node).label() if node else "time outside the profiled context"
+    per_step = f"{ms(step[rank])} vs {ms(med)} per step"
+    head = (f"rank {rank} does {ratio:.2f}x the work of the median rank per step (timed against the operators "
+            f"every rank runs alike; {per_step})" if measure == "work"
+            else f"rank {rank} is {ratio:.2f}x slower than the median rank ({per_step})")
+    return finding(
+        "load_imbalance", "warning", f"{head}; its extra time is in {label}",
+        "even out the work: check data sharding (sequence lengths per rank), rank-specific work "
+        "(logging or checkpointing on rank 0), and the named node on that rank",
+        slow.tree, node,
+        {**_where(slow.profile), "measure": measure, "ratio": round(ratio, 3),
+         "step_time_ratio": round(step[rank] / med if med else 0.0, 3),
+         **({"work_ratio_per_rank": {str(r): round(v, 3) for r, v in sorted(work.items())}} if work else {}),
+         "step_ns": int(step[rank]), "median_step_ns": int(med),
+         "step_ns_per_rank": {str(r): int(v) for r, v in sorted(step.items())}},
+    )
 
 
 def _share_difference(windows: dict[int, Window], t: Thresholds, paths: _Paths) -> dict[str, Any] | None:

@@ -32,33 +32,62 @@ def _what_differed(w: Window, slow: list[int]) -> dict[str, dict[str, float]]:
     return out
 
 
-def step_outlier(w: Window) -> list[dict[str, Any]]:
-    """Steps slower than mean + sigmas·σ of the *other* steps (with ≥ min_steps_sigma
-    steps) or than median_ratio × median (warning).
+#: Scales the median absolute deviation to a standard deviation's size for normal data.
+_MAD_TO_SIGMA = 1.4826
 
-    The other steps' mean and σ are used because with n steps a single outlier
-    can never exceed its own sample's mean + 3σ for n ≤ 10."""
+
+def _slow_steps(w: Window, times: list[int], med: float, mad: float) -> dict[int, list[str]]:
+    """Index → why (``median``, ``sigma``) of each step slow enough to report."""
+    n = len(times)
+    min_excess = w.t["step_outlier.min_excess_ms"] * 1e6
+    slow = {}
+    for i, t in enumerate(times):
+        if t - med < min_excess:
+            continue
+        why = []
+        if n >= w.t["step_outlier.min_steps_median"] and t >= w.t["step_outlier.median_ratio"] * med:
+            why.append("median")
+        # median and MAD: slow steps cannot drag this yardstick along as they
+        # drag a mean and standard deviation
+        if n >= w.t["step_outlier.min_steps_sigma"] and t - med > w.t["step_outlier.sigmas"] * _MAD_TO_SIGMA * mad:
+            why.append("sigma")
+        if why:
+            slow[i] = why
+    return slow
+
+
+def _severity(w: Window, times: list[int], med: float, slow: list[int]) -> tuple[str, str]:
+    """``warning`` where machine noise cannot explain the slow steps, else
+    ``info`` and why not, for the message."""
+    if len(times) < w.t["step_outlier.warn_min_steps"]:
+        return "info", f"{len(times)} steps are too few to tell a slow step from machine noise"
+    far_ns = w.t["step_outlier.warn_excess_ms"] * 1e6
+    far = [i for i in slow if times[i] - med >= far_ns]
+    if len(far) >= 2 or any(times[i] >= w.t["step_outlier.warn_ratio"] * med for i in far):
+        return "warning", ""
+    if not far:
+        return "info", f"less than {ms(far_ns)} above the median may be machine noise"
+    return "info", f"a single step {times[far[0]] / med:.1f}x the median may be machine noise"
+
+
+def step_outlier(w: Window) -> list[dict[str, Any]]:
+    """Steps at median_ratio × the median, or sigmas robust σ (1.4826 × MAD)
+    above it with ≥ min_steps_sigma steps, and min_excess_ms or more above it.
+
+    A warning only where machine noise cannot explain them (``_severity``):
+    with fewer than warn_min_steps steps, or a single step under warn_ratio ×
+    the median, an info note."""
     times = w.profile.step_times_ns
     n = len(times)
     if n < min(w.t["step_outlier.min_steps_median"], w.t["step_outlier.min_steps_sigma"]):
         return []
     med = median(times)
-    min_excess = w.t["step_outlier.min_excess_ms"] * 1e6
-    slow, reasons = [], {}
-    for i, t in enumerate(times):
-        if t - med < min_excess:
-            continue
-        others = times[:i] + times[i + 1:]
-        why = []
-        if n >= w.t["step_outlier.min_steps_sigma"] and t > mean(others) + w.t["step_outlier.sigmas"] * pstdev(others):
-            why.append("sigma")
-        if n >= w.t["step_outlier.min_steps_median"] and t > w.t["step_outlier.median_ratio"] * med:
-            why.append("median")
-        if why:
-            slow.append(i)
-            reasons[w.profile.steps[0] + i] = why
-    if not slow:
+    mad = median(abs(t - med) for t in times)
+    slow_why = _slow_steps(w, times, med, mad)
+    if not slow_why:
         return []
+    slow = sorted(slow_why)
+    severity, caveat = _severity(w, times, med, slow)
     first = w.profile.steps[0]
     steps = [first + i for i in slow]
     differed = _what_differed(w, slow)
@@ -66,14 +95,16 @@ def step_outlier(w: Window) -> list[dict[str, Any]]:
                   default=None)
     extra = f"; {biggest[0]} was {biggest[1]['slow']:g} vs {biggest[1]['other']:g}" if biggest else ""
     return [finding(
-        "step_outlier", "warning",
+        "step_outlier", severity,
         f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} took "
-        f"{', '.join(ms(times[i]) for i in slow)} against a median of {ms(med)}{extra}",
+        f"{', '.join(ms(times[i]) for i in slow)} against a median of {ms(med)}{extra}"
+        + (f" ({caveat})" if caveat else ""),
         "look for work that runs only on some steps: periodic evaluation, checkpointing or logging, "
         "garbage collection, recompilation, a slow batch (variable sequence lengths)",
         None, -1,
-        {"steps": steps, "times_ns": [times[i] for i in slow], "median_ns": int(med), "mean_ns": int(mean(times)),
-         "stdev_ns": int(pstdev(times)), "reasons": reasons, "system_during_slow_steps": differed},
+        {"steps": steps, "times_ns": [times[i] for i in slow], "median_ns": int(med), "mad_ns": int(mad),
+         "mean_ns": int(mean(times)), "stdev_ns": int(pstdev(times)),
+         "reasons": {first + i: slow_why[i] for i in slow}, "system_during_slow_steps": differed},
     )]
 
 

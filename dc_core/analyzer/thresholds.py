@@ -32,11 +32,20 @@ DEFAULTS: dict[str, float] = {
     "gpu_idle.critical_idle": 0.60,
     "gpu_idle.min_host_busy": 0.50,
     # system and step rules
-    "step_outlier.sigmas": 3.0,
-    "step_outlier.min_steps_sigma": 10,
+    # A step is slow at median_ratio x the median (with >= min_steps_median steps) or
+    # sigmas robust standard deviations (1.4826 x MAD) above it (>= min_steps_sigma steps).
     "step_outlier.median_ratio": 2.0,
     "step_outlier.min_steps_median": 3,
+    "step_outlier.sigmas": 3.5,
+    "step_outlier.min_steps_sigma": 10,
     "step_outlier.min_excess_ms": 5.0,  # below this, a "slow" step is jitter (or a window's first-call costs)
+    # A slow step is an info note unless noise cannot explain it: a warning needs
+    # warn_min_steps steps and, warn_excess_ms or more above the median, one step
+    # of warn_ratio x the median or two slow steps (the excess repeated). A loaded
+    # host makes one step of a few 2x slower, by tens of ms on a 100 ms step.
+    "step_outlier.warn_min_steps": 5,
+    "step_outlier.warn_ratio": 3.0,
+    "step_outlier.warn_excess_ms": 20.0,
     "system.min_samples": 5,
     "low_gpu_utilization.max_p95": 70.0,
     "cpu_bottleneck.min_cpu_p95": 90.0,
@@ -49,9 +58,12 @@ DEFAULTS: dict[str, float] = {
     "memory_growth.min_fraction": 0.10,
     "memory_growth.min_mb": 64.0,
     "memory_growth.min_windows": 3,
-    "load_imbalance.ratio": 1.2,  # slowest / median step time
+    # A straggler does ratio x the median rank's work per step (its window over its time in
+    # the operators every rank runs equally often: host load stretches both alike), or,
+    # doing the same work, its median step takes ratio x the ranks' median step time.
+    "load_imbalance.ratio": 1.2,
     "load_imbalance.share_diff": 0.20,  # relative difference of a node's share
-    "load_imbalance.min_share": 0.05,
+    "load_imbalance.min_share": 0.05,  # a node's share to compare; the shared work's share to weigh work by
     "initialization_time.min_s": 60.0,
     "initialization_time.critical_s": 600.0,
 }

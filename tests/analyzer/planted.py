@@ -73,9 +73,12 @@ class SlowDataset(torch.utils.data.Dataset):
         return 1 << 20
 
     def __getitem__(self, index: int):
-        sample = torch.randn(96, 96)
+        # big enough that its operators hold ~80% of the dataloader phase, the
+        # DataLoader's own per-sample Python the rest: at 96x96 they held ~65%,
+        # and on a loaded host under the 50% the rule needs to name this line
+        sample = torch.randn(192, 192)
         for _ in range(4):  # an expensive per-sample transform in the main process
-            sample = torch.tanh(sample @ sample) / 96
+            sample = torch.tanh(sample @ sample) / 192
         return sample.flatten()[:256], torch.zeros(())
 
 
@@ -140,10 +143,15 @@ def run_planted_model(logdir, steps: int = 6):
     model = Planted(width=128)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     # sizes chosen so each planted problem costs milliseconds per step (a busy
-    # host's scheduling hiccups, ~10 ms, stay a small share of the window) and
-    # none dwarfs the others: half-precision casts run 4x slower on some CPUs
-    # than on others, and must not push cumprod under its 5% share there
-    x = torch.randn(32768, 128)  # 4x the elements of a (2048, 512) input for the norm, the same matmul
+    # host's scheduling hiccups, ~10 ms, stay a small share of the window), each
+    # far above its rule's share: cumprod's backward ~50% (5% needed), the casts
+    # ~17% (5%), the norm ~6% (1%). The casts and the norm are memory-bound:
+    # with a (32768, 128) input, 16 MiB per tensor, page faults made them swing
+    # 10x from run to run (more on a loaded host, and casts run 4x slower on
+    # some CPUs), which once pushed cumprod under its 5% share; at 8 MiB they
+    # hold still, and cumprod's compute-bound backward keeps at least 10% if
+    # they ever cost 4x more.
+    x = torch.randn(16384, 128)  # 2x the elements of a (2048, 512) input for the norm, half its matmul
     gates = torch.rand(512, 4096)
     gates[gates < 0.02] = 0  # zeros send cumprod's backward down its slow path
     gates.requires_grad_()
@@ -168,9 +176,9 @@ def straggler_work(x: torch.Tensor) -> torch.Tensor:
 
 @_on_one_thread
 def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 10):
-    """One process per rank, run one after the other, writing to one logdir.
-
-    Each rank's window has 8 steps: the rule compares median step times."""
+    """The ranks of a job, run one after the other in this process, writing
+    to one logdir; each rank's window has 8 steps. A busy spell on the host
+    stretches whichever rank runs then: the rule must weigh work, not time."""
     written = []
     for rank in range(world_size):
         written += _run_rank(logdir, rank, world_size, slow_rank, steps)
@@ -178,12 +186,13 @@ def run_ranks(logdir, world_size: int = 3, slow_rank: int = 1, steps: int = 10):
 
 
 def _run_rank(logdir, rank: int, world_size: int, slow_rank: int, steps: int) -> list:
-    """One rank's job: an MLP step of milliseconds, the straggler's several times
-    more (~7x: a loaded host's hiccups must not decide which rank is slowest)."""
+    """One rank's job: an MLP step of about 10 ms, the straggler's about 9x
+    that (4 more 1024^3 matmuls): far beyond what a loaded host's hiccups do
+    to the rule's work measure, and step times of several-fold too."""
     torch.manual_seed(0)
     model = mlp(512)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(512, 512)
+    x = torch.randn(256, 512)
     with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=2, count=8), rank=rank, host="node0",
                           world_size=world_size) as prof:
         for _ in range(steps):

@@ -27,6 +27,46 @@ def test_load_imbalance_names_the_slow_rank_and_its_node():
     assert [len(p.findings) for p in profiles] == [0, 0, 1, 0]
 
 
+def _worker(rank, load=1.0, extra_ms=0):
+    """A rank's window: the same MLP work on every rank, its times stretched by
+    ``load`` (a busy host), plus ``extra_ms`` of work only this rank does."""
+    def op(name, time_ms, count):
+        return f"{name} @cpu_time_ns={int(time_ms * load * MS)},count={count}"
+
+    forward = [line("forward", "model.py:12"), op("aten::addmm", 30, 9)]
+    extra = [(line("straggler_work", "model.py:40"), op("aten::matmul", extra_ms, 12))] if extra_ms else []
+    p = profile(
+        ("forward", (TRAIN, tuple(forward), *extra)),
+        ("backward", (TRAIN, (line("forward", "model.py:12"), op("aten::addmm [backward]", 60, 9)))),
+        ("optimizer", (line("step", "train.py:24"), op("aten::add_", 10, 6))),
+        steps=(2, 5), rank=rank, world_size=3, run="exp",
+    )
+    return p
+
+
+def test_regression_slow_rank_named_by_work_that_host_load_cannot_invert():
+    """Ranks timed one after another on a loaded 2-core host: a busy spell
+    stretched rank 0's steps past those of rank 1, which does 4x the work,
+    and rank 0 was named. Against the work every rank shares, rank 1 stays
+    4x whatever the load."""
+    for load in (1.0, 3.0, 6.0):
+        profiles = [_worker(0, load=load), _worker(1, extra_ms=300), _worker(2)]
+        f = only(analyze_ranks(profiles), "load_imbalance")
+        assert f["severity"] == "warning" and f["evidence"]["rank"] == 1, (load, f["message"])
+        assert f["evidence"]["measure"] == "work" and f["evidence"]["ratio"] == round(400 / 100, 3)
+        assert f["path"] == ["forward", "train.py:20 train", "model.py:40 straggler_work", "aten::matmul"]
+        assert "rank 1 does 4.00x the work" in f["message"]
+        attach(profiles, [f])
+        assert [len(p.findings) for p in profiles] == [0, 1, 0]
+
+
+def test_load_imbalance_uniformly_slow_rank_is_named_by_step_time():
+    # the same work everywhere, rank 2 takes twice as long at it (a slow device, a busy host)
+    f = only(analyze_ranks([_worker(0), _worker(1), _worker(2, load=2.0)]), "load_imbalance")
+    assert f["evidence"]["rank"] == 2 and f["evidence"]["measure"] == "step_time"
+    assert f["evidence"]["ratio"] == 2.0 and f["evidence"]["work_ratio_per_rank"] == {"0": 1.0, "1": 1.0, "2": 1.0}
+
+
 def test_load_imbalance_info_when_a_node_share_differs():
     # same step time, but rank 1 spends twice the share in data loading
     profiles = [_rank(0, loader_ms=10), _rank(1, loader_ms=20)]

@@ -99,7 +99,9 @@ def test_slow_rank_is_named_with_its_extra_work(tmp_path, capsys):
     steps_ms = {p.rank: [round(t / 1e6, 1) for t in p.step_times_ns] for p in profiles}
     assert [len(f) for f in imbalance] == [0, 1, 0], steps_ms
     f = imbalance[1][0]
-    assert f["evidence"]["rank"] == 1 and f["evidence"].get("ratio", 0) >= 1.2, (f["message"], steps_ms)
+    # ~8x the work planted; named by work, which a loaded host cannot invert
+    assert f["evidence"]["rank"] == 1 and f["evidence"]["measure"] == "work", (f["message"], steps_ms)
+    assert f["evidence"]["ratio"] >= 2, (f["message"], steps_ms)
     assert _path_has(f, "straggler_work")
     assert "rank 1" in capsys.readouterr().out
 
