@@ -39,7 +39,7 @@ def test_a_torch_only_environment_runs_the_torch_workload(tmp_path):
     done = demo(tmp_path, "lightning,pytorch_lightning,jax,flax")
     assert done.returncode == 0, done.stderr
     assert "profiling the torch workload" in done.stdout
-    assert "demo.py" in done.stdout and "attention" in done.stdout  # the GPT's own lines in the report
+    assert "demo.py:70 TinyGPT.forward" in done.stdout and " (Block)" in done.stdout  # the GPT's own lines
     assert "Traceback" not in done.stderr
 
 
