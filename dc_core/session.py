@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 
 from . import collector as collector_mod
 from .config import ProfilerConfig, resolve
+from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
 from .report import PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
@@ -80,49 +81,6 @@ def _guarded(method: Callable) -> Callable:
             return None
 
     return wrapper
-
-
-class _Phase:
-    __slots__ = ("session", "name", "depth")
-
-    def __init__(self, session: "Session", name: str) -> None:
-        self.session, self.name, self.depth = session, name, -1
-
-    def __enter__(self) -> "_Phase":
-        self.depth = self.session._enter_phase(self.name)
-        return self
-
-    def __exit__(self, *exc: Any) -> bool:
-        if self.depth is not None and self.depth >= 0:
-            self.session._leave_phase(self.depth)
-        return False  # never swallow the user's exception
-
-
-class _Region:
-    __slots__ = ("session", "frame", "depth")
-
-    def __init__(self, session: "Session", frame: int) -> None:
-        self.session, self.frame, self.depth = session, frame, -1
-
-    def __enter__(self) -> "_Region":
-        self.depth = self.session._enter_region(self.frame)
-        return self
-
-    def __exit__(self, *exc: Any) -> bool:
-        if self.depth is not None and self.depth >= 0:
-            self.session._leave_phase(self.depth)
-        return False
-
-
-class _NoPhase:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return False
-
-
-_NO_PHASE = _NoPhase()
 
 
 class Session:
@@ -228,7 +186,7 @@ class Session:
         if self.disabled or (self.window is None and not self._schedule.may_open(step)):
             if self._unrestored:
                 self._restore()
-            return  # outside a window: one compare, nothing else
+            return  # outside a window: the count above and one compare, nothing else
         self._step_begin(step)
 
     @_guarded
@@ -280,8 +238,8 @@ class Session:
     def phase(self, name: str) -> Any:
         """Context manager marking work as phase ``name`` (e.g. "optimizer")."""
         if self.window is None or self.disabled:
-            return _NO_PHASE
-        return _Phase(self, name)
+            return NO_PHASE
+        return PhaseScope(self, name)
 
     @_guarded
     def _enter_phase(self, name: str) -> int:
@@ -293,8 +251,8 @@ class Session:
         """Context manager timing a hand-marked operator ``name`` under the
         calling Python line (for code no adapter intercepts)."""
         if self.window is None or self.disabled:
-            return _NO_PHASE
-        return _Region(self, self.frame(KIND_OPERATOR, name, flags=1 if backward else 0))
+            return NO_PHASE
+        return RegionScope(self, self.frame(KIND_OPERATOR, name, flags=1 if backward else 0))
 
     @_guarded
     def _enter_region(self, frame: int) -> int:
@@ -336,18 +294,12 @@ class Session:
     def _nothing_written(self) -> str:
         """Why a session closed without a profile: what it saw, what it waited for, where files go."""
         where = Path(self.config.logdir) / self.config.run if self.config.run else Path(self.config.logdir)
-        if self.config.time_range is not None:
-            r = self.config.time_range
-            planned = f"a window {r.start_after_s:g} s after the profiler started, for {r.duration_s:g} s"
-        else:
-            s = self.config.steps
-            planned = f"steps {s.start}–{s.start + s.count - 1}" + (f", then every {s.every} steps" if s.every else "")
         if self._steps_seen == 0:
             seen = "no training step was seen (call step() once per step, or use the trainer callback)"
         else:
             n = self._steps_seen
             seen = f"{n} step{'s were' if n != 1 else ' was'} seen, the last numbered {self._last_seen}"
-        return f"DeepContext wrote no profile: {seen}; it profiles {planned}; profiles would go to {where}"
+        return f"DeepContext wrote no profile: {seen}; it profiles {self._schedule.describe()}; profiles would go to {where}"
 
     # --- windows -------------------------------------------------------------
     def _open(self, window: tuple[int, int], now: int) -> None:
