@@ -125,6 +125,9 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1500, "height": 950})
+            # Each wait gets room for a loaded 2-core host (a second suite beside this one
+            # made a search take over the 30 s default once); a real hang still fails.
+            page.set_default_timeout(90_000)
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url + "/#deepcontext")
