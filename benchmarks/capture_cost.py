@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
-from dc_core.config import StepRange
+from dc_core.record.config import StepRange
 from dc_torch import Profiler
 
 CONFIGS = ("unprofiled", "deepcontext native", "deepcontext native, flops only", "deepcontext native, no shapes",

@@ -79,7 +79,7 @@ def main() -> None:
     import jax
 
     import dc_jax
-    from dc_core.config import StepRange
+    from dc_core.record.config import StepRange
 
     train_step, state, x, y = build(args.dim, args.seq, args.batch)
     _, state = run_steps(train_step, state, x, y, 3)  # compile and warm up

@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import torch
 
-from dc_core.config import StepRange
-from dc_core.logdir import load_profiles
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import load_profiles
 from dc_torch import Profiler
 
 

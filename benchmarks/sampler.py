@@ -30,7 +30,7 @@ import time
 import torch
 
 from dc_core import _native
-from dc_core.config import StepRange
+from dc_core.record.config import StepRange
 from dc_torch import Profiler
 from dc_torch.demo import make_workload
 from torch_overhead import _timed as timed, profiled  # the same timed loop (GPT step) as the overhead benchmark

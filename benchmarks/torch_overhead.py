@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from dc_core.config import StepRange
+from dc_core.record.config import StepRange
 from dc_torch import Profiler
 from dc_torch.demo import make_workload, train_step
 

@@ -1,7 +1,18 @@
-"""DeepContext core: config and step windows, the session, the collector facade,
-the tree model, the profile format, the analyzer, exporters, CLI and plugin.
+"""DeepContext core, one folder per stage of the data flow:
+
+- ``record/``: config and step windows, the session every integration drives,
+  collector snapshot → profile;
+- ``collect/``: the collector facade, the pure-Python reference collector, the
+  sampler/monitor thread, symbol names;
+- ``model/``: the vocabulary (kinds, metrics), the tree, processors and views;
+- ``store/``: the profile format and the logdir layout;
+- ``analyzer/``, ``export/``, ``cli/``, ``tensorboard/``: what reads profiles.
 
 Importing it never imports torch or jax.
 """
 
+from .record.config import ProfilerConfig, StepRange, TimeRange
+
 __version__ = "0.1.0"
+
+__all__ = ["ProfilerConfig", "StepRange", "TimeRange", "__version__"]

@@ -18,7 +18,7 @@ def is_available() -> bool:
 
 def __getattr__(name: str) -> Any:
     if name == "DeepContextCallback":
-        from .callback import DeepContextCallback
+        from dc_hf.callback import DeepContextCallback
 
         return DeepContextCallback
     raise AttributeError(f"module 'dc_hf' has no attribute {name!r}")

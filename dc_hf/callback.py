@@ -13,9 +13,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from dc_core.config import ProfilerConfig
-from dc_core.eval_windows import EvalWindows, batch_count
-from dc_core.session import Session
+from dc_core.record.config import ProfilerConfig
+from dc_core.record.eval_windows import EvalWindows, batch_count
+from dc_core.record.session import Session
 from dc_torch.adapter import TorchAdapter
 
 _PACKAGES = ("transformers", "accelerate")

@@ -18,7 +18,7 @@ def is_available() -> bool:
 
 def __getattr__(name: str) -> Any:
     if name in ("Profiler", "profile"):
-        from . import loop
+        from dc_jax import loop
 
         return getattr(loop, name)
     raise AttributeError(f"module 'dc_jax' has no attribute {name!r}")

@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Any
 
-from dc_core.collector import (
+from dc_core.collect.collector import (
     FLAG_BACKWARD,
     KIND_COMPILED,
     KIND_KERNEL,
@@ -32,13 +32,13 @@ from dc_core.collector import (
     METRIC_COUNT,
     METRIC_CPU_TIME,
 )
-from dc_core.session import WindowSkipped
+from dc_core.record.session import WindowSkipped
 
-from . import trace
-from .context import context_of
-from .flax_hooks import ModuleRecorder
-from .hlo import Instruction, ModuleIndex
-from .nnx_hooks import NnxScopes
+from dc_jax import trace
+from dc_jax.context import context_of
+from dc_jax.flax_hooks import ModuleRecorder
+from dc_jax.hlo import Instruction, ModuleIndex
+from dc_jax.nnx_hooks import NnxScopes
 
 logger = logging.getLogger("deepcontext")
 
@@ -62,7 +62,7 @@ def _barrier() -> None:
 
 
 class JaxAdapter:
-    """Session adapter for JAX (see ``dc_core.session.Adapter``)."""
+    """Session adapter for JAX (see ``dc_core.record.session.Adapter``)."""
 
     framework = "jax"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping
 
-from .hlo import Instruction, Loc, placed
+from dc_jax.hlo import Instruction, Loc, placed
 
 _WRAPPER = re.compile(r"^([\w\-]+)\((.*)\)$")
 _INDEX_SUFFIX = re.compile(r"_\d+$")

@@ -52,7 +52,7 @@ def make_workload(batch: int = 16) -> tuple[Any, Any, tuple[jax.Array, jax.Array
 def run_demo(logdir: str, steps: int = 8, **overrides: Any) -> list[pathlib.Path]:
     """Train the CNN for ``steps`` steps with a window over steps 2.. and
     return the profile files written under ``logdir``."""
-    from . import profile
+    from dc_jax import profile
 
     train_step, state, (x, y) = make_workload()
     window = {"start": min(2, steps - 1), "count": max(1, min(4, steps - 2))}

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dc_core.config import ProfilerConfig
-from dc_core.session import Session
+from dc_core.record.config import ProfilerConfig
+from dc_core.record.session import Session
 
-from .adapter import JaxAdapter
+from dc_jax.adapter import JaxAdapter
 
 
 class _Marked:

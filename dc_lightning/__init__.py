@@ -19,7 +19,7 @@ def is_available() -> bool:
 
 def __getattr__(name: str) -> Any:
     if name == "DeepContextCallback":
-        from .callback import DeepContextCallback
+        from dc_lightning.callback import DeepContextCallback
 
         return DeepContextCallback
     raise AttributeError(f"module 'dc_lightning' has no attribute {name!r}")

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dc_core.config import ProfilerConfig
-from dc_core.eval_windows import EvalWindows
-from dc_core.session import Session
+from dc_core.record.config import ProfilerConfig
+from dc_core.record.eval_windows import EvalWindows
+from dc_core.record.session import Session
 from dc_torch.adapter import TorchAdapter
 
 _PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities")

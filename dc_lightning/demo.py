@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from dc_torch.demo import make_workload
 
-from .callback import _modules
+from dc_lightning.callback import _modules
 
 pl = _modules[0]
 
@@ -46,7 +46,7 @@ def run_demo(logdir: str, steps: int = 8) -> list[pathlib.Path]:
     """Fit the tiny GPT for ``steps`` steps with a window over steps 2.. and
     return the profile files written under ``logdir`` (the TensorBoard
     logger's ``version_N`` run)."""
-    from . import DeepContextCallback
+    from dc_lightning import DeepContextCallback
 
     for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
         logging.getLogger(name).setLevel(logging.ERROR)

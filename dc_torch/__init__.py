@@ -19,7 +19,7 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .loop import Profiler
+    from dc_torch.loop import Profiler
 
 __all__ = ["Profiler", "compile_backend", "is_available", "profile"]
 
@@ -31,21 +31,21 @@ def is_available() -> bool:
 
 def profile(config: Any = None, **overrides: Any) -> "Profiler":
     """Context manager for plain loops; see `dc_torch.loop.Profiler`."""
-    from .loop import profile as make
+    from dc_torch.loop import profile as make
 
     return make(config, **overrides)
 
 
 def compile_backend(inner: Any = "inductor", **options: Any) -> Any:
     """A ``torch.compile`` backend that records compiled regions, wrapping ``inner``."""
-    from .compiled import compile_backend as make
+    from dc_torch.compiled import compile_backend as make
 
     return make(inner, **options)
 
 
 def __getattr__(name: str) -> Any:
     if name == "Profiler":
-        from .loop import Profiler
+        from dc_torch.loop import Profiler
 
         return Profiler
     raise AttributeError(f"module 'dc_torch' has no attribute {name!r}")

@@ -22,17 +22,17 @@ from typing import Any
 
 import torch
 
-from dc_core.session import active_sessions
+from dc_core.record.session import active_sessions
 
-from .autograd import AtenMode, BackwardRunner
-from .closure import ClosureHooks
-from .collectives import CollectiveHooks
-from .device import DeviceTracer, cuda_present
-from .modules import ModuleHooks
-from .native import BusyError, NativeCapture, load as load_native
-from .ops import OperatorMode
-from .phases import PhaseHooks
-from .state import Frames, ThreadState
+from dc_torch.autograd import AtenMode, BackwardRunner
+from dc_torch.closure import ClosureHooks
+from dc_torch.collectives import CollectiveHooks
+from dc_torch.device import DeviceTracer, cuda_present
+from dc_torch.modules import ModuleHooks
+from dc_torch.native import BusyError, NativeCapture, load as load_native
+from dc_torch.ops import OperatorMode
+from dc_torch.phases import PhaseHooks
+from dc_torch.state import Frames, ThreadState
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 logger = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from dc_core.collector import FLAG_BACKWARD
+from dc_core.collect.collector import FLAG_BACKWARD
 
 KEY = "deepcontext"
 BACKWARD_ENTRY_POINTS = {torch.Tensor.backward, torch.autograd.grad}

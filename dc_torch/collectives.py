@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from dc_core.collector import FLAG_BACKWARD
+from dc_core.collect.collector import FLAG_BACKWARD
 
 OPS = ("allreduce_", "allreduce_coalesced_", "broadcast_", "allgather_", "_allgather_base_",
        "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",

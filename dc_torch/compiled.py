@@ -24,14 +24,14 @@ from typing import Any, Callable
 
 import torch
 
-from dc_core.collector import KIND_COMPILED, KIND_OPERATOR, METRIC_COUNT
-from dc_core.session import active_sessions
+from dc_core.collect.collector import KIND_COMPILED, KIND_OPERATOR, METRIC_COUNT
+from dc_core.record.session import active_sessions
 
-from .adapter import TorchAdapter
-from .autograd import tag_op
-from .inductor import Generated, compile_with_kernels
-from .ops import op_name
-from .source import source_of
+from dc_torch.adapter import TorchAdapter
+from dc_torch.autograd import tag_op
+from dc_torch.inductor import Generated, compile_with_kernels
+from dc_torch.ops import op_name
+from dc_torch.source import source_of
 
 _next_seq = torch._C._autograd._get_sequence_nr
 

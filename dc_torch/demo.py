@@ -99,9 +99,9 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 def run_demo(logdir: str, steps: int = 8, **overrides: Any) -> list[pathlib.Path]:
     """Train the tiny GPT for ``steps`` steps with a window over steps 2.. and
     return the profile files written under ``logdir``."""
-    from dc_core.config import StepRange
+    from dc_core.record.config import StepRange
 
-    from . import profile
+    from dc_torch import profile
 
     model, optimizer, batch = make_workload()
     window = StepRange(start=min(2, steps - 1), count=max(1, min(4, steps - 2)))

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dc_core.collector import METRIC_COUNT
+from dc_core.collect.collector import METRIC_COUNT
 
 MARK = "dc#"
 

@@ -42,9 +42,9 @@ from typing import Any, Callable
 
 import torch
 
-from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL
+from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL
 
-from .source import Frame, common_prefix, module_frames, python_frames, source_of
+from dc_torch.source import Frame, common_prefix, module_frames, python_frames, source_of
 
 logger = logging.getLogger(__name__)
 PROVENANCE = {"trace.provenance_tracking_level": 2}

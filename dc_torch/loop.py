@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dc_core.config import ProfilerConfig
-from dc_core.session import Session
+from dc_core.record.config import ProfilerConfig
+from dc_core.record.session import Session
 
-from .adapter import TorchAdapter
+from dc_torch.adapter import TorchAdapter
 
 
 class Profiler:

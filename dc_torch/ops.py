@@ -19,7 +19,7 @@ from threading import get_ident
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
-from .autograd import BACKWARD_ENTRY_POINTS, tag_op
+from dc_torch.autograd import BACKWARD_ENTRY_POINTS, tag_op
 
 _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor

@@ -24,7 +24,7 @@ import torch
 from torch.optim import optimizer as optimizer_mod
 from torch.utils.data import dataloader as dataloader_mod
 
-from dc_core.collector import KIND_PYTHON
+from dc_core.collect.collector import KIND_PYTHON
 
 _OPTIM_DIR = os.path.dirname(torch.optim.__file__) + os.sep  # where torch's optimizers live
 

@@ -13,9 +13,9 @@ import os
 import re
 from typing import Any, Sequence
 
-from dc_core.collector import KIND_MODULE, KIND_PYTHON
+from dc_core.collect.collector import KIND_MODULE, KIND_PYTHON
 
-from .adapter import TORCH_DIR
+from dc_torch.adapter import TORCH_DIR
 
 #: ``(kind, name, file, line, detail)``, the arguments of ``session.frame``.
 Frame = tuple[int, str, str, int, str]

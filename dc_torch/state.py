@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_OPERATOR
+from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_OPERATOR
 
 
 _OUTSIDE = -1  # cached for a module that is not one of the naming root's

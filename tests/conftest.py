@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from dc_core import collector as collector_mod
-from dc_core import reference
-from dc_core.worker import WorkerThread
+from dc_core.collect import collector as collector_mod
+from dc_core.collect import reference
+from dc_core.collect.worker import WorkerThread
 
 IMPLEMENTATIONS = ("native", "reference")
 #: PyTorch's two operator capture paths; framework suites run on both.
@@ -89,7 +89,7 @@ def capture_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """Runs a PyTorch test once per operator capture path: ``native`` (the
     RecordFunction extension) and ``python`` (forced through the config knob a
     user would set). Names differ between the paths (``aten::linear`` vs
-    ``torch.nn.functional.linear``): compare them with ``dc_core.opnames.role``."""
+    ``torch.nn.functional.linear``): compare them with ``dc_core.model.opnames.role``."""
     if request.param == "python":
         monkeypatch.setenv("DEEPCONTEXT_CONFIG", json.dumps({"capture": "python"}))
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Mapping
 
-from ..profile import Profile
+from ..store.profile import Profile
 from . import context, operators, phases, ranks, steps, system
 from .base import SEVERITIES, Window
 from .thresholds import DEFAULTS, Thresholds

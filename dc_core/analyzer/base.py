@@ -12,8 +12,8 @@ from functools import cached_property
 from statistics import median
 from typing import Any
 
-from ..profile import Profile
-from ..tree import Frame, Tree
+from ..store.profile import Profile
+from ..model.tree import Frame, Tree
 from .thresholds import Thresholds
 
 SEVERITIES = ("critical", "warning", "info")

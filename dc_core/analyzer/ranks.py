@@ -10,8 +10,8 @@ from __future__ import annotations
 from statistics import median
 from typing import Any, Callable, Iterable
 
-from ..profile import Profile
-from ..tree import Frame
+from ..store.profile import Profile
+from ..model.tree import Frame
 from .base import Window, finding, ms, percent
 from .thresholds import Thresholds
 

@@ -11,10 +11,10 @@ from typing import Any
 from rich.text import Text
 
 from ..analyzer import analyze, analyze_ranks, attach
-from ..config import resolve
-from ..logdir import rewrite_profile
-from ..report import profile_label
-from ..validate import check_thresholds
+from ..record.config import resolve
+from ..store.logdir import rewrite_profile
+from ..model.report import profile_label
+from ..record.validate import check_thresholds
 from .common import CliError, add_read_options, fail, load_logdir, make_console, print_about_file
 from .findings import render_findings
 

@@ -16,8 +16,8 @@ from rich.progress import Progress
 from rich.segment import Segment
 from rich.text import Text
 
-from ..logdir import MAX_BYTES_ENV, find_profiles, max_profile_bytes, read_profile
-from ..profile import Profile, ProfileError
+from ..store.logdir import MAX_BYTES_ENV, find_profiles, max_profile_bytes, read_profile
+from ..store.profile import Profile, ProfileError
 
 
 #: Width of output that is not a terminal, when ``COLUMNS`` does not say:

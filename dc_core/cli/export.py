@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..export import FORMATS, SUFFIX, exporter
-from ..report import default_metric
+from ..model.report import default_metric
 from .common import CliError, add_read_options, fail, load_logdir
 
 

@@ -13,12 +13,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..export.nested import dumps
-from ..profile import Profile
-from ..report import (
+from ..store.profile import Profile
+from ..model.report import (
     Row, default_metric, describe_drops, format_value, metrics_with_values, profile_label, rank_step_stats,
     rank_top_frames, report_json, tree_rows, view_tree,
 )
-from ..tree import UNITS
+from ..model.tree import UNITS
 from .common import (
     CliError, add_read_options, fail, hanging, load_logdir, make_console, middle_truncate, print_about_file,
 )

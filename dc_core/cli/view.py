@@ -41,7 +41,7 @@ def warn_if_empty(logdir: str) -> bool:
     writes its first window, and the tab appears once a file is there; a
     mistyped directory is named in the warning, so it shows at once.
     """
-    from ..logdir import find_profiles
+    from ..store.logdir import find_profiles
     from .common import hanging, make_console
 
     if find_profiles(Path(logdir)):

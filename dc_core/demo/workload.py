@@ -8,7 +8,7 @@ import math
 import random
 from pathlib import Path
 
-from dc_core.session import Session
+from dc_core.record.session import Session
 
 VOCAB = [f"w{i}" for i in range(64)]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..profile import Profile
+from ..store.profile import Profile
 
 FORMATS = ("chrome", "speedscope", "pprof", "hatchet")
 SUFFIX = {"chrome": ".trace.json", "speedscope": ".speedscope.json", "pprof": ".pb.gz", "hatchet": ".hatchet.json"}

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..profile import Profile
-from ..tree import Tree
+from ..store.profile import Profile
+from ..model.tree import Tree
 from .nested import dumps
 
 #: Hatchet's ``GraphFrame.default_metric``; ``"<it> (inc)"`` is its inclusive twin.

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..tree import Tree
+from ..model.tree import Tree
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import gzip
 from typing import Callable
 
-from ..profile import Profile
-from ..tree import Tree
+from ..store.profile import Profile
+from ..model.tree import Tree
 from . import pprof_pb2
 
 _UNITS = {"ns": "nanoseconds", "bytes": "bytes", "1": "count"}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..profile import Profile
-from ..tree import Tree
+from ..store.profile import Profile
+from ..model.tree import Tree
 from .layout import extent, flame_edges
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"

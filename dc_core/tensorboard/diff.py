@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..tree import Frame
+from ..model.tree import Frame
 from .store import Children, Index
 
 

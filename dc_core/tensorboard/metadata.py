@@ -6,7 +6,7 @@ The plugin name is the directory name of the profile files
 
 from __future__ import annotations
 
-from ..logdir import PLUGIN_NAME
+from ..store.logdir import PLUGIN_NAME
 
 #: Bumped when the JSON the routes return changes incompatibly; the frontend
 #: checks it against the one it was written for.

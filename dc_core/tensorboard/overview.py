@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from ..profile import Profile, ProfileError
-from ..report import steps_text, window_label
+from ..store.profile import Profile, ProfileError
+from ..model.report import steps_text, window_label
 from .metadata import DATA_VERSION, METRICS
 from .params import NotFound, format_window
 from .store import Index, ProfileStore

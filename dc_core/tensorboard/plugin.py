@@ -16,7 +16,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from ..profile import ProfileError
+from ..store.profile import ProfileError
 from . import browse, diff, overview, params, source, tables
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .store import Index, ProfileStore

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import numpy as np  # a TensorBoard dependency
 
-from ..logdir import DEFAULT_MAX_BYTES, ProfileFile, find_profiles, max_profile_bytes, read_profile
-from ..profile import Profile, ProfileError
-from ..tree import Tree
+from ..store.logdir import DEFAULT_MAX_BYTES, ProfileFile, find_profiles, max_profile_bytes, read_profile
+from ..store.profile import Profile, ProfileError
+from ..model.tree import Tree
 from .params import NotFound, Ref, format_window
 
 logger = logging.getLogger("deepcontext")

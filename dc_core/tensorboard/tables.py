@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .. import views
-from ..report import window_label
+from ..model import views
+from ..model.report import window_label
 from .params import format_window
 from .store import Index
 
@@ -140,7 +140,7 @@ def bottom_up(index: Index, path: list[int], metric: str, mode: str = "excl", so
     """Callers of the frame ``path[0]`` reached through ``path[1:]``.
 
     With an empty path, the top level: every frame with its own cost (``excl``
-    mode) or its cost with callees (``incl``), like `dc_core.views.bottom_up`.
+    mode) or its cost with callees (``incl``), like `dc_core.model.views.bottom_up`.
     """
     if not path:
         return flat(index, metric, "incl" if mode == "incl" else "excl", kinds, limit)

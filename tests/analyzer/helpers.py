@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dc_core.profile import Profile, Series
-from dc_core.tree import tree_from_lists
+from dc_core.store.profile import Profile, Series
+from dc_core.model.tree import tree_from_lists
 
 MS = 1_000_000
 US = 1_000

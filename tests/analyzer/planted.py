@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 import dc_torch
-from dc_core.config import StepRange
-from dc_core.logdir import read_profile
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import read_profile
 
 WINDOW = StepRange(start=2, count=3)
 

@@ -10,9 +10,9 @@ from rich.console import Console
 from dc_core.cli import analyze as analyze_cmd
 from dc_core.cli import main
 from dc_core.cli.findings import render_findings, short_path
-from dc_core.logdir import find_profiles, read_profile, write_profile
+from dc_core.store.logdir import find_profiles, read_profile, write_profile
 
-from .helpers import MS, line, profile
+from tests.analyzer.helpers import MS, line, profile
 
 
 def _write(tmp_path, rank=0, loader_ms=15):

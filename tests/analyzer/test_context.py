@@ -2,7 +2,7 @@
 
 from dc_core.analyzer import analyze
 
-from .helpers import MS, line, only, profile, rules
+from tests.analyzer.helpers import MS, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
 

@@ -8,9 +8,9 @@ import pytest
 from dc_core import analyzer
 from dc_core.analyzer import RULE_IDS, analyze
 from dc_core.analyzer.thresholds import DEFAULTS, Thresholds
-from dc_core.profile import decode, encode
+from dc_core.store.profile import decode, encode
 
-from .helpers import MS, line, profile, rules
+from tests.analyzer.helpers import MS, line, profile, rules
 
 ISSUE_RULES = {
     "hotspot", "backward_imbalance", "dtype_conversion", "layout_conversion", "small_ops", "unfused_norm",
@@ -77,7 +77,7 @@ def test_empty_profile_gives_no_findings():
 
 def test_op_name_understands_aten_torch_and_dunder_names():
     from dc_core.analyzer.base import op_name
-    from dc_core.tree import Frame
+    from dc_core.model.tree import Frame
 
     names = {
         "aten::index_put_": "index_put", "torch.Tensor.item": "item", "torch.cumprod": "cumprod",

@@ -2,7 +2,7 @@
 
 from dc_core.analyzer import analyze
 
-from .helpers import MS, US, line, only, profile, rules
+from tests.analyzer.helpers import MS, US, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
 CUDA_RUN = {"torch": "2.5.0", "cuda": "12.4", "devices": "NVIDIA H100"}  # what the PyTorch adapter records
@@ -151,8 +151,8 @@ def test_regression_host_sync_blamed_the_loop_for_the_optimizers_own_item_calls(
     """A for-loop AdamW reads its step counter with .item() for every parameter:
     framework code under the user's ``optimizer.step()`` line, not a user sync."""
     from dc_core.analyzer import analyze
-    from dc_core.profile import Profile
-    from dc_core.tree import tree_from_lists
+    from dc_core.store.profile import Profile
+    from dc_core.model.tree import tree_from_lists
 
     tree = tree_from_lists(
         ("forward", ("python:train_step|train.py:10", "operator:torch.nn.functional.linear @cpu_time_ns=9000000,count=3")),

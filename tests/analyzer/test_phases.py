@@ -2,7 +2,7 @@
 
 from dc_core.analyzer import analyze
 
-from .helpers import MS, line, only, profile, rules
+from tests.analyzer.helpers import MS, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
 FORWARD = ("forward", (TRAIN, (line("forward", "model.py:12"), f"aten::addmm @cpu_time_ns={60 * MS},count=3")))

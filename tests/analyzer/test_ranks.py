@@ -2,7 +2,7 @@
 
 from dc_core.analyzer import analyze_ranks, attach
 
-from .helpers import MS, line, only, profile, series
+from tests.analyzer.helpers import MS, line, only, profile, series
 
 TRAIN = line("train", "train.py:20")
 

@@ -2,7 +2,7 @@
 
 from dc_core.analyzer import analyze
 
-from .helpers import MS, only, profile, rules, series
+from tests.analyzer.helpers import MS, only, profile, rules, series
 
 TREE = ("forward", f"aten::mm @cpu_time_ns={10 * MS}")
 

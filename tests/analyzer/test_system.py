@@ -2,7 +2,7 @@
 
 from dc_core.analyzer import analyze
 
-from .helpers import MS, line, only, profile, rules, series
+from tests.analyzer.helpers import MS, line, only, profile, rules, series
 
 MIB = 2**20
 TREE = ("forward", (line("train", "train.py:20"), f"aten::mm @cpu_time_ns={90 * MS}"))

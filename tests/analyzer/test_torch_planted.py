@@ -11,11 +11,11 @@ pytest.importorskip("dc_torch.loop")
 
 from dc_core.analyzer import analyze  # noqa: E402
 from dc_core.cli import main  # noqa: E402
-from dc_core.logdir import read_profile  # noqa: E402
-from dc_core.opnames import role  # noqa: E402
+from dc_core.store.logdir import read_profile  # noqa: E402
+from dc_core.model.opnames import role  # noqa: E402
 
-from . import planted  # noqa: E402
-from .helpers import only  # noqa: E402
+from tests.analyzer import planted  # noqa: E402
+from tests.analyzer.helpers import only  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -10,17 +10,19 @@ import re
 
 import pytest
 
-from dc_core import __version__, reference
+from dc_core import __version__
+
+from dc_core.collect import reference
 from dc_core.cli import main, version
 from dc_core.cli.view import warn_if_empty
-from dc_core.logdir import find_profiles, read_profile, write_profile
-from dc_core.profile import Profile
-from dc_core.report import MONITOR_READINGS_CAP, describe_drops, window_label
-from dc_core.session import Session
+from dc_core.store.logdir import find_profiles, read_profile, write_profile
+from dc_core.store.profile import Profile
+from dc_core.model.report import MONITOR_READINGS_CAP, describe_drops, window_label
+from dc_core.record.session import Session
 from dc_core.tensorboard import overview, tables
 from dc_core.tensorboard.params import Ref
 from dc_core.tensorboard.store import Index
-from dc_core.tree import tree_from_lists
+from dc_core.model.tree import tree_from_lists
 
 def cpu_profile(**fields) -> Profile:
     tree = tree_from_lists(("forward", ("python:step|t.py:3", "aten::mm @cpu_time_ns=100,count=3")))
@@ -141,7 +143,7 @@ def test_version(capsys):
 def test_reading_many_profiles_says_so_on_stderr_when_not_a_terminal(tmp_path, capsys):
     from dc_core.cli import common
     from tests.core.test_files import make_profile
-    from dc_core.logdir import write_profile
+    from dc_core.store.logdir import write_profile
 
     for rank in range(common.MANY_FILES):
         write_profile(make_profile(rank), tmp_path, "big")

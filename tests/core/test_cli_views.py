@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from dc_core.cli import main
-from dc_core.logdir import write_profile
-from dc_core.profile import Profile
-from dc_core.report import node_json, tree_rows, view_tree
-from dc_core.tree import tree_from_lists
+from dc_core.store.logdir import write_profile
+from dc_core.store.profile import Profile
+from dc_core.model.report import node_json, tree_rows, view_tree
+from dc_core.model.tree import tree_from_lists
 
 TREE = tree_from_lists(("forward", ("module:model @cpu_time_ns=10", "aten::mm @cpu_time_ns=100")))
 

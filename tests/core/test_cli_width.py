@@ -11,9 +11,9 @@ from rich.console import Console
 from dc_core.cli import main
 from dc_core.cli.common import PIPED_WIDTH, middle_truncate, output_width
 from dc_core.cli.findings import render_findings
-from dc_core.logdir import write_profile
-from dc_core.profile import Profile
-from dc_core.tree import tree_from_lists
+from dc_core.store.logdir import write_profile
+from dc_core.store.profile import Profile
+from dc_core.model.tree import tree_from_lists
 
 LONG = "module:model.encoder.layers.11.self_attention.output_projection.dense_with_a_very_long_name (Linear)"
 FINDING = {

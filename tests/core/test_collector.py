@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import pytest
 
-from dc_core import reference
+from dc_core.collect import reference
 
 # A "framework" file: frames from it are what skip_prefix is for. Compiled
 # under a made-up path so the test decides exactly which frames it holds.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from dc_core import reference
+from dc_core.collect import reference
 from tests.core.test_collector import LIB_FILE, Frame, Snap, lib_call
 
 # --- Python call paths -------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dc_core import reference
+from dc_core.collect import reference
 from tests.core.test_collector import Frame, Snap, spin, SPIN_LINES  # noqa: F401
 
 # --- CPU sampler (what it bills and where: test_sampler.py) -------------------

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dc_core.analyzer import RULE_IDS
-from dc_core.config import ENV_VAR, NEVER, ProfilerConfig, StepRange, TimeRange, resolve
-from dc_core.validate import INT64_MAX
+from dc_core.record.config import ENV_VAR, NEVER, ProfilerConfig, StepRange, TimeRange, resolve
+from dc_core.record.validate import INT64_MAX
 
 
 def test_count_zero_names_field_and_range():
@@ -103,7 +103,7 @@ def test_env_missing_file_is_named(monkeypatch):
 
 
 def test_invalid_env_fails_when_profiler_is_created(monkeypatch, tmp_path):
-    from dc_core.session import Session
+    from dc_core.record.session import Session
 
     monkeypatch.setenv(ENV_VAR, '{"mode": "everything"}')
     with pytest.raises(ValueError, match="mode must be one of"):
@@ -213,7 +213,7 @@ def test_non_numeric_or_negative_analyzer_threshold_is_rejected_at_creation(valu
 
 
 def test_unknown_analyzer_rule_is_rejected_at_creation(tmp_path):
-    from dc_core.session import Session
+    from dc_core.record.session import Session
 
     # Before, the analyzer raised at window close and the window's findings were lost.
     with pytest.raises(ValueError) as info:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 
-from dc_core.eval_windows import EvalWindows, batch_count
-from dc_core.logdir import load_profiles
-from dc_core.session import Session
+from dc_core.record.eval_windows import EvalWindows, batch_count
+from dc_core.store.logdir import load_profiles
+from dc_core.record.session import Session
 
 
 def test_each_loop_counts_its_own_batches_and_flushes_at_close(tmp_path):

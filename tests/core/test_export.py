@@ -10,7 +10,7 @@ import pytest
 from dc_core.cli import main
 from dc_core.export import exporter
 from dc_core.export import pprof_pb2
-from dc_core.logdir import write_profile
+from dc_core.store.logdir import write_profile
 from tests.core.test_files import make_profile
 
 

@@ -6,9 +6,9 @@ import logging
 import os
 import threading
 
-from dc_core import collector as collector_mod
-from dc_core.ownfiles import profiler_files, skip_profiler_files
-from dc_core import reference
+from dc_core.collect import collector as collector_mod
+from dc_core.collect.ownfiles import profiler_files, skip_profiler_files
+from dc_core.collect import reference
 from tests.conftest import _leftovers
 from tests.core.test_collector import Snap, lib_call
 
@@ -23,14 +23,14 @@ def test_kind_names_match_the_constants():
 def test_create_collector_prefers_native_when_it_imports():
     made = collector_mod.create_collector()
     native = collector_mod.native_available()
-    assert type(made).__module__ == ("dc_core._native" if native else "dc_core.reference")
+    assert type(made).__module__ == ("dc_core._native" if native else "dc_core.collect.reference")
     assert isinstance(collector_mod.create_collector(prefer_native=False, max_nodes=5), reference.Collector)
 
 
 def test_missing_native_falls_back_with_one_warning(monkeypatch, caplog):
     monkeypatch.setattr(collector_mod, "_native_module", lambda: (None, "ImportError: no _native"))
     collector_mod._warn_fallback.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="dc_core.collector"):
+    with caplog.at_level(logging.WARNING, logger="dc_core.collect.collector"):
         made = [collector_mod.create_collector(max_nodes=7) for _ in range(3)]
     assert all(isinstance(c, reference.Collector) for c in made)
     assert [r.getMessage() for r in caplog.records] == [
@@ -50,7 +50,7 @@ def test_skip_profiler_files_hides_the_profilers_own_frames():
 
 def test_demo_workloads_count_as_user_code():
     files = profiler_files()
-    assert any(f.endswith("dc_core/session.py") for f in files)
+    assert any(f.endswith("dc_core/record/session.py") for f in files)
     assert not any(f.endswith(("dc_core/demo/workload.py", "dc_torch/demo.py")) for f in files)
     assert any(f.endswith("dc_core/cli/demo.py") for f in files)  # the command is ours, its workload is not
 

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from dc_core import profile_pb2
-from dc_core.logdir import find_profiles, load_profiles, read_profile, write_profile
-from dc_core.profile import SCHEMA_VERSION, Profile, ProfileError, Series, decode, encode
-from dc_core.tree import tree_from_lists
+from dc_core.store import profile_pb2
+from dc_core.store.logdir import find_profiles, load_profiles, read_profile, write_profile
+from dc_core.store.profile import SCHEMA_VERSION, Profile, ProfileError, Series, decode, encode
+from dc_core.model.tree import tree_from_lists
 
 
 def make_profile(rank: int = 0, steps=(5, 8)) -> Profile:
@@ -79,7 +79,7 @@ def test_kill_mid_write_leaves_no_partial_file(tmp_path):
         import os, sys, time
         sys.path.insert(0, {os.getcwd()!r})
         from tests.core.test_files import make_profile
-        from dc_core import logdir
+        from dc_core.store import logdir
         real_fdopen = os.fdopen
         class Slow:
             def __init__(self, f): self.f = f
@@ -103,7 +103,7 @@ def test_kill_mid_write_leaves_no_partial_file(tmp_path):
 
 
 def test_profiles_are_created_under_the_umask_and_a_rewrite_keeps_the_mode(tmp_path):
-    from dc_core.logdir import rewrite_profile
+    from dc_core.store.logdir import rewrite_profile
 
     old = os.umask(0o027)
     try:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dc_core import reference
+from dc_core.collect import reference
 from tests.core.test_collector import Snap, spin
 
 HZ = 200

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from dc_core.demo.workload import train
-from dc_core.logdir import load_profiles
-from dc_core.session import Session, active_sessions
+from dc_core.store.logdir import load_profiles
+from dc_core.record.session import Session, active_sessions
 
 
 def labels(tree, node):
@@ -187,7 +187,7 @@ def test_a_session_that_wrote_its_window_does_not_warn(tmp_path, caplog):
 
 
 def test_a_loop_that_ends_inside_a_window_writes_it_as_partial_of_its_plan(tmp_path):
-    from dc_core.report import window_label
+    from dc_core.model.report import window_label
 
     session = Session(logdir=str(tmp_path), steps={"start": 5, "count": 3})
     for step in range(6):  # steps 0..5: the window 5–7 sees only step 5

@@ -1,5 +1,5 @@
 """Native frames that ``dladdr`` cannot name, named from ELF data at snapshot time
-(`dc_core.symbols`), on a tiny C++ library built here and on a torch workload."""
+(`dc_core.collect.symbols`), on a tiny C++ library built here and on a torch workload."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from dc_core import symbols
-from dc_core.snapshot import frames_from_snapshot, merge_equal_siblings, profile_from_snapshot
-from dc_core.tree import ROOT, Frame
+from dc_core.collect import symbols
+from dc_core.record.snapshot import frames_from_snapshot, merge_equal_siblings, profile_from_snapshot
+from dc_core.model.tree import ROOT, Frame
 
 pytest.importorskip("elftools")
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dc_core.processors import collapse_recursion, filter_kinds, flatten, merge, merge_ranks, prune_small
-from dc_core.tree import Frame, tree_from_lists
-from dc_core.views import bottom_up, flat
+from dc_core.model.processors import collapse_recursion, filter_kinds, flatten, merge, merge_ranks, prune_small
+from dc_core.model.tree import Frame, tree_from_lists
+from dc_core.model.views import bottom_up, flat
 
 
 def sample():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dc_core.config import StepRange, TimeRange
-from dc_core.windows import WindowSchedule
+from dc_core.record.config import StepRange, TimeRange
+from dc_core.record.windows import WindowSchedule
 
 
 def drive(schedule: WindowSchedule, steps: int, clock=lambda step: step * 1_000_000_000) -> list[tuple[int, int]]:

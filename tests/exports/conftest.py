@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dc_core.demo.workload import train
-from dc_core.logdir import read_profile
-from dc_core.profile import Profile
+from dc_core.store.logdir import read_profile
+from dc_core.store.profile import Profile
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-from dc_core.profile import Profile
-from dc_core.report import node_json
-from dc_core.tree import Frame
+from dc_core.store.profile import Profile
+from dc_core.model.report import node_json
+from dc_core.model.tree import Frame
 
 #: Overrides where speedscope's published schema is read from.
 SCHEMA_ENV = "DEEPCONTEXT_SPEEDSCOPE_SCHEMA"

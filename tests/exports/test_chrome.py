@@ -6,8 +6,8 @@ import json
 import random
 
 from dc_core.export import exporter
-from dc_core.profile import Profile
-from dc_core.tree import Frame, Tree
+from dc_core.store.profile import Profile
+from dc_core.model.tree import Frame, Tree
 from tests.exports.readers import drawn_widths, report_paths
 
 

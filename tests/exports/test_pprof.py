@@ -83,7 +83,7 @@ def test_pprof_a_profile_without_step_times_keeps_the_window_duration():
 @pytest.mark.parametrize("args, default", [([], "cpu_time_ns"), (["--metric", "count"], "count")])
 def test_pprof_from_the_cli_opens_on_the_metric_asked_for(demo_profile, tmp_path, capsys, args, default):
     from dc_core.cli import main
-    from dc_core.logdir import write_profile
+    from dc_core.store.logdir import write_profile
 
     write_profile(demo_profile, tmp_path / "logs")
     assert main(["export", str(tmp_path / "logs"), "--format", "pprof", "--out", str(tmp_path / "out"), *args]) == 0

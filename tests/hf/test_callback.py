@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
 
-from dc_core.logdir import load_profiles  # noqa: E402
+from dc_core.store.logdir import load_profiles  # noqa: E402
 from dc_hf import DeepContextCallback, is_available  # noqa: E402
 from tests.conftest import module_calls  # noqa: E402
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import glob
 
-from dc_core.config import StepRange
-from dc_core.logdir import read_profile
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import read_profile
 
 
 def nodes(tree, kind, name=None, backward=None):

@@ -15,12 +15,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import dc_jax  # noqa: E402
-from dc_core.config import StepRange  # noqa: E402
-from dc_core.logdir import read_profile  # noqa: E402
+from dc_core.record.config import StepRange  # noqa: E402
+from dc_core.store.logdir import read_profile  # noqa: E402
 from dc_jax.nnx_hooks import NnxScopes  # noqa: E402
 
-from . import nnx_workloads as workloads  # noqa: E402
-from .helpers import nodes as _nodes  # noqa: E402
+from tests.jax import nnx_workloads as workloads  # noqa: E402
+from tests.jax.helpers import nodes as _nodes  # noqa: E402
 
 DC_JAX_DIR = os.path.dirname(os.path.abspath(dc_jax.__file__)) + os.sep
 

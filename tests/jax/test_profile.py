@@ -15,11 +15,11 @@ pytest.importorskip("optax")
 import jax  # noqa: E402
 
 import dc_jax  # noqa: E402
-from dc_core.config import StepRange  # noqa: E402
-from dc_core.logdir import read_profile  # noqa: E402
+from dc_core.record.config import StepRange  # noqa: E402
+from dc_core.store.logdir import read_profile  # noqa: E402
 
-from . import workloads  # noqa: E402
-from .helpers import nodes as _nodes  # noqa: E402
+from tests.jax import workloads  # noqa: E402
+from tests.jax.helpers import nodes as _nodes  # noqa: E402
 
 
 def _train(tmp_path, training, steps: int, window: StepRange, **overrides):

@@ -16,11 +16,11 @@ import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from dc_core.analyzer import analyze  # noqa: E402
-from dc_core.config import StepRange  # noqa: E402
+from dc_core.record.config import StepRange  # noqa: E402
 
-from . import nnx_workloads  # noqa: E402
-from .helpers import assert_ops_match_the_trace, nodes  # noqa: E402
-from .helpers import profile_with_trace as _profile, raw_op_times as _raw_op_times  # noqa: E402
+from tests.jax import nnx_workloads  # noqa: E402
+from tests.jax.helpers import assert_ops_match_the_trace, nodes  # noqa: E402
+from tests.jax.helpers import profile_with_trace as _profile, raw_op_times as _raw_op_times  # noqa: E402
 
 
 class Teacher(nn.Module):

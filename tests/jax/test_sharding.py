@@ -18,8 +18,8 @@ SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import dc_jax
-    from dc_core.config import StepRange
-    from dc_core.logdir import read_profile
+    from dc_core.record.config import StepRange
+    from dc_core.store.logdir import read_profile
     from tests.jax.helpers import raw_op_times
 
     mesh = Mesh(np.array(jax.devices()), ("data",))

@@ -16,7 +16,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
-from .helpers import assert_ops_match_the_trace, nodes, profile_with_trace  # noqa: E402
+from tests.jax.helpers import assert_ops_match_the_trace, nodes, profile_with_trace  # noqa: E402
 
 JAX_SCOPES = {"while", "body", "closed_call", "checkpoint", "rematted_computation", "cond", "branch_0_fun",
               "branch_1_fun"}

@@ -128,7 +128,7 @@ def inject(monkeypatch: Any, point: str, nth: int = 1, capture: str = "python") 
     import json
 
     monkeypatch.setenv("DEEPCONTEXT_CONFIG", json.dumps({"capture": capture}))
-    from dc_core import collector as collector_mod
+    from dc_core.collect import collector as collector_mod
 
     made: list[FaultyCollector] = []
     create = collector_mod.create_collector

@@ -31,16 +31,20 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from dc_core import profile_pb2, report, views
+from dc_core.store import profile_pb2
+
+from dc_core.model import report
+
+from dc_core.model import views
 from dc_core.analyzer import analyze, analyze_ranks
 from dc_core.cli import main
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
-from dc_core.logdir import write_profile
-from dc_core.processors import collapse_recursion, filter_kinds, merge_ranks, prune_small
-from dc_core.profile import Profile, ProfileError, decode, encode
+from dc_core.store.logdir import write_profile
+from dc_core.model.processors import collapse_recursion, filter_kinds, merge_ranks, prune_small
+from dc_core.store.profile import Profile, ProfileError, decode, encode
 
-from .test_readers import chain_profile, model_profile, snapshot_profile
+from tests.reliability.test_readers import chain_profile, model_profile, snapshot_profile
 
 TIME_LIMIT_S = 5.0
 MEMORY_LIMIT = 256 << 20

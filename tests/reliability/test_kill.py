@@ -12,12 +12,12 @@ import sys
 import textwrap
 import time
 
-from dc_core.logdir import find_profiles, load_profiles
+from dc_core.store.logdir import find_profiles, load_profiles
 
 #: A job that writes a one-step window every step, as fast as it can.
 JOB = textwrap.dedent("""
     import random, sys
-    from dc_core.session import Session
+    from dc_core.record.session import Session
     session = Session(logdir=sys.argv[1], steps={"start": 0, "count": 1, "every": 1, "repeat": 0},
                       cpu_sampling_hz=500, system_interval_ms=10)
     rng = random.Random(0)

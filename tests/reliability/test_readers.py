@@ -15,19 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from dc_core import profile_pb2, views
+from dc_core.store import profile_pb2
+
+from dc_core.model import views
 from dc_core.analyzer import analyze, analyze_ranks
 from dc_core.cli import main
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
-from dc_core.logdir import (
+from dc_core.store.logdir import (
     DEFAULT_MAX_BYTES, MAX_BYTES_ENV, STALE_TEMP_S, find_profiles, load_profiles, max_profile_bytes, profile_path,
     read_profile, write_profile,
 )
-from dc_core.processors import collapse_recursion, prune_small
-from dc_core.profile import Profile, ProfileError, Series, decode, encode
-from dc_core.report import report_json
-from dc_core.tree import Frame, Tree, tree_from_lists
+from dc_core.model.processors import collapse_recursion, prune_small
+from dc_core.store.profile import Profile, ProfileError, Series, decode, encode
+from dc_core.model.report import report_json
+from dc_core.model.tree import Frame, Tree, tree_from_lists
 
 # --- the profiles: real ones, written by the project's own writer -------------
 
@@ -99,8 +101,8 @@ def chain_profile(depth: int, recursion: bool = False, rank: int = 0) -> Profile
 
 def snapshot_profile() -> Profile:
     """A profile from a (reference) collector's snapshot and monitor columns."""
-    from dc_core import reference
-    from dc_core.snapshot import profile_from_snapshot
+    from dc_core.collect import reference
+    from dc_core.record.snapshot import profile_from_snapshot
 
     c = reference.Collector()
     forward = c.intern(6, "forward")
@@ -161,7 +163,7 @@ def test_every_writer_puts_parents_before_children(collector):
     """What `decode` requires of a file holds for what the project writes:
     both collectors' snapshots (mirrored backward paths included) and trees
     built by `Tree.child`."""
-    from dc_core.snapshot import profile_from_snapshot
+    from dc_core.record.snapshot import profile_from_snapshot
 
     a, b = collector.intern(1, "a", "/a.py", 1), collector.intern(1, "b", "/b.py", 2)
     forward, backward = collector.intern(6, "forward"), collector.intern(6, "backward")

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from dc_core.session import active_sessions
+from dc_core.record.session import active_sessions
 
 
 class Net(nn.Module):

@@ -14,11 +14,11 @@ from tensorboard.backend.application import TensorBoardWSGI  # noqa: E402
 from tensorboard.plugins.base_plugin import TBContext  # noqa: E402
 from werkzeug.test import Client  # noqa: E402
 
-from dc_core.logdir import write_profile  # noqa: E402
-from dc_core.profile import Profile, Series  # noqa: E402
+from dc_core.store.logdir import write_profile  # noqa: E402
+from dc_core.store.profile import Profile, Series  # noqa: E402
 from dc_core.tensorboard.plugin import DeepContextPlugin  # noqa: E402
 from dc_core.tensorboard.store import ProfileStore  # noqa: E402
-from dc_core.tree import tree_from_lists  # noqa: E402
+from dc_core.model.tree import tree_from_lists  # noqa: E402
 
 EVIL = "<img src=x onerror=alert(1)>"
 PREFIX = "/data/plugin/deepcontext"

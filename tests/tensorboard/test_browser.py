@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from dc_core.logdir import write_profile
+from dc_core.store.logdir import write_profile
 
-from .conftest import EVIL, make_profile
+from tests.tensorboard.conftest import EVIL, make_profile
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

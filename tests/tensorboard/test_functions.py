@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from dc_core import views
-from dc_core.logdir import write_profile
-from dc_core.profile import Profile
+from dc_core.model import views
+from dc_core.store.logdir import write_profile
+from dc_core.store.profile import Profile
 from dc_core.tensorboard import diff, params, source, tables
 from dc_core.tensorboard.params import BadRequest, Ref
 from dc_core.tensorboard.store import Index, ProfileStore
-from dc_core.tree import tree_from_lists
+from dc_core.model.tree import tree_from_lists
 
 RECURSIVE = tree_from_lists(
     ("forward",

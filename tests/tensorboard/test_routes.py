@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import EVIL, A, Api
+from tests.tensorboard.conftest import EVIL, A, Api
 
 
 def rows_by_label(rows):
@@ -199,7 +199,7 @@ def test_file_over_the_size_cap_is_422_and_named(api: Api, plugin, logdir):
 
 
 def test_invalid_size_cap_is_logged_and_the_default_used(logdir, monkeypatch, caplog):
-    from dc_core.logdir import DEFAULT_MAX_BYTES
+    from dc_core.store.logdir import DEFAULT_MAX_BYTES
     from dc_core.tensorboard.store import ProfileStore
 
     monkeypatch.setenv("DEEPCONTEXT_MAX_PROFILE_BYTES", "half a gig")
@@ -222,7 +222,7 @@ def test_odd_rank_directories_leave_the_tab_on(api: Api, plugin, logdir):
 def test_routes_walk_a_deep_chain_without_recursion(tmp_path, depth, monkeypatch):
     from tensorboard.plugins.base_plugin import TBContext
 
-    from dc_core.logdir import write_profile
+    from dc_core.store.logdir import write_profile
     from dc_core.tensorboard.plugin import DeepContextPlugin
     from dc_core.tensorboard.store import ProfileStore
     from tests.reliability.test_readers import chain_profile

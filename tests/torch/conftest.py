@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 
 import torch  # noqa: E402
 
-from dc_core.logdir import load_profiles  # noqa: E402
+from dc_core.store.logdir import load_profiles  # noqa: E402
 
 requires_cuda = pytest.mark.requires_cuda  # skipped without a device by tests/conftest.py
 

@@ -6,9 +6,9 @@ import torch
 from torch.nn import functional as F
 
 import dc_torch
-from dc_core.config import StepRange
-from dc_core.opnames import role
-from dc_core.logdir import load_profiles
+from dc_core.record.config import StepRange
+from dc_core.model.opnames import role
+from dc_core.store.logdir import load_profiles
 import dc_torch.autograd as autograd
 from dc_torch.autograd import pack, unpack
 from tests.torch.conftest import find, only_profile

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import dc_torch
-from dc_core.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_PYTHON
-from dc_core.config import StepRange
+from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_PYTHON
+from dc_core.record.config import StepRange
 from dc_torch.compiled import deepcontext_backend
 from dc_torch.inductor import Generated, compile_fx_kwargs, kernel_sites
 from tests.torch.conftest import find, only_profile

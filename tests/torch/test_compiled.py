@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import dc_torch
-from dc_core.config import StepRange
-from dc_core.opnames import role
+from dc_core.record.config import StepRange
+from dc_core.model.opnames import role
 from dc_torch.compiled import deepcontext_backend
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train

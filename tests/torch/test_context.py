@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import dc_torch
-from dc_core.config import StepRange
-from dc_core.opnames import role
+from dc_core.record.config import StepRange
+from dc_core.model.opnames import role
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
 
@@ -188,7 +188,7 @@ def test_regression_first_operator_of_a_window_paid_for_torchs_name_table(tmp_pa
     script = textwrap.dedent(f"""
         import torch
         from torch.overrides import _get_overridable_functions
-        from dc_core.session import Session
+        from dc_core.record.session import Session
         from dc_torch.adapter import TorchAdapter
         session = Session(logdir={str(tmp_path)!r}, steps={{"start": 0, "count": 1}}, cpu_sampling_hz=0,
                           system_interval_ms=0, framework="torch", adapter=TorchAdapter())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dc_core.opnames import role
+from dc_core.model.opnames import role
 from dc_torch.demo import run_demo
 from tests.torch.conftest import find, only_profile
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import torch
 
 import dc_torch
-from dc_core.config import StepRange
-from dc_core.opnames import role
+from dc_core.record.config import StepRange
+from dc_core.model.opnames import role
 from dc_torch.adapter import TorchAdapter
 from dc_torch.device import ingest
 from tests.torch.conftest import find, only_profile, requires_cuda
@@ -20,7 +20,7 @@ def _event(name, parent=None, kernels=(), memory=0):
 
 
 def test_ingest_puts_kernels_under_the_marked_operator(tmp_path):
-    from dc_core.session import Session
+    from dc_core.record.session import Session
 
     adapter = TorchAdapter(device_activity=False)
     session = Session(logdir=str(tmp_path), framework="torch", adapter=adapter, cpu_sampling_hz=0, system_interval_ms=0)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import dc_torch
-from dc_core.config import StepRange
+from dc_core.record.config import StepRange
 from dc_torch.compiled import compile_backend
 from dc_torch.source import module_frames, module_path
 from dc_torch.state import Frames

@@ -12,8 +12,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import dc_torch
-from dc_core.config import StepRange
-from dc_core.opnames import role
+from dc_core.record.config import StepRange
+from dc_core.model.opnames import role
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
 
@@ -210,7 +210,7 @@ def test_kineto_sees_each_recorded_op_under_its_node_marker():
     from torch.profiler import ProfilerActivity, profile
 
     from dc_core import _native
-    from dc_core.collector import KIND_PHASE
+    from dc_core.collect.collector import KIND_PHASE
     from dc_torch.device import Markers, _marked_node
     from dc_torch.native import NativeCapture, load
 

@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import dc_torch
-from dc_core.config import StepRange
-from dc_core.opnames import role
+from dc_core.record.config import StepRange
+from dc_core.model.opnames import role
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import Exploding, TwoLine, train
 

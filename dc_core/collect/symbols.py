@@ -31,7 +31,7 @@ from array import array
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
-from .tree import Frame
+from ..model.tree import Frame
 
 logger = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ def table_for(path: str) -> SymbolTable | None:
 
 def _demangler() -> Callable[[str], str]:
     try:
-        from dc_core._native import demangle
+        from .._native import demangle
     except ImportError:  # unresolved frames come only from the native collector
         return lambda name: name
     return demangle
@@ -313,7 +313,7 @@ def resolve(frames: Sequence[Frame], used: Iterable[int] | None = None) -> list[
     An address inside a function symbol becomes ``Frame("native", demangled
     name, library path)``, the identity a ``dladdr``-named frame of that
     function has, so two addresses in one function end up equal (see
-    `dc_core.snapshot.merge_equal_siblings`). Without a symbol: a PLT stub is
+    `dc_core.record.snapshot.merge_equal_siblings`). Without a symbol: a PLT stub is
     named ``"<library>@plt"``; code in a function ``.eh_frame`` bounds is named
     by the function's start, ``"<library>+0x<start>"`` (line 0); anything else
     keeps its per-address ``"<library>+0x<offset>"`` frame, still unresolved.

@@ -127,8 +127,8 @@ def check_thresholds(overrides: Any) -> dict[str, float]:
         return {}
     # Imported here, and only when there are overrides: the analyzer pulls in the
     # profile format (protobuf), which building a config should not cost.
-    from .analyzer import RULE_IDS
-    from .analyzer.thresholds import DEFAULTS
+    from ..analyzer import RULE_IDS
+    from ..analyzer.thresholds import DEFAULTS
 
     checked = {}
     for key, value in overrides.items():

@@ -23,7 +23,7 @@ def detect_host() -> str:
 
 def environment(framework: str, mode: str) -> dict[str, str]:
     """Versions and platform facts recorded in every profile."""
-    from . import __version__
+    from .. import __version__
 
     return {
         "deepcontext": __version__,

@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from . import profile_pb2
-from .tree import KINDS, Frame, Tree
+from ..model.tree import KINDS, Frame, Tree
 
 SCHEMA_VERSION = 1
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from . import symbols
-from .profile import Profile, Series
-from .tree import KINDS, Frame, from_columns
+from ..collect import symbols
+from ..store.profile import Profile, Series
+from ..model.tree import KINDS, Frame, from_columns
 
 _SCALAR_SERIES = (
     "rss_bytes", "mem_used_percent", "disk_read_bytes", "disk_write_bytes", "net_rx_bytes", "net_tx_bytes",
@@ -90,7 +90,7 @@ def profile_from_snapshot(
     """Build a `Profile` from ``Collector.snapshot()`` and ``monitor_samples()``.
 
     Native frames the collector left as library + offset are named here, once
-    per address, from the libraries' symbol tables (`dc_core.symbols`)."""
+    per address, from the libraries' symbol tables (`dc_core.collect.symbols`)."""
     frames = frames_from_snapshot(snap)
     parent, frame, metrics = snap["parent"], snap["frame"], snap["metrics"]
     used = set(frame)

@@ -48,7 +48,7 @@ def bottom_up(tree: Tree, select: Callable[[Frame], bool] | None = None, max_cal
     part of it that flowed through that caller path. Read the view through
     inclusive values only: the exclusive column is bookkeeping (each cost is
     stored once, on the deepest caller its path reached), not a row's own
-    cost; `dc_core.report.view_columns` gives what a row shows. With ``select`` (e.g. operators
+    cost; `dc_core.model.report.view_columns` gives what a row shows. With ``select`` (e.g. operators
     only), the top level holds the matching frames with their *inclusive* cost
     (an operator with its kernels), counted once when the frame nests in itself.
 

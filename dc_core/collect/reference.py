@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Sequence
 
-from dc_core import sysmon
-from dc_core.worker import Worker
+from dc_core.collect import sysmon
+from dc_core.collect.worker import Worker
 
 KIND_ROOT = 0
 KIND_PYTHON = 1

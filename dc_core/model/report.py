@@ -7,8 +7,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .config import ProfilerConfig
-from .profile import Profile, ProfileError
+from ..record.config import ProfilerConfig
+from ..store.profile import Profile, ProfileError
 from .tree import Frame, Tree
 from .processors import flatten
 from .views import bottom_up
@@ -22,7 +22,7 @@ METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc
 PLANNED_WINDOW_ENV = "planned_window"
 
 #: The collectors' cap on system-monitor readings per window (``max_samples``
-#: of `dc_core.reference.Collector` and of the native one; a test pins them).
+#: of `dc_core.collect.reference.Collector` and of the native one; a test pins them).
 MONITOR_READINGS_CAP = 100_000
 
 

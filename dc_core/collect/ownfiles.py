@@ -15,7 +15,7 @@ _ALWAYS_SKIPPED = ("<frozen ",)
 def profiler_files() -> list[str]:
     """Every module file of DeepContext's packages except demo workloads,
     which are user code as far as the profile is concerned."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     files = []
     for package in _PACKAGES:
         for path in sorted((root / package).rglob("*.py")):

@@ -20,16 +20,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from . import collector as collector_mod
+from ..collect import collector as collector_mod
 from .config import ProfilerConfig, resolve
 from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
-from .report import PLANNED_WINDOW_ENV
+from ..model.report import PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
-from .logdir import write_profile
-from .ownfiles import skip_profiler_files
+from ..store.logdir import write_profile
+from ..collect.ownfiles import skip_profiler_files
 from .snapshot import profile_from_snapshot
-from .tree import KINDS
+from ..model.tree import KINDS
 from .windows import WindowSchedule
 
 KIND_PHASE = KINDS.index("phase")
@@ -447,7 +447,7 @@ class Session:
 def _analyze(profile: Any, config: ProfilerConfig) -> None:
     """Attach findings when the analyzer is present; analysis never blocks writing."""
     try:
-        from .analyzer import analyze
+        from ..analyzer import analyze
     except ImportError:
         return
     try:

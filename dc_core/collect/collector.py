@@ -11,11 +11,11 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from dc_core import reference
+from dc_core.collect import reference
 
 # The contract's constants (identical in both implementations), so callers need
 # not know which collector they hold.
-from dc_core.reference import (  # noqa: F401  (re-exported)
+from dc_core.collect.reference import (  # noqa: F401  (re-exported)
     FLAG_BACKWARD,
     KIND_COMPILED,
     KIND_KERNEL,
@@ -82,7 +82,7 @@ def create_collector(prefer_native: bool = True, **kwargs: Any) -> Any:
 
     Returns:
         A ``dc_core._native.Collector`` if ``prefer_native`` and the extension
-        imports, else a ``dc_core.reference.Collector`` (after one warning
+        imports, else a ``dc_core.collect.reference.Collector`` (after one warning
         through ``logging`` when the native one was wanted but unavailable).
     """
     if prefer_native:
