@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from dc_lightning import DeepContextCallback  # noqa: E402
-from tests.lightning.workload import TinyGPTModule, loader, trainer  # noqa: E402
+from dc_lightning import DeepContextCallback
+from tests.lightning.workload import TinyGPTModule, loader, trainer
 
 
 def fit_seconds(steps: int, callback: bool, root: str) -> float:

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dc_core import reference  # noqa: E402
+from dc_core import reference
 
 try:
     from dc_core import _native

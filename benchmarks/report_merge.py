@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dc_core.cli import main  # noqa: E402
-from dc_core.store.logdir import write_profile  # noqa: E402
-from dc_core.store.profile import Profile  # noqa: E402
-from dc_core.model.tree import Frame, Tree  # noqa: E402
+from dc_core.cli import main
+from dc_core.store.logdir import write_profile
+from dc_core.store.profile import Profile
+from dc_core.model.tree import Frame, Tree
 
 OPS = ["aten::mm", "aten::addmm", "aten::softmax", "aten::layer_norm", "aten::gelu", "aten::add", "aten::view",
        "aten::transpose", "aten::bmm", "aten::dropout", "aten::mul", "aten::copy_"]

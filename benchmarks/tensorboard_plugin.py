@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dc_core.store.logdir import write_profile  # noqa: E402
-from dc_core.store.profile import Profile, Series  # noqa: E402
-from dc_core.model.tree import Frame, Tree  # noqa: E402
+from dc_core.store.logdir import write_profile
+from dc_core.store.profile import Profile, Series
+from dc_core.model.tree import Frame, Tree
 
 BUDGET_API_S, BUDGET_RENDER_S = 0.300, 1.5
 

@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..store.profile import Profile
 from . import context, operators, phases, ranks, steps, system
-from .base import SEVERITIES, Window
+from ..model.kinds import SEVERITIES
+from .base import Window
 from .thresholds import DEFAULTS, Thresholds
 
 logger = logging.getLogger("deepcontext")
@@ -102,6 +103,6 @@ def _guarded(rule: str, check: Callable, *args: Any) -> list[dict[str, Any]]:
     # One broken rule must not cost the other findings (nor the profile).
     try:
         return check(*args)
-    except Exception:  # noqa: BLE001
+    except Exception:
         logger.warning("DeepContext analyzer rule %s failed; skipped", rule, exc_info=True)
         return []

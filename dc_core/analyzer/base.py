@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from statistics import median
 from typing import Any
 
-from ..store.profile import Profile
+from ..model.kinds import CONTEXT_KINDS
 from ..model.tree import Frame, Tree
+from ..store.profile import Profile
 from .thresholds import Thresholds
 
-SEVERITIES = ("critical", "warning", "info")
-CONTEXT_KINDS = ("python", "module", "compiled")
 _BACKWARD_SUFFIX = re.compile(r"(_?backward\d*)$")
 
 
@@ -271,6 +269,3 @@ class Window:
         calls = self.tree.value(node, "count") or 1
         return self.cpu[node] / calls
 
-
-def median_or_zero(values: list[float]) -> float:
-    return median(values) if values else 0.0

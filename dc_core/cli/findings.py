@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from ..model.tree import PHASES
+from ..model.kinds import PHASES
 from .common import Hanging, hanging
 
 SEVERITY_STYLE = {"critical": "bold white on red", "warning": "bold yellow", "info": "cyan"}

@@ -16,9 +16,10 @@ from ..export.nested import dumps
 from ..store.profile import Profile
 from ..model.report import (
     Row, default_metric, describe_drops, format_value, metrics_with_values, profile_label, rank_step_stats,
-    rank_top_frames, report_json, tree_rows, view_tree,
+    rank_top_frames, report_json, tree_rows,
 )
-from ..model.tree import UNITS
+from ..model.kinds import UNITS
+from ..model.views import VIEWS, view
 from .common import (
     CliError, add_read_options, fail, hanging, load_logdir, make_console, middle_truncate, print_about_file,
 )
@@ -39,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
         description="Print the context tree of each profile under LOGDIR, its findings and, for several "
                     "ranks, a comparison. Output fits COLUMNS (160 when piped without COLUMNS).")
     p.add_argument("logdir", help="directory holding DeepContext profiles (searched recursively)")
-    p.add_argument("--view", choices=("top-down", "bottom-up", "flat"), default="top-down",
+    p.add_argument("--view", choices=VIEWS, default="top-down",
                    help="top-down: callers above callees; bottom-up: frames by their own (self) time, "
                         "each with the callers that time came through; flat: one row per frame")
     p.add_argument("--depth", type=int, default=None, help="print at most this many levels")
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_profile(console: Console, profile: Profile, args: argparse.Namespace) -> None:
-    tree = view_tree(profile.tree, args.view)
+    shown = view(profile.tree, args.view)
+    tree = shown.tree
     metric = args.metric or default_metric(tree)
     print_header(console, profile)
     if tree.total(metric) == 0:  # say why instead of an empty table
@@ -96,7 +98,7 @@ def print_profile(console: Console, profile: Profile, args: argparse.Namespace) 
         note = f"this profile has no {metric} values (nothing to show); it has: {have}{why}"
         console.print(hanging(Text("note: ", style="yellow"), Text(note)))
     else:
-        rows = tree_rows(tree, metric, args.depth, args.min_percent / 100.0, args.limit, view=args.view)
+        rows = tree_rows(shown, metric, args.depth, args.min_percent / 100.0, args.limit)
         console.print(rows_table(console.width, rows, metric, self_only=args.view == "bottom-up"))
     for reason in describe_drops(profile.drops):
         console.print(hanging(Text("dropped: ", style="yellow"), Text(reason)))

@@ -103,8 +103,3 @@ def filter_kinds(tree: Tree, drop: Iterable[str]) -> Tree:
     (e.g. hide ``native`` frames); their metrics go to the parent."""
     drop = set(drop)
     return _rebuild(tree, lambda out, parent, frame: parent if frame.kind in drop else out.child(parent, frame))
-
-
-def flatten(tree: Tree) -> Tree:
-    """One level: every frame directly under the root with its exclusive totals."""
-    return _rebuild(tree, lambda out, parent, frame: out.child(0, frame))

@@ -10,8 +10,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..record.config import ProfilerConfig
 from ..store.profile import Profile, ProfileError
 from .tree import Frame, Tree
-from .processors import flatten
-from .views import bottom_up
+from . import views
+from .views import View
 
 REPORT_VERSION = 1
 METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc_bytes", "flops")
@@ -97,41 +97,15 @@ def default_metric(tree: Tree) -> str:
     return "cpu_time_ns"
 
 
-def view_tree(tree: Tree, view: str) -> Tree:
-    """The tree for ``view``: ``top-down`` (as is), ``bottom-up`` (callers), ``flat``."""
-    if view == "top-down":
-        return tree
-    if view == "bottom-up":
-        return bottom_up(tree)
-    if view == "flat":
-        return flatten(tree)
-    raise ValueError(f"view must be top-down, bottom-up or flat, got {view!r}")
+def node_json(shown: View, node: int = 0, depth: int | None = None, min_fraction: float = 0.0,
+              metric: str | None = None) -> dict[str, Any]:
+    """One NODE of the report of a view: frame fields, exclusive and inclusive metrics, children.
 
-
-def view_columns(tree: Tree, metric: str, view: str = "top-down") -> tuple[list[int], list[int]]:
-    """``(inclusive, exclusive)`` of ``metric`` per node of ``view_tree(..., view)``.
-
-    In the bottom-up tree a top-level node is a frame and its children are its
-    callers; what a row shows is the self time of that top-level frame which
-    flowed through the row's caller path (as in pprof's and speedscope's
-    inverted views), so both columns are that tree's inclusive value, never the
-    remainder parked on the outermost caller.
-    """
-    incl = tree.inclusive(metric)
-    if view == "bottom-up":
-        return incl, incl
-    return incl, tree.excl.get(metric) or [0] * len(tree)
-
-
-def node_json(tree: Tree, node: int = 0, depth: int | None = None, min_fraction: float = 0.0,
-              metric: str | None = None, view: str = "top-down") -> dict[str, Any]:
-    """One NODE of the report: frame fields, exclusive and inclusive metrics, children.
-
-    ``view`` names the view ``tree`` was made for (see `view_columns`).
     Built with an explicit stack (a call chain may be any depth); serialise
     it with `dc_core.export.nested.dumps`, which does not recurse either."""
+    tree = shown.tree
     metric = metric or default_metric(tree)
-    columns = {m: view_columns(tree, m, view) for m in tree.excl}
+    columns = {m: shown.columns(m) for m in tree.excl}
     key = columns[metric][0] if metric in columns else [0] * len(tree)
     limit = key[0] * min_fraction
     excl_items = [(m, excl) for m, (_, excl) in columns.items()]
@@ -157,7 +131,7 @@ def node_json(tree: Tree, node: int = 0, depth: int | None = None, min_fraction:
 
 def profile_json(profile: Profile, view: str = "top-down", depth: int | None = None,
                  min_fraction: float = 0.0, metric: str | None = None) -> dict[str, Any]:
-    tree = view_tree(profile.tree, view)
+    shown = views.view(profile.tree, view)
     return {
         "run": profile.run,
         "rank": profile.rank,
@@ -166,7 +140,7 @@ def profile_json(profile: Profile, view: str = "top-down", depth: int | None = N
         "mode": profile.mode,
         "steps": [profile.steps[0], profile.steps[1]],  # half-open: [5, 8] is steps 5–7
         "step_times_ns": list(profile.step_times_ns),
-        "tree": node_json(tree, 0, depth, min_fraction, metric, view),
+        "tree": node_json(shown, 0, depth, min_fraction, metric),
         "findings": [{k: v for k, v in f.items() if k != "node"} for f in profile.findings],
     }
 
@@ -191,10 +165,11 @@ class Row:
     percent: float
 
 
-def tree_rows(tree: Tree, metric: str, depth: int | None = None, min_fraction: float = 0.0,
-              limit: int = 200, view: str = "top-down") -> list[Row]:
-    """Rows of the report of ``view``'s tree: heaviest first, at most ``limit``."""
-    incl, excl = view_columns(tree, metric, view)
+def tree_rows(shown: View, metric: str, depth: int | None = None, min_fraction: float = 0.0,
+              limit: int = 200) -> list[Row]:
+    """Rows of the report of a view: heaviest first, at most ``limit``."""
+    tree = shown.tree
+    incl, excl = shown.columns(metric)
     total = incl[0] or 1
     rows: list[Row] = []
     stack = [(k, 0) for k in sorted(tree.children(0), key=lambda k: incl[k])]

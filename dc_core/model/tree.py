@@ -12,18 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
-KINDS = ("root", "python", "module", "operator", "native", "kernel", "phase", "compiled")
-PHASES = ("forward", "backward", "optimizer", "dataloader", "compile", "other", "unattributed")
+from .kinds import KINDS, PHASES, UNITS
 
-UNITS = {
-    "cpu_time_ns": "ns",
-    "device_time_ns": "ns",
-    "count": "1",
-    "samples": "1",
-    "alloc_bytes": "bytes",
-    "flops": "1",
-}
-TIME_METRICS = ("cpu_time_ns", "device_time_ns")
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,32 @@
-"""Views of a tree: top-down is the tree itself; bottom-up and flat derive from it."""
+"""The three views of a tree, one implementation each, shared by the terminal
+report, the TensorBoard tab and the exporters:
+
+- **top-down** is the tree itself;
+- **flat**: per frame, exclusive summed over its nodes and inclusive summed over
+  its nodes not nested under another node of the same frame (recursion counted
+  once), as pprof's flat and cum are;
+- **bottom-up**: a frame, then its callers, then theirs; each row holds the
+  part of the frame's cost that flowed through that caller path (its own cost
+  in ``excl`` mode, its cost with callees in ``incl`` mode).
+
+The tab serves these a level at a time (`flat_totals`, `callers`); the report
+and `--json` take a whole `View` from `view`, built from the same functions.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from .tree import Frame, Tree
 
-#: Callers kept under a frame in the bottom-up view; a deeper call path's cost
-#: stays on the deepest caller shown. Inverting a call chain N deep costs N
-#: nodes per node on it, so an unbounded view of a deep recursion is quadratic.
+#: Callers kept under a frame in a whole bottom-up tree; a deeper call path's
+#: cost stays on the deepest caller shown. Inverting a call chain N deep costs
+#: N nodes per node on it, so an unbounded view of a deep recursion is quadratic.
 MAX_CALLERS = 64
+
+VIEWS = ("top-down", "bottom-up", "flat")
+MODES = ("excl", "incl")
 
 
 def nested(tree: Tree, children: Callable[[int], list[int]] | None = None) -> list[bool]:
@@ -38,59 +54,43 @@ def nested(tree: Tree, children: Callable[[int], list[int]] | None = None) -> li
     return flags
 
 
-def bottom_up(tree: Tree, select: Callable[[Frame], bool] | None = None, max_callers: int = MAX_CALLERS,
-              max_nodes: int | None = None) -> Tree:
-    """Inverted tree: top level = frames, children = their callers.
+@dataclass
+class FlatTotals:
+    """Per frame id: how many nodes carry it, and its flat totals per metric
+    (``excl[metric][fid]``, ``incl[metric][fid]``), the root node left out."""
 
-    Without ``select``, every node's exclusive cost goes to the inverted path
-    (self frame, caller, caller's caller, ...), so a top-level node's inclusive
-    value is the frame's total self cost, and a caller's inclusive value is the
-    part of it that flowed through that caller path. Read the view through
-    inclusive values only: the exclusive column is bookkeeping (each cost is
-    stored once, on the deepest caller its path reached), not a row's own
-    cost; `dc_core.model.report.view_columns` gives what a row shows. With ``select`` (e.g. operators
-    only), the top level holds the matching frames with their *inclusive* cost
-    (an operator with its kernels), counted once when the frame nests in itself.
+    nodes: list[int]
+    excl: dict[str, list[int]]
+    incl: dict[str, list[int]]
 
-    Bounded in time and memory: a path stops after ``max_callers`` callers, and
-    once the view holds ``max_nodes`` nodes (default four per node of ``tree``)
-    paths only follow callers already in it. A cost stays on the deepest caller
-    its path reached, so every top-level total is exact.
-    """
-    budget = 4 * len(tree) + 1024 if max_nodes is None else max_nodes
-    inner = nested(tree) if select is not None else None
-    out = Tree()
-    for node in range(1, len(tree)):
-        frame = tree.node_frame(node)
-        if select is None:
-            values = {m: col[node] for m, col in tree.excl.items() if col[node]}
-        else:
-            if not select(frame) or inner[node]:
-                continue
-            values = {m: v for m in tree.excl if (v := tree.inclusive(m)[node])}
-        if not values:
-            continue
-        target = out.child(0, frame)
-        caller = tree.parent[node]
-        for _ in range(max_callers):
-            if caller <= 0:
-                break
-            above = tree.node_frame(caller)
-            step = out.child(target, above) if len(out) < budget else out.find_child(target, above)
-            if step is None:
-                break
-            target, caller = step, tree.parent[caller]
-        for metric, value in values.items():
-            out.add(target, metric, value)
-    for metric, unit in tree.units.items():
-        out.excl.setdefault(metric, [0] * len(out))
-        out.units[metric] = unit
-    return out
+    def frame_ids(self) -> list[int]:
+        """Frames that some node other than the root carries."""
+        return [fid for fid in range(len(self.nodes)) if self.nodes[fid]]
+
+
+def flat_totals(tree: Tree, inner: Sequence[bool] | None = None) -> FlatTotals:
+    """The flat view's numbers; ``inner`` is `nested` (computed when not given)."""
+    inner = nested(tree) if inner is None else inner
+    count = len(tree.frames)
+    nodes = [0] * count
+    for fid in tree.frame[1:]:
+        nodes[fid] += 1
+    excl, incl = {}, {}
+    for metric, column in tree.excl.items():
+        e, i = [0] * count, [0] * count
+        below = tree.inclusive(metric)
+        for node in range(1, len(tree)):  # the root node is no frame of the user's
+            fid = tree.frame[node]
+            e[fid] += column[node]
+            if not inner[node]:
+                i[fid] += below[node]
+        excl[metric], incl[metric] = e, i
+    return FlatTotals(nodes, excl, incl)
 
 
 @dataclass
 class FlatRow:
-    """One frame's totals over the whole tree."""
+    """One frame's flat totals."""
 
     frame: Frame
     excl: dict[str, int]
@@ -99,25 +99,171 @@ class FlatRow:
 
 
 def flat(tree: Tree) -> list[FlatRow]:
-    """Per frame: exclusive totals, and inclusive totals counted once per call
-    path (a recursive frame is not counted twice). Sorted by frame order."""
-    rows: dict[int, FlatRow] = {}
+    """Flat rows, one per frame that occurs, in frame order."""
+    totals = flat_totals(tree)
+    return [FlatRow(tree.frames[f], {m: c[f] for m, c in totals.excl.items()},
+                    {m: c[f] for m, c in totals.incl.items()}, totals.nodes[f])
+            for f in totals.frame_ids()]
+
+
+@dataclass
+class Callers:
+    """One bottom-up row below the top level: the caller frame ``frame`` and,
+    per metric, the cost of the path's frame that flowed through it."""
+
+    frame: int
+    values: dict[str, int]
+    nodes: int
+    more: bool  # whether this caller has callers of its own
+
+
+def origins(tree: Tree, fid: int, mode: str, inner: Sequence[bool],
+            by_frame: Callable[[int], list[int]] | None = None) -> list[int]:
+    """Nodes whose cost a bottom-up row of frame ``fid`` sums: all of them in
+    ``excl`` mode, the outermost ones of a recursion in ``incl`` mode."""
+    nodes = by_frame(fid) if by_frame else [n for n in range(1, len(tree)) if tree.frame[n] == fid]
+    return [n for n in nodes if not inner[n]] if mode == "incl" else nodes
+
+
+def callers(tree: Tree, path: Sequence[int], mode: str, inner: Sequence[bool],
+            by_frame: Callable[[int], list[int]] | None = None) -> list[Callers]:
+    """The rows under the bottom-up row ``path`` (a frame id, then its callers'
+    frame ids, nearest first), unsorted."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    parent, frame = tree.parent, tree.frame
+    positions = [(o, o) for o in origins(tree, path[0], mode, inner, by_frame)]
+    for fid in path[1:]:
+        positions = [(o, parent[c]) for o, c in positions if parent[c] > 0 and frame[parent[c]] == fid]
+    return [row for row, _ in _expand(tree, positions, _columns(tree, mode))]
+
+
+def _columns(tree: Tree, mode: str) -> dict[str, list[int]]:
+    return {m: (tree.inclusive(m) if mode == "incl" else col) for m, col in tree.excl.items()}
+
+
+def _expand(tree: Tree, positions: list[tuple[int, int]],
+            columns: dict[str, list[int]]) -> list[tuple[Callers, list[tuple[int, int]]]]:
+    """Group ``(origin, reached node)`` pairs by the reached node's caller frame:
+    one `Callers` row per caller frame, with the pairs moved up to that caller."""
+    parent, frame = tree.parent, tree.frame
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for o, c in positions:
+        if parent[c] > 0:
+            groups.setdefault(frame[parent[c]], []).append((o, parent[c]))
+    return [(Callers(fid, {m: sum(col[o] for o, _ in members) for m, col in columns.items()}, len(members),
+                     any(parent[c] > 0 for _, c in members)), members)
+            for fid, members in groups.items()]
+
+
+@dataclass
+class View:
+    """A tree to show and, per metric, what each of its rows shows.
+
+    ``tree`` may be derived (inverted, one level); ``incl``/``excl`` are per
+    node of it. Read a view through these columns, never its tree's own
+    inclusive values: a flat row's inclusive is not its exclusive.
+    """
+
+    name: str
+    tree: Tree
+    incl: dict[str, list[int]]
+    excl: dict[str, list[int]]
+
+    def columns(self, metric: str) -> tuple[list[int], list[int]]:
+        """``(inclusive, exclusive)`` of ``metric`` per node (zeros when absent)."""
+        zeros = [0] * len(self.tree)
+        return self.incl.get(metric, zeros), self.excl.get(metric, zeros)
+
+
+def view(tree: Tree, name: str = "top-down", kinds: Iterable[str] = ()) -> View:
+    """The view ``name`` of ``tree``: ``top-down``, ``bottom-up`` or ``flat``.
+
+    ``kinds`` keeps only frames of those kinds at the top level of the flat
+    and bottom-up views (bottom-up then counts their inclusive cost).
+    """
+    if name == "top-down":
+        return View(name, tree, {m: tree.inclusive(m) for m in tree.excl}, dict(tree.excl))
+    if name == "flat":
+        return _flat_view(tree, set(kinds))
+    if name == "bottom-up":
+        inverted = bottom_up(tree, "incl" if kinds else "excl", kinds)
+        incl = {m: inverted.inclusive(m) for m in inverted.excl}
+        return View(name, inverted, incl, incl)
+    raise ValueError(f"view must be one of {', '.join(VIEWS)}, got {name!r}")
+
+
+def _flat_view(tree: Tree, kinds: set[str]) -> View:
+    totals = flat_totals(tree)
+    out = Tree()
+    fids = [f for f in totals.frame_ids() if not kinds or tree.frames[f].kind in kinds]
+    nodes = [out.child(0, tree.frames[f]) for f in fids]
+    columns = {}
+    for side in ("incl", "excl"):
+        per_metric = getattr(totals, side)
+        columns[side] = {}
+        for metric, values in per_metric.items():
+            column = [0] * len(out)
+            column[0] = tree.total(metric) if side == "incl" else 0
+            for node, fid in zip(nodes, fids):
+                column[node] = values[fid]
+            columns[side][metric] = column
+    for metric, column in columns["excl"].items():
+        out.excl[metric] = list(column)
+        out.units[metric] = tree.units.get(metric, "")
+    return View("flat", out, columns["incl"], columns["excl"])
+
+
+def bottom_up(tree: Tree, mode: str = "excl", kinds: Iterable[str] = (), max_callers: int = MAX_CALLERS,
+              max_nodes: int | None = None) -> Tree:
+    """The whole bottom-up view as a tree: top level = frames, children = their callers.
+
+    Built from `flat_totals` and `callers`, as the tab expands it a level at a
+    time. A node's inclusive value is what its row shows. Bounded in time and
+    memory: a path stops after ``max_callers`` callers, and once the view holds
+    ``max_nodes`` nodes (default four per node of ``tree``) no caller is added;
+    every top-level total stays exact (the rest stays on the deepest caller).
+    """
+    budget = 4 * len(tree) + 1024 if max_nodes is None else max_nodes
+    wanted = set(kinds)
     inner = nested(tree)
-    incl = {m: tree.inclusive(m) for m in tree.excl}
+    by_frame: dict[int, list[int]] = {}
     for node in range(1, len(tree)):
-        fid = tree.frame[node]
-        row = rows.get(fid)
-        if row is None:
-            row = rows[fid] = FlatRow(tree.frames[fid], {m: 0 for m in tree.excl}, {m: 0 for m in tree.excl}, 0)
-        row.nodes += 1
-        for metric, column in tree.excl.items():
-            row.excl[metric] += column[node]
-            if not inner[node]:
-                row.incl[metric] += incl[metric][node]
-    return list(rows.values())
+        by_frame.setdefault(tree.frame[node], []).append(node)
+    totals = flat_totals(tree, inner)
+    top = totals.incl if mode == "incl" else totals.excl
+    out = Tree()
+    for metric, unit in tree.units.items():
+        out.units[metric] = unit
+    columns = _columns(tree, mode)
+    queue: list[tuple[int, int, list[tuple[int, int]]]] = []  # (view node, callers so far, positions)
+    for fid in totals.frame_ids():
+        if wanted and tree.frames[fid].kind not in wanted:
+            continue
+        values = {m: col[fid] for m, col in top.items() if col[fid]}
+        if values:
+            starts = origins(tree, fid, mode, inner, by_frame.__getitem__)
+            queue.append((_place(out, 0, tree.frames[fid], values), 0, [(o, o) for o in starts]))
+    while queue:
+        node, depth, positions = queue.pop()
+        if depth >= max_callers:
+            continue
+        for row, moved in _expand(tree, positions, columns):
+            values = {m: v for m, v in row.values.items() if v}
+            if not values or len(out) >= budget:
+                continue
+            child = _place(out, node, tree.frames[row.frame], values)
+            for metric, value in values.items():  # the caller's share leaves its callee's own column
+                out.add(node, metric, -value)
+            if row.more:
+                queue.append((child, depth + 1, moved))
+    for metric in tree.excl:
+        out.excl.setdefault(metric, [0] * len(out))
+    return out
 
 
-def top_flat(tree: Tree, metric: str, limit: int = 20, inclusive: bool = False) -> list[FlatRow]:
-    """The ``limit`` heaviest frames by ``metric``."""
-    key = (lambda r: r.incl.get(metric, 0)) if inclusive else (lambda r: r.excl.get(metric, 0))
-    return sorted(flat(tree), key=key, reverse=True)[:limit]
+def _place(out: Tree, parent: int, frame: Frame, values: dict[str, int]) -> int:
+    node = out.child(parent, frame)
+    for metric, value in values.items():
+        out.add(node, metric, value)
+    return node

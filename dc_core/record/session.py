@@ -29,11 +29,11 @@ from .interrupts import deferred_interrupts
 from ..store.logdir import write_profile
 from ..collect.ownfiles import skip_profiler_files
 from .snapshot import profile_from_snapshot
-from ..model.tree import KINDS
+from ..model.kinds import kind_id
 from .windows import WindowSchedule
 
-KIND_PHASE = KINDS.index("phase")
-KIND_OPERATOR = KINDS.index("operator")
+KIND_PHASE = kind_id("phase")
+KIND_OPERATOR = kind_id("operator")
 
 logger = logging.getLogger("deepcontext")
 
@@ -76,7 +76,7 @@ def _guarded(method: Callable) -> Callable:
             return None
         try:
             return method(self, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the profiler must never stop training
+        except Exception as exc:  # the profiler must never stop training
             self.fail(exc, method.__name__)
             return None
 
@@ -150,7 +150,7 @@ class Session:
             return
         try:
             prepare(self)
-        except Exception:  # noqa: BLE001 - install tries again and fails open there
+        except Exception:  # install tries again and fails open there
             logger.debug("DeepContext adapter preparation failed", exc_info=True)
 
     # --- collector access for adapters -----------------------------------
@@ -275,14 +275,14 @@ class Session:
             if self.window is not None and not self.disabled and ours:
                 try:
                     self._close_window(self._last_step + 1)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     self.fail(exc, "close")
         finally:
             if self.window is not None and ours:  # interrupted before the window closed: unhook all the same
                 self.window = None
                 try:
                     self._stop_collecting()
-                except Exception:  # noqa: BLE001 - closing never raises the profiler's errors
+                except Exception:  # closing never raises the profiler's errors
                     logger.debug("DeepContext: unhooking at close failed", exc_info=True)
             if self._unrestored and not self._restore():
                 logger.debug("DeepContext: a mode of a failed window was not on its stack at close")
@@ -326,7 +326,7 @@ class Session:
             self.window = None
             try:
                 self._stop_collecting()
-            except Exception:  # noqa: BLE001 - the first error is the one to report
+            except Exception:  # the first error is the one to report
                 logger.debug("DeepContext: unhooking after a failed open failed too", exc_info=True)
             raise
 
@@ -357,7 +357,7 @@ class Session:
         try:
             with deferred_interrupts():
                 self._unrestored = restore is not None and not restore()
-        except Exception:  # noqa: BLE001 - a hook that cannot be removed stays inert
+        except Exception:  # a hook that cannot be removed stays inert
             logger.debug("DeepContext could not restore every hook", exc_info=True)
             self._unrestored = False
         self._track()
@@ -438,7 +438,7 @@ class Session:
                     finally:
                         self.window = None
                     self._write(steps)
-        except Exception:  # noqa: BLE001 - nothing more can be saved
+        except Exception:  # nothing more can be saved
             logger.debug("DeepContext could not save the partial window", exc_info=True)
         finally:
             self._track()
@@ -452,5 +452,5 @@ def _analyze(profile: Any, config: ProfilerConfig) -> None:
         return
     try:
         profile.findings = analyze(profile, config.analyzer)
-    except Exception:  # noqa: BLE001
+    except Exception:
         logger.warning("DeepContext analyzer failed; the profile is written without findings", exc_info=True)

@@ -7,12 +7,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..collect import symbols
 from ..store.profile import Profile, Series
-from ..model.tree import KINDS, Frame, from_columns
+from ..model.kinds import KINDS, MONITOR_SERIES
+from ..model.tree import Frame, from_columns
 
-_SCALAR_SERIES = (
-    "rss_bytes", "mem_used_percent", "disk_read_bytes", "disk_write_bytes", "net_rx_bytes", "net_tx_bytes",
-)
-_PER_DEVICE_SERIES = ("cpu_percent", "gpu_util_percent", "gpu_mem_bytes")
+_SCALAR_SERIES = tuple(name for name, (_, per_device) in MONITOR_SERIES.items() if not per_device)
+_PER_DEVICE_SERIES = tuple(name for name, (_, per_device) in MONITOR_SERIES.items() if per_device)
 
 
 def frames_from_snapshot(snap: Mapping[str, Any]) -> list[Frame]:

@@ -66,7 +66,7 @@ def shown(value: Any, limit: int = 80) -> str:
         return f"an integer of {value.bit_length()} bits"
     try:
         text = repr(value)
-    except Exception:  # noqa: BLE001 - a user object's broken __repr__
+    except Exception:  # a user object's broken __repr__
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

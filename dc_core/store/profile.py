@@ -18,7 +18,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from . import profile_pb2
-from ..model.tree import KINDS, Frame, Tree
+from ..model.kinds import KINDS, MONITOR_SERIES
+from ..model.tree import Frame, Tree
 
 SCHEMA_VERSION = 1
 
@@ -26,18 +27,6 @@ SCHEMA_VERSION = 1
 #: and JSON encoders recurse (TensorBoard's response cleaner as well).
 MAX_EVIDENCE_DEPTH = 32
 
-#: Units of the system-monitor series.
-SERIES_UNITS = {
-    "cpu_percent": "%",
-    "rss_bytes": "bytes",
-    "mem_used_percent": "%",
-    "disk_read_bytes": "bytes",
-    "disk_write_bytes": "bytes",
-    "net_rx_bytes": "bytes",
-    "net_tx_bytes": "bytes",
-    "gpu_util_percent": "%",
-    "gpu_mem_bytes": "bytes",
-}
 
 
 class ProfileError(Exception):
@@ -60,7 +49,7 @@ class Series:
 
     @property
     def unit(self) -> str:
-        return SERIES_UNITS.get(self.name, "1")
+        return MONITOR_SERIES[self.name][0] if self.name in MONITOR_SERIES else "1"
 
 
 @dataclass

@@ -87,50 +87,32 @@ def hot_path(index: Index, start: int, metric: str, threshold: float = 0.05, sor
 
 
 def _nested(index: Index) -> list[bool]:
-    """Per node: does its frame already occur among its ancestors (recursion)?"""
-    return views.nested(index.tree, index.children)
+    return index.memo(("nested",), lambda: views.nested(index.tree, index.children))
 
 
-def _flat_totals(index: Index) -> dict:
-    """Per frame, for every metric: exclusive sum, inclusive sum (outermost
-    occurrences only), and how many nodes carry the frame."""
-    tree = index.tree
-    nested = index.memo(("nested",), lambda: _nested(index))
-    nframes = len(tree.frames)
-    counts = [0] * nframes
-    for fid in tree.frame[1:]:
-        counts[fid] += 1
-    excl, incl = {}, {}
-    for m in index.metrics:
-        e, i = [0] * nframes, [0] * nframes
-        for fid, ev, iv, nest in zip(tree.frame, index.excl(m), index.incl(m), nested):
-            e[fid] += ev
-            if not nest:
-                i[fid] += iv
-        e[0] = i[0] = 0  # the root is no frame of the user's
-        excl[m], incl[m] = e, i
-    return {"excl": excl, "incl": incl, "nodes": counts}
+def _flat_totals(index: Index) -> views.FlatTotals:
+    return index.memo(("flat",), lambda: views.flat_totals(index.tree, _nested(index)))
 
 
-def _frame_row(index: Index, fid: int, values: dict, metrics: list[str], **extra) -> dict:
-    return {"id": fid, **frame_fields(index, fid), "excl": {m: values["excl"][m][fid] for m in metrics},
-            "incl": {m: values["incl"][m][fid] for m in metrics}, **extra}
+def _frame_row(index: Index, fid: int, totals: views.FlatTotals, **extra) -> dict:
+    return {"id": fid, **frame_fields(index, fid), "excl": {m: c[fid] for m, c in totals.excl.items()},
+            "incl": {m: c[fid] for m, c in totals.incl.items()}, **extra}
 
 
 def flat(index: Index, metric: str, sort: str = "excl", kinds: Iterable[str] = (), limit: int = 200,
          offset: int = 0) -> dict:
     """Frames with their totals over the whole window, heaviest first."""
-    totals = index.memo(("flat",), lambda: _flat_totals(index))
+    totals = _flat_totals(index)
     wanted = set(kinds)
     frames = index.tree.frames
-    ids = [f for f in range(1, len(frames)) if totals["nodes"][f] and (not wanted or frames[f].kind in wanted)]
+    ids = [f for f in totals.frame_ids() if not wanted or frames[f].kind in wanted]
     if sort == "name":
         labels = index.labels()
         ids.sort(key=lambda f: (labels[f].lower(), f))
     else:
-        column = totals[sort].get(metric) or [0] * len(frames)
+        column = getattr(totals, sort).get(metric) or [0] * len(frames)
         ids.sort(key=lambda f: (-column[f], f))
-    rows = [_frame_row(index, f, totals, index.metrics, nodes=totals["nodes"][f], kids=1)
+    rows = [_frame_row(index, f, totals, nodes=totals.nodes[f], kids=1)
             for f in ids[offset:offset + limit]]
     return {"rows": rows, "count": len(ids), "total": total(index, metric)}
 
@@ -144,27 +126,10 @@ def bottom_up(index: Index, path: list[int], metric: str, mode: str = "excl", so
     """
     if not path:
         return flat(index, metric, "incl" if mode == "incl" else "excl", kinds, limit)
-    tree = index.tree
-    parent, frame = tree.parent, tree.frame
     by_frame = index.memo(("by_frame",), lambda: _by_frame(index))
-    nested = index.memo(("nested",), lambda: _nested(index))
-    origins = by_frame.get(path[0], [])
-    if mode == "incl":
-        origins = [o for o in origins if not nested[o]]
-    positions = [(o, o) for o in origins]
-    for fid in path[1:]:
-        positions = [(o, parent[c]) for o, c in positions if parent[c] > 0 and frame[parent[c]] == fid]
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for o, c in positions:
-        if parent[c] > 0:
-            groups.setdefault(frame[parent[c]], []).append((o, parent[c]))
-    columns = {m: (index.incl(m) if mode == "incl" else index.excl(m)) for m in index.metrics}
-    rows = []
-    for fid, members in groups.items():
-        values = {m: sum(col[o] for o, _ in members) for m, col in columns.items()}
-        kids = int(any(parent[c] > 0 for _, c in members))
-        rows.append({"id": fid, **frame_fields(index, fid), "excl": values, "incl": values, "kids": kids,
-                     "nodes": len(members)})
+    rows = [{"id": row.frame, **frame_fields(index, row.frame), "excl": row.values, "incl": row.values,
+             "kids": int(row.more), "nodes": row.nodes}
+            for row in views.callers(index.tree, path, mode, _nested(index), lambda f: by_frame.get(f, []))]
     if sort == "name":
         rows.sort(key=lambda r: (r["label"].lower(), r["id"]))
     else:

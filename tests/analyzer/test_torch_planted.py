@@ -9,13 +9,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("dc_torch.loop")
 
-from dc_core.analyzer import analyze  # noqa: E402
-from dc_core.cli import main  # noqa: E402
-from dc_core.store.logdir import read_profile  # noqa: E402
-from dc_core.model.opnames import role  # noqa: E402
+from dc_core.analyzer import analyze
+from dc_core.cli import main
+from dc_core.store.logdir import read_profile
+from dc_core.model.opnames import role
 
-from tests.analyzer import planted  # noqa: E402
-from tests.analyzer.helpers import only  # noqa: E402
+from tests.analyzer import planted
+from tests.analyzer.helpers import only
 
 
 @pytest.fixture(autouse=True)

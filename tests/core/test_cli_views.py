@@ -8,15 +8,15 @@ import json
 from dc_core.cli import main
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile
-from dc_core.model.report import node_json, tree_rows, view_tree
+from dc_core.model.report import node_json, tree_rows
+from dc_core.model.views import view
 from dc_core.model.tree import tree_from_lists
 
 TREE = tree_from_lists(("forward", ("module:model @cpu_time_ns=10", "aten::mm @cpu_time_ns=100")))
 
 
-def rows_of(view: str) -> list[tuple[int, str, int, int]]:
-    tree = view_tree(TREE, view)
-    return [(r.depth, r.frame.label(), r.incl, r.excl) for r in tree_rows(tree, "cpu_time_ns", view=view)]
+def rows_of(name: str) -> list[tuple[int, str, int, int]]:
+    return [(r.depth, r.frame.label(), r.incl, r.excl) for r in tree_rows(view(TREE, name), "cpu_time_ns")]
 
 
 def test_bottom_up_puts_self_time_on_the_frame_that_spent_it():
@@ -36,7 +36,7 @@ def test_top_down_keeps_inclusive_and_exclusive_apart():
 
 
 def test_bottom_up_json_rows_carry_the_flow_in_both_columns():
-    root = node_json(view_tree(TREE, "bottom-up"), view="bottom-up")
+    root = node_json(view(TREE, "bottom-up"))
     top = {k["name"]: k for k in root["children"]}
     assert set(top) == {"aten::mm", "model"}
     assert top["aten::mm"]["excl"]["cpu_time_ns"] == top["aten::mm"]["incl"]["cpu_time_ns"] == 100

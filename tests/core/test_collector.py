@@ -22,7 +22,7 @@ from dc_core.collect import reference
 # under a made-up path so the test decides exactly which frames it holds.
 LIB_FILE = "/virtual/framework/lib.py"
 _lib: dict = {}
-exec(  # noqa: S102
+exec(
     compile(
         textwrap.dedent(
             """

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dc_core.model.processors import collapse_recursion, filter_kinds, flatten, merge, merge_ranks, prune_small
+from dc_core.model.processors import collapse_recursion, filter_kinds, merge, merge_ranks, prune_small
 from dc_core.model.tree import Frame, tree_from_lists
-from dc_core.model.views import bottom_up, flat
+from dc_core.model.views import bottom_up, flat, view
 
 
 def sample():
@@ -48,7 +48,7 @@ def test_bottom_up_lists_callers_with_self_cost():
 
 
 def test_bottom_up_selected_frames_use_inclusive_cost():
-    up = bottom_up(sample(), select=lambda f: f.kind == "module")
+    up = bottom_up(sample(), "incl", ["module"])
     assert up.inclusive("cpu_time_ns")[up.find("blocks.0")] == 135
 
 
@@ -85,9 +85,10 @@ def test_filter_kinds_splices_children():
     assert tree.value(tree.find("forward", "train"), "cpu_time_ns") == 5
 
 
-def test_flatten_one_level():
-    flat_tree = flatten(sample())
-    assert {flat_tree.node_frame(k).label(): flat_tree.inclusive("cpu_time_ns")[k] for k in flat_tree.children(0)} == {
+def test_flat_view_is_one_level_of_frames_with_their_own_cost():
+    shown = view(sample(), "flat")
+    flat_tree = shown.tree
+    assert {flat_tree.node_frame(k).label(): shown.excl["cpu_time_ns"][k] for k in flat_tree.children(0)} == {
         "forward": 0, "train.py:10 train": 0, "blocks.0": 5, "aten::mm": 150, "aten::softmax": 30,
         "backward": 0, "aten::mm [backward]": 200,
     }

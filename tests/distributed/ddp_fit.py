@@ -9,10 +9,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
+import torch
 
-from dc_lightning import DeepContextCallback  # noqa: E402
-from tests.lightning.workload import TinyGPTModule, loader, trainer  # noqa: E402
+from dc_lightning import DeepContextCallback
+from tests.lightning.workload import TinyGPTModule, loader, trainer
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

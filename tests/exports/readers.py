@@ -13,6 +13,7 @@ import pytest
 from dc_core.store.profile import Profile
 from dc_core.model.report import node_json
 from dc_core.model.tree import Frame
+from dc_core.model.views import view
 
 #: Overrides where speedscope's published schema is read from.
 SCHEMA_ENV = "DEEPCONTEXT_SPEEDSCOPE_SCHEMA"
@@ -48,7 +49,7 @@ def speedscope_schema_path() -> Path:
 def report_paths(profile: Profile, metric: str) -> dict[tuple[str, ...], dict[str, dict[str, int]]]:
     """The report's numbers (``excl`` and ``incl`` per metric) per call path of
     frame labels, from the window root's child down."""
-    root = node_json(profile.tree, metric=metric)
+    root = node_json(view(profile.tree), metric=metric)
     out: dict[tuple[str, ...], dict[str, dict[str, int]]] = {}
     stack = [((), child) for child in root["children"]]
     while stack:
@@ -63,7 +64,7 @@ def report_paths(profile: Profile, metric: str) -> dict[tuple[str, ...], dict[st
 
 def report_totals(profile: Profile) -> dict[str, int]:
     """The report's whole-window value of every metric (the root's inclusive)."""
-    return node_json(profile.tree)["incl"]
+    return node_json(view(profile.tree))["incl"]
 
 
 def drawn_widths(profile: Profile, metric: str) -> dict[tuple[str, ...], int]:

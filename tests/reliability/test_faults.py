@@ -15,12 +15,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import dc_torch  # noqa: E402
-from dc_core.record.config import StepRange  # noqa: E402
-from dc_core.store.logdir import load_profiles  # noqa: E402
+import dc_torch
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import load_profiles
 
-from tests.reliability.faults import PATHS, inject  # noqa: E402
-from tests.reliability.workload import same_training, single_process_group, torch_state, train  # noqa: E402
+from tests.reliability.faults import PATHS, inject
+from tests.reliability.workload import same_training, single_process_group, torch_state, train
 
 #: Every (capture path, fault point) there is.
 CASES = [(capture, point) for capture, points in PATHS.items() for point in sorted(points)]

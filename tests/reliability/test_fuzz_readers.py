@@ -363,15 +363,15 @@ def test_report_exporters_and_analyzer_give_a_result(base, mutations):
         for view in ("top-down", "bottom-up", "flat"):
             doc = report.report_json([profile], [], view=view, min_fraction=0.0)
             assert dumps(doc).startswith('{"version": 1, "profiles": [{"run": ')
-            shown = report.view_tree(tree, view)
+            shown = views.view(tree, view)
             rows = report.tree_rows(shown, metric, None, 0.0, 60)
-            assert all(r.depth >= 0 and r.frame in shown.frames for r in rows)
+            assert all(r.depth >= 0 and r.frame in shown.tree.frames for r in rows)
         for fmt in FORMATS:
             for chosen in (metric, "flops"):
                 assert isinstance(exporter(fmt)(profile, chosen), bytes)
         rows = views.flat(tree)
         assert sum(r.nodes for r in rows) == len(tree) - 1
-        views.bottom_up(tree, lambda f: f.kind == "operator")
+        views.bottom_up(tree, "incl", ["operator"])
         prune_small(tree, metric), collapse_recursion(tree), filter_kinds(tree, ["native", "kernel"])
         merged = merge_ranks([tree, other.tree], [profile.rank, other.rank])
         assert merged.total(metric) == tree.total(metric) + other.tree.total(metric)

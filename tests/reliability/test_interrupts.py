@@ -21,12 +21,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import dc_core  # noqa: E402
-import dc_torch  # noqa: E402
-from dc_core.record.config import StepRange  # noqa: E402
-from dc_core.store.logdir import load_profiles  # noqa: E402
+import dc_core
+import dc_torch
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import load_profiles
 
-from tests.reliability.workload import torch_state, train  # noqa: E402
+from tests.reliability.workload import torch_state, train
 
 OURS = tuple(os.path.dirname(m.__file__) + os.sep for m in (dc_core, dc_torch))
 CASES = 40  # sampled, beside every line where a window opens or closes

@@ -319,7 +319,7 @@ def test_deep_chain_of_5000_levels_through_every_reader(recursion):
         assert text.count('"children": [') == _count_nodes(doc["profiles"][0]["tree"])
     for fmt in FORMATS:
         assert exporter(fmt)(profile, "cpu_time_ns")
-    assert views.flat(profile.tree) and views.bottom_up(profile.tree, lambda f: f.kind == "operator")
+    assert views.flat(profile.tree) and views.bottom_up(profile.tree, "incl", ["operator"])
     assert prune_small(profile.tree, "cpu_time_ns") and collapse_recursion(profile.tree)
     assert isinstance(analyze(profile), list) and isinstance(analyze_ranks([profile, other]), list)
     assert time.monotonic() - start < 60

@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import dc_torch  # noqa: E402
-from dc_core.record.config import StepRange  # noqa: E402
+import dc_torch
+from dc_core.record.config import StepRange
 
-from tests.reliability.workload import torch_state  # noqa: E402
+from tests.reliability.workload import torch_state
 
 QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
 
