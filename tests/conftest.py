@@ -89,7 +89,7 @@ def capture_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """Runs a PyTorch test once per operator capture path: ``native`` (the
     RecordFunction extension) and ``python`` (forced through the config knob a
     user would set). Names differ between the paths (``aten::linear`` vs
-    ``torch.nn.functional.linear``): compare them with ``dc_core.model.opnames.role``."""
+    ``torch.nn.functional.linear``): compare them with ``dc_core.model.opnames.op_name``."""
     if request.param == "python":
         monkeypatch.setenv("DEEPCONTEXT_CONFIG", json.dumps({"capture": "python"}))
     else:

@@ -7,42 +7,18 @@ through the helpers here so that "an operator's context", "its scope" and
 
 from __future__ import annotations
 
-import re
 from functools import cached_property
 from typing import Any
 
 from ..model.kinds import CONTEXT_KINDS
+from ..model.opnames import op_name as bare_op_name
 from ..model.tree import Frame, Tree
 from ..store.profile import Profile
 from .thresholds import Thresholds
 
-_BACKWARD_SUFFIX = re.compile(r"(_?backward\d*)$")
-
-
-#: Python operator dunders → the operator they run (``x * y`` is ``mul``); the
-#: scalar conversions get names of their own: they synchronise, ``.float()`` casts.
-_DUNDERS = {
-    "truediv": "div", "rtruediv": "div", "itruediv": "div", "floordiv": "floor_divide",
-    "bool": "bool_scalar", "int": "int_scalar", "float": "float_scalar", "index": "index_scalar",
-    "getitem": "index", "setitem": "index_put", "matmul": "matmul", "rmatmul": "matmul",
-}
-_REFLECTED = {"add", "sub", "mul", "pow", "and", "or", "xor", "mod", "lshift", "rshift"}
-
-
 def op_name(frame: Frame) -> str:
-    """An operator's bare name: ``aten::index_put_`` → ``index_put``,
-    ``torch.Tensor.item`` → ``item``, ``torch.Tensor.__rmul__`` → ``mul``,
-    ``CumprodBackward0`` → ``cumprod``."""
-    name = frame.name.rsplit("::", 1)[-1].rsplit(".", 1)[-1].lower()
-    if name.startswith("__") and name.endswith("__") and len(name) > 4:
-        bare = name[2:-2]
-        if bare in _DUNDERS:
-            return _DUNDERS[bare]
-        if bare[:1] in ("r", "i") and bare[1:] in _REFLECTED:
-            bare = bare[1:]
-        return bare
-    name = _BACKWARD_SUFFIX.sub("", name) if name != "backward" else name
-    return name.rstrip("_") or name
+    """An operator frame's bare name (`dc_core.model.opnames.op_name`)."""
+    return bare_op_name(frame.name)
 
 
 def finding(

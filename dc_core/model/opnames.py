@@ -1,51 +1,44 @@
-"""One name per operator role, whichever capture path named it.
+"""One name per operator, whichever capture path or framework named it.
 
-PyTorch's native capture names operators as ATen does (``aten::linear``); its
-Python path names the torch function the user called
-(``torch.nn.functional.linear``, ``torch.Tensor.add_``). Rules, reports and
-tests that ask "is this a linear / an item() / a foreach update" compare
-``role(name)``, so both paths answer the same.
+PyTorch's native capture names operators as ATen does (``aten::linear``,
+``aten::index_put_``); its Python path names the torch function the user
+called (``torch.nn.functional.linear``, ``torch.Tensor.__rmul__``); autograd
+names backward nodes (``CumprodBackward0``). Rules, reports and tests that ask
+"is this a linear / an item() / a cast" compare `op_name`, so every path
+answers the same.
 """
 
 from __future__ import annotations
 
-_PREFIXES = ("aten::", "torch.nn.functional.", "torch.Tensor.", "torch._C._nn.", "torch.", "F.")
+import re
 
-# Python-level spellings whose ATen op has another name.
-_ALIASES = {
-    "__matmul__": "matmul",
-    "__rmatmul__": "matmul",
-    "cross_entropy": "cross_entropy_loss",
-    "__bool__": "is_nonzero",
-    "__getitem__": "index",
-    "__setitem__": "index_put_",
-    "__add__": "add",
-    "__radd__": "add",
-    "__iadd__": "add_",
-    "__sub__": "sub",
-    "__rsub__": "rsub",
-    "__mul__": "mul",
-    "__rmul__": "mul",
-    "__imul__": "mul_",
-    "__truediv__": "div",
-    "__rtruediv__": "div",
-    "__pow__": "pow",
-    "__neg__": "neg",
-    "__and__": "bitwise_and",
-    "__or__": "bitwise_or",
-    "_local_scalar_dense": "item",
+_BACKWARD_SUFFIX = re.compile(r"(_?backward\d*)$")
+
+#: Python operator dunders → the operator they run (``x * y`` is ``mul``); the
+#: scalar conversions get names of their own: they synchronise, ``.float()`` casts.
+_DUNDERS = {
+    "truediv": "div", "rtruediv": "div", "itruediv": "div", "floordiv": "floor_divide",
+    "bool": "bool_scalar", "int": "int_scalar", "float": "float_scalar", "index": "index_scalar",
+    "getitem": "index", "setitem": "index_put", "matmul": "matmul", "rmatmul": "matmul",
 }
+_REFLECTED = {"add", "sub", "mul", "pow", "and", "or", "xor", "mod", "lshift", "rshift"}
+
+#: Python-level names whose ATen operator has another name.
+_ALIASES = {"cross_entropy": "cross_entropy_loss", "_local_scalar_dense": "item"}
 
 
-def role(name: str) -> str:
-    """``role("aten::linear") == role("torch.nn.functional.linear") == "linear"``."""
-    for prefix in _PREFIXES:
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-            break
+def op_name(name: str) -> str:
+    """An operator's bare name: ``aten::index_put_`` → ``index_put``,
+    ``torch.nn.functional.linear`` → ``linear``, ``torch.Tensor.__rmul__`` →
+    ``mul``, ``CumprodBackward0`` → ``cumprod``."""
+    name = name.rsplit("::", 1)[-1].rsplit(".", 1)[-1].lower()
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        bare = name[2:-2]
+        if bare in _DUNDERS:
+            return _DUNDERS[bare]
+        if bare[:1] in ("r", "i") and bare[1:] in _REFLECTED:
+            bare = bare[1:]
+        return bare
+    name = _BACKWARD_SUFFIX.sub("", name) if name != "backward" else name
+    name = name.rstrip("_") or name
     return _ALIASES.get(name, name)
-
-
-def is_role(name: str, *roles: str) -> bool:
-    """Whether operator ``name`` plays one of ``roles`` (``is_role(n, "mm", "bmm")``)."""
-    return role(name) in roles

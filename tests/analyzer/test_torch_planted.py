@@ -12,7 +12,7 @@ pytest.importorskip("dc_torch.loop")
 from dc_core.analyzer import analyze
 from dc_core.cli import main
 from dc_core.store.logdir import read_profile
-from dc_core.model.opnames import role
+from dc_core.model.opnames import op_name
 
 from tests.analyzer import planted
 from tests.analyzer.helpers import only
@@ -49,7 +49,7 @@ def test_healthy_mlp_gets_no_warning(tmp_path):
     assert loud == [], loud
     # it is analysed, not skipped: the heaviest operator is the linear layers' backward
     hot = [f for f in p.findings if f["rule"] == "hotspot" and f["evidence"]["kind"] == "operator"]
-    assert hot and role(hot[0]["evidence"]["operator"].split(" ")[0]) == "linear"
+    assert hot and op_name(hot[0]["evidence"]["operator"].split(" ")[0]) == "linear"
 
 
 def test_slow_getitem_is_the_dataloader_bottleneck(tmp_path):
