@@ -1,8 +1,13 @@
 """Typed contract of the collector.
 
 `dc_core._native.Collector` (C++, built from `native/`) and
-`dc_core.reference.Collector` (pure Python) implement exactly this interface;
-`tests/core/test_collector.py` runs one suite against both.
+`dc_core.collect.reference.Collector` (pure Python) implement exactly this
+interface; `tests/core/test_collector.py` runs one suite against both, and
+`tests/core/test_contract_signatures.py` checks both against this file (every
+name below exists natively; the reference has all but those under a "native
+collector only" heading, with these parameters and defaults).
+`tests/core/test_contract_constants.py` checks the constants against
+`dc_core.model.kinds` (kinds, metric units, monitor columns).
 
 Model
 -----
@@ -33,6 +38,7 @@ Model
 
 from typing import Any, Sequence
 
+# Frame kinds: the index of their name in dc_core.model.kinds.KINDS.
 KIND_ROOT: int  # 0
 KIND_PYTHON: int  # 1
 KIND_MODULE: int  # 2
@@ -44,6 +50,8 @@ KIND_COMPILED: int  # 7
 
 FLAG_BACKWARD: int  # 1
 
+# Metrics registered at construction, ids in registration order; units as in
+# dc_core.model.kinds.UNITS.
 METRIC_CPU_TIME: int  # 0, "cpu_time_ns", unit "ns"
 METRIC_COUNT: int  # 1, "count", unit "1"
 METRIC_SAMPLES: int  # 2, "samples", unit "1"
@@ -51,10 +59,11 @@ METRIC_SAMPLES: int  # 2, "samples", unit "1"
 def now_ns() -> int:
     """Monotonic clock (CLOCK_MONOTONIC) in nanoseconds; the clock of every scope."""
 
+# --- native collector only (the reference has none) ---
 def demangle(name: str) -> str:
     """The collector's C++ demangler (``abi::__cxa_demangle``): ``"_ZN2at6native6cpu_mmEv"``
     → ``"at::native::cpu_mm()"``; a name that is not a mangled C++ name comes back
-    as it is. Used by `dc_core.symbols` for names read from ELF symbol tables;
+    as it is. Used by `dc_core.collect.symbols` for names read from ELF symbol tables;
     native only (the reference collector records no native frames)."""
 
 class Collector:
@@ -152,7 +161,7 @@ class Collector:
         ``"<library basename>+0x<offset>"``, file = library path, line =
         offset (> 0) from the library's mapping start, one frame per address,
         named later from the library's full symbol table by
-        ``dc_core.symbols.resolve`` when the snapshot is read. Code outside
+        ``dc_core.collect.symbols.resolve`` when the snapshot is read. Code outside
         any loaded object is one ``"[unknown]"`` frame (file "", line 0),
         runs of it folded into one. A thread whose native stack could not be
         taken in time keeps its sample, without native frames, and counts in
@@ -172,7 +181,8 @@ class Collector:
         through NVML (``dlopen("libnvidia-ml.so.1")``, absent = no GPU columns)."""
     def stop_monitor(self) -> None: ...
     def monitor_samples(self) -> dict[str, list]:
-        """Columns of the samples kept since the last reset: ``t_ns`` (now_ns
+        """Columns of the samples kept since the last reset, named and ordered
+        as ``dc_core.model.kinds.MONITOR_COLUMNS``: ``t_ns`` (now_ns
         clock), ``cpu_percent`` (list of per-core lists), ``rss_bytes``,
         ``mem_used_percent``, ``disk_read_bytes``, ``disk_write_bytes``,
         ``net_rx_bytes``, ``net_tx_bytes``, ``gpu_util_percent`` and

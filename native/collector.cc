@@ -24,7 +24,7 @@ Collector::Collector(int64_t max_nodes, int64_t max_samples)
       pcs_(kMaxNativeFrames),
       monitor_(max_samples),
       api_(make_capture_api(this)),
-      sampler_([this] { sample_threads(); }) {
+      sampler_(PeriodicThread::Schedule::kFixedRate, [this] { sample_threads(); }) {
   register_collector(this);
 }
 
@@ -140,7 +140,7 @@ void Collector::start_sampler(double hz, bool native) {
   native_ = native && unwind_install();
   sample_period_ns_ = std::max<int64_t>(1, static_cast<int64_t>(1e9 / (hz > 0 ? hz : 100.0)));
   ++sample_epoch_;  // CPU time run while no sampler ran is billed to nobody
-  sampler_.start(hz);
+  sampler_.start(std::chrono::nanoseconds(sample_period_ns_));
 }
 
 void Collector::sample_threads() {

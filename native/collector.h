@@ -23,8 +23,8 @@
 #include "capture_api.h"
 #include "frames.h"
 #include "monitor.h"
+#include "periodic.h"
 #include "pystack.h"
-#include "sampler.h"
 #include "scopes.h"
 #include "tree.h"
 #include "unwind.h"
@@ -179,7 +179,8 @@ class Collector {
   std::atomic<int64_t> unpathed_ops_{0};
   int64_t namer_errors_ = 0;  // GIL
 
-  Sampler sampler_;  // last: its thread uses everything above
+  // Ticks sample_threads(). Last: its thread uses everything above.
+  PeriodicThread sampler_;
 };
 
 // The C table of `c`'s capture entry points (capture_api.h).

@@ -1,14 +1,14 @@
-// METH_FASTCALL entry points for the hottest methods (enter, exit), installed
-// over pybind11's versions: pybind11's generic dispatcher (overload lookup,
-// per-argument casters, keyword matching) costs more than enter/exit
-// themselves, and integrations call these twice per operator.
+// METH_FASTCALL entry points for the hottest methods (enter, exit), the only
+// bindings of Collector.enter / Collector.exit: pybind11's generic dispatcher
+// (overload lookup, per-argument casters, keyword matching) costs more than
+// enter/exit themselves, and integrations call these twice per operator.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 namespace dc {
 
-// Replaces Collector.enter / Collector.exit on `cls` (the bound class).
+// Adds Collector.enter / Collector.exit to `cls` (the bound class).
 void install_fastcall(pybind11::handle cls);
 
 }  // namespace dc

@@ -1,6 +1,7 @@
-// pybind11 bindings: argument checking and conversion to flat Python values,
-// nothing else. All methods run with the GIL held (pybind11's default), which
-// is the collector's lock; see collector.h.
+// pybind11 bindings: argument checking (args.h) and conversion to flat Python
+// values, nothing else; enter and exit are bound in fastcall.cc. All methods
+// run with the GIL held (pybind11's default), which is the collector's lock;
+// see collector.h.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "collector.h"
 #include "fastcall.h"
 #include "unwind.h"
@@ -17,32 +19,9 @@ using dc::Collector;
 
 namespace {
 
-// Reads a sequence of frame ids without pybind11's generic list caster,
-// which allocates a std::vector and goes through type dispatch per item.
-void read_ids(py::handle seq, std::vector<int64_t>* out) {
-  out->clear();
-  PyObject* fast = PySequence_Fast(seq.ptr(), "frames must be a sequence of ints");
-  if (fast == nullptr) throw py::error_already_set();
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  PyObject** items = PySequence_Fast_ITEMS(fast);
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    long long v = PyLong_AsLongLong(items[i]);
-    if (v == -1 && PyErr_Occurred()) {
-      Py_DECREF(fast);
-      throw py::error_already_set();
-    }
-    out->push_back(v);
-  }
-  Py_DECREF(fast);
-}
-
-void check_node(const Collector& c, int64_t node) {
-  if (!c.tree().valid_node(node)) throw py::index_error("no node " + std::to_string(node));
-}
-
-void check_frames(const Collector& c, const std::vector<int64_t>& frames) {
-  for (int64_t f : frames)
-    if (!c.valid_frame(f)) throw py::index_error("no frame " + std::to_string(f));
+// Raises the Python exception an args.h check set.
+void require(bool ok) {
+  if (!ok) throw py::error_already_set();
 }
 
 // array('q') built from one bytes buffer: one memcpy instead of a Python int
@@ -197,36 +176,32 @@ PYBIND11_MODULE(_native, m) {
            py::arg("name"), py::arg("unit"))
       .def("child",
            [](Collector& c, int64_t parent, int64_t frame) {
-             check_node(c, parent);
-             if (!c.valid_frame(frame)) throw py::index_error("no frame " + std::to_string(frame));
+             require(dc::check_node(c, parent) && dc::check_frame(c, frame));
              return c.child(parent, frame);
            },
            py::arg("parent"), py::arg("frame"))
       .def("path",
            [](Collector& c, int64_t parent, py::handle frames) {
              static std::vector<int64_t> ids;  // GIL-protected scratch
-             read_ids(frames, &ids);
-             check_node(c, parent);
-             check_frames(c, ids);
+             require(dc::check_node(c, parent) && dc::read_frames(frames.ptr(), c, &ids));
              return c.path(parent, ids.data(), ids.size());
            },
            py::arg("parent"), py::arg("frames"))
       .def("mirror",
            [](Collector& c, int64_t node, int64_t top) {
-             check_node(c, node);
-             check_node(c, top);
+             require(dc::check_node(c, node) && dc::check_node(c, top));
              return c.mirror(node, top);
            },
            py::arg("node"), py::arg("top"))
       .def("parent",
            [](Collector& c, int64_t node) {
-             check_node(c, node);
+             require(dc::check_node(c, node));
              return c.parent(node);
            },
            py::arg("node"))
       .def("add",
            [](Collector& c, int64_t node, int64_t metric, int64_t value) {
-             check_node(c, node);
+             require(dc::check_node(c, node));
              if (!c.tree().valid_metric(metric))
                throw py::index_error("no metric " + std::to_string(metric));
              c.add(node, metric, value);
@@ -243,18 +218,6 @@ PYBIND11_MODULE(_native, m) {
                PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(out[i]));
              return py::reinterpret_steal<py::list>(list);
            })
-      .def("enter",
-           [](Collector& c, py::handle frames, int64_t parent, bool capture,
-              int64_t user_depth) {
-             static std::vector<int64_t> ids;  // GIL-protected scratch
-             read_ids(frames, &ids);
-             if (parent >= 0) check_node(c, parent);
-             check_frames(c, ids);
-             return c.enter(ids.data(), ids.size(), parent, capture, user_depth);
-           },
-           py::arg("frames"), py::arg("parent") = -1, py::arg("capture") = false,
-           py::arg("user_depth") = -1)
-      .def("exit", &Collector::exit)
       .def("top", &Collector::top)
       .def("depth", &Collector::depth)
       .def("unwind", &Collector::unwind, py::arg("depth"))
@@ -281,8 +244,7 @@ PYBIND11_MODULE(_native, m) {
       .def("capture_start",
            [](Collector& c, int64_t backward_frame, bool nested, py::object context_code,
               py::object namer, bool gil_free) {
-             if (!c.valid_frame(backward_frame))
-               throw py::index_error("no frame " + std::to_string(backward_frame));
+             require(dc::check_frame(c, backward_frame));
              if (!context_code.is_none() && !PyCode_Check(context_code.ptr()))
                throw py::type_error("context_code must be a code object or None");
              if (!namer.is_none() && !PyCallable_Check(namer.ptr()))
@@ -297,7 +259,7 @@ PYBIND11_MODULE(_native, m) {
       .def("capture_suspend", &Collector::capture_suspend, py::arg("delta"))
       .def("capture_seq",
            [](Collector& c, uint64_t thread, int64_t first, int64_t last, int64_t node) {
-             check_node(c, node);
+             require(dc::check_node(c, node));
              c.capture_seq(thread, first, last, node);
            },
            py::arg("thread"), py::arg("first"), py::arg("last"), py::arg("node"))

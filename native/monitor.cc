@@ -72,55 +72,27 @@ int64_t field_after(const std::string& text, const char* key) {
 
 }  // namespace
 
-Monitor::Monitor(int64_t max_samples) : max_samples_(max_samples) {}
-
-Monitor::~Monitor() { stop(); }
+Monitor::Monitor(int64_t max_samples)
+    : max_samples_(max_samples),
+      thread_(PeriodicThread::Schedule::kFixedDelayWithEnds, [this] { record(); }) {}
 
 void Monitor::start(int64_t interval_ms) {
-  if (thread_) return;
-  if (interval_ms < 1) interval_ms = 1;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = false;
-  }
-  thread_.reset(new std::thread([this, interval_ms] { loop(interval_ms); }));
-}
-
-void Monitor::stop() {
-  if (!thread_) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_->join();
-  thread_.reset();
+  thread_.start(std::chrono::milliseconds(interval_ms < 1 ? 1 : interval_ms));
 }
 
 void Monitor::after_fork_child() {
+  thread_.after_fork_child();
   // The mutex may have been held by the monitor thread at fork time.
   new (&mu_) std::mutex();
-  new (&wake_) std::condition_variable();
-  (void)thread_.release();  // leak: joining or destroying it would abort
-  stop_ = true;
 }
 
-void Monitor::loop(int64_t interval_ms) {
-  // One sample at start, one per interval, and one more when stopped, so even
-  // a window shorter than the interval has a start and an end reading.
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    const bool last = stop_;
-    lock.unlock();
-    MonitorSample s = take();
-    lock.lock();
-    if (static_cast<int64_t>(samples_.size()) < max_samples_)
-      samples_.push_back(std::move(s));
-    else
-      ++dropped_;
-    if (last) break;
-    wake_.wait_for(lock, std::chrono::milliseconds(interval_ms), [this] { return stop_; });
-  }
+void Monitor::record() {
+  MonitorSample s = take();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int64_t>(samples_.size()) < max_samples_)
+    samples_.push_back(std::move(s));
+  else
+    ++dropped_;
 }
 
 MonitorSample Monitor::take() {

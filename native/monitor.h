@@ -3,12 +3,12 @@
 // its samples are guarded by its own mutex.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <memory>
 #include <mutex>
-#include <thread>
+#include <utility>
 #include <vector>
+
+#include "periodic.h"
 
 namespace dc {
 
@@ -26,10 +26,10 @@ struct MonitorSample {
 class Monitor {
  public:
   explicit Monitor(int64_t max_samples);
-  ~Monitor();
-  void start(int64_t interval_ms);  // idempotent
-  void stop();                      // joins; call without holding locks the thread needs
-  bool running() const { return thread_ != nullptr; }
+  // Samples at start, every interval and once more when stopped. Idempotent.
+  void start(int64_t interval_ms);
+  void stop() { thread_.stop(); }  // joins; call without holding mu_
+  bool running() const { return thread_.running(); }
   std::vector<MonitorSample> samples();
   int64_t dropped();
   void clear();
@@ -37,18 +37,17 @@ class Monitor {
   void after_fork_child();
 
  private:
-  void loop(int64_t interval_ms);
+  void record();  // one tick (monitor thread)
   MonitorSample take();
 
   int64_t max_samples_;
-  std::unique_ptr<std::thread> thread_;
-  std::mutex mu_;  // guards everything below
-  std::condition_variable wake_;
-  bool stop_ = false;
+  std::mutex mu_;  // guards samples_ and dropped_
   std::vector<MonitorSample> samples_;
   int64_t dropped_ = 0;
-  // Previous /proc/stat counters (busy, total) per core, for utilisation.
+  // Previous /proc/stat counters (busy, total) per core, for utilisation
+  // (monitor thread; cleared only while it is stopped).
   std::vector<std::pair<uint64_t, uint64_t>> prev_cpu_;
+  PeriodicThread thread_;  // last: its thread uses everything above
 };
 
 int64_t now_ns();

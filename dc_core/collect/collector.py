@@ -2,6 +2,8 @@
 
 Both implement ``dc_core/_native.pyi``. Integrations and the session get their
 collector from ``create_collector`` and never import either implementation.
+Frame kind names are the vocabulary's (``dc_core.model.kinds.KINDS``, indexed
+by the ``KIND_*`` numbers re-exported here).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from typing import Any
 
 from dc_core.collect import reference
 
-# The contract's constants (identical in both implementations), so callers need
-# not know which collector they hold.
-from dc_core.collect.reference import (  # noqa: F401  (re-exported)
+# Re-exported: the contract's constants (identical in both implementations,
+# checked by tests/core/test_contract_constants.py), so callers need not know
+# which collector they hold.
+from dc_core.collect.reference import (
     FLAG_BACKWARD,
     KIND_COMPILED,
     KIND_KERNEL,
@@ -32,21 +35,6 @@ from dc_core.collect.reference import (  # noqa: F401  (re-exported)
 )
 
 logger = logging.getLogger(__name__)
-
-#: Frame kind names, indexed by kind: ``NAMES[KIND_OPERATOR] == "operator"``.
-NAMES = ("root", "python", "module", "operator", "native", "kernel", "phase", "compiled")
-#: The inverse of ``NAMES``: ``KINDS["operator"] == KIND_OPERATOR``.
-KINDS = {name: kind for kind, name in enumerate(NAMES)}
-
-
-def kind_name(kind: int) -> str:
-    """Name of a frame kind, e.g. ``kind_name(3) == "operator"``."""
-    return NAMES[kind]
-
-
-def kind_id(name: str) -> int:
-    """Frame kind of a name, e.g. ``kind_id("operator") == 3``; ``KeyError`` if unknown."""
-    return KINDS[name]
 
 
 @functools.cache

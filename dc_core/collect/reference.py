@@ -1,11 +1,12 @@
 """Pure-Python reference collector: the executable specification of ``_native.pyi``.
 
-Same constants, same methods, same semantics as ``dc_core._native.Collector``;
+Same constants, same methods (but for those the stub marks native only:
+demangling and operator capture), same semantics as ``dc_core._native.Collector``;
 ``tests/core/test_collector.py`` runs one suite against both. It favours clear
 code over speed: it is what runs where the extension is not built, and what the
 C++ collector is checked against.
 
-Two things differ by necessity, not by contract:
+Three things differ by necessity, not by contract:
 
 * The C++ collector relies on the GIL alone. Here every Python-level
   read-modify-write could be interrupted by a thread switch, so shared state
@@ -31,21 +32,31 @@ from typing import Sequence
 
 from dc_core.collect import sysmon
 from dc_core.collect.worker import Worker
+from dc_core.model.kinds import KINDS, UNITS
 
-KIND_ROOT = 0
-KIND_PYTHON = 1
-KIND_MODULE = 2
-KIND_OPERATOR = 3
-KIND_NATIVE = 4
-KIND_KERNEL = 5
-KIND_PHASE = 6
-KIND_COMPILED = 7
+# Frame kinds: their numbers are their places in the vocabulary.
+KIND_ROOT = KINDS.index("root")
+KIND_PYTHON = KINDS.index("python")
+KIND_MODULE = KINDS.index("module")
+KIND_OPERATOR = KINDS.index("operator")
+KIND_NATIVE = KINDS.index("native")
+KIND_KERNEL = KINDS.index("kernel")
+KIND_PHASE = KINDS.index("phase")
+KIND_COMPILED = KINDS.index("compiled")
 
+#: Frame flag: an operator run in the backward pass (native/frames.h).
 FLAG_BACKWARD = 1
 
-METRIC_CPU_TIME = 0
-METRIC_COUNT = 1
-METRIC_SAMPLES = 2
+#: Metrics registered by every collector at construction, in id order; their
+#: units are the vocabulary's.
+BUILTIN_METRICS = ("cpu_time_ns", "count", "samples")
+METRIC_CPU_TIME = BUILTIN_METRICS.index("cpu_time_ns")
+METRIC_COUNT = BUILTIN_METRICS.index("count")
+METRIC_SAMPLES = BUILTIN_METRICS.index("samples")
+
+# ``enter(..., user_depth=-2)``: take the innermost open scope's user depth
+# without walking the stack (kInheritUserDepth in native/collector.h).
+_INHERIT_USER_DEPTH = -2
 
 _FRAME_COLUMNS = ("kind", "name", "file", "line", "detail", "flags")
 
@@ -147,8 +158,8 @@ class Collector:
 
         self.intern(KIND_ROOT, "")
         self._new_node(-1, 0)
-        for name, unit in (("cpu_time_ns", "ns"), ("count", "1"), ("samples", "1")):
-            self.metric(name, unit)
+        for name in BUILTIN_METRICS:
+            self.metric(name, UNITS[name])
 
     # --- identity -------------------------------------------------------
     def intern(
@@ -303,7 +314,7 @@ class Collector:
                 floor = scopes[-1].user_depth if scopes else 0
                 frames = self._python_ids(here, floor) + list(frames)
             node = self.path(base, frames)
-            if user_depth == -2:  # inherit the enclosing scope's
+            if user_depth == _INHERIT_USER_DEPTH:
                 user_depth = scopes[-1].user_depth if scopes else 0
             elif user_depth < 0:
                 user_depth = self._user_depth(here)

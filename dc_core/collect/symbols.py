@@ -251,7 +251,7 @@ def _read_function_ranges(table: SymbolTable) -> tuple[array, array]:
                 if isinstance(entry, FDE) and entry.header["address_range"]:
                     starts.append(entry.header["initial_location"])
                     ends.append(entry.header["initial_location"] + entry.header["address_range"])
-    except Exception as exc:  # noqa: BLE001 - unparsable unwind data: offsets stay per address
+    except Exception as exc:  # unparsable unwind data: offsets stay per address
         logger.debug("DeepContext: no function ranges read from %s: %r", table.path, exc)
         return array("Q"), array("Q")
     return _sorted_arrays(starts, ends)
@@ -285,7 +285,7 @@ def _cached_table(path: str, size: int, mtime_ns: int) -> SymbolTable | None:
     """One read per object version for the life of the process; ``None`` if unreadable."""
     try:
         return read_symbols(path)
-    except Exception as exc:  # noqa: BLE001 - a library we cannot read keeps offset names
+    except Exception as exc:  # a library we cannot read keeps offset names
         logger.debug("DeepContext: no symbols read from %s: %r", path, exc)
         return None
 
@@ -345,7 +345,7 @@ def resolve(frames: Sequence[Frame], used: Iterable[int] | None = None) -> list[
                     out[i] = replace(out[i], name=f"{library}@plt", line=0)
                 elif (start := table.function_start(offset)) is not None:
                     out[i] = replace(out[i], name=f"{library}+{start:#x}", line=0)
-        except Exception:  # noqa: BLE001 - naming must never cost the window its profile
+        except Exception:  # naming must never cost the window its profile
             logger.debug("DeepContext: frames in %s keep library + offset names", path, exc_info=True)
     return out
 

@@ -13,19 +13,10 @@ import os
 import time
 from pathlib import Path
 
+from dc_core.model.kinds import MONITOR_COLUMNS
+
 #: Column names of ``Collector.monitor_samples()``, in contract order.
-COLUMNS = (
-    "t_ns",
-    "cpu_percent",
-    "rss_bytes",
-    "mem_used_percent",
-    "disk_read_bytes",
-    "disk_write_bytes",
-    "net_rx_bytes",
-    "net_tx_bytes",
-    "gpu_util_percent",
-    "gpu_mem_bytes",
-)
+COLUMNS = MONITOR_COLUMNS
 
 _PROC = Path("/proc")
 

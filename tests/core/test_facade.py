@@ -1,4 +1,5 @@
-"""The collector facade (native or reference), kind names, and the leak guard."""
+"""The collector facade (native or reference) and the leak guard; its constants
+are checked in ``test_contract_constants.py``."""
 
 from __future__ import annotations
 
@@ -11,13 +12,6 @@ from dc_core.collect.ownfiles import profiler_files, skip_profiler_files
 from dc_core.collect import reference
 from tests.conftest import _leftovers
 from tests.core.test_collector import Snap, lib_call
-
-
-def test_kind_names_match_the_constants():
-    assert [collector_mod.kind_id(name) for name in collector_mod.NAMES] == list(range(8))
-    assert collector_mod.kind_name(reference.KIND_OPERATOR) == "operator"
-    assert collector_mod.NAMES[reference.KIND_COMPILED] == "compiled"
-    assert collector_mod.KIND_PHASE == reference.KIND_PHASE == collector_mod.kind_id("phase")
 
 
 def test_create_collector_prefers_native_when_it_imports():

@@ -16,7 +16,7 @@ _native = pytest.importorskip("dc_core._native")
 
 def test_walk_matches_the_public_frame_api_in_every_stack_shape():
     c = _native.Collector()
-    phase = c.intern(6, "backward")
+    phase = c.intern(_native.KIND_PHASE, "backward")
     module_call = type("M", (), {"__call__": lambda self: None}).__call__.__code__
     seen: list[tuple[str, bool]] = []
 

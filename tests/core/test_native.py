@@ -208,7 +208,7 @@ def test_a_thread_that_dies_with_open_scopes_leaks_nothing_into_new_threads(c):
 
 def test_code_cache_follows_skip_prefixes_added_later(c):
     ns: dict = {}
-    exec(compile("def call(fn):\n    return fn()\n", "/virtual/lib/x.py", "exec"), ns)  # noqa: S102
+    exec(compile("def call(fn):\n    return fn()\n", "/virtual/lib/x.py", "exec"), ns)
 
     def files(ids):
         snap = c.snapshot()

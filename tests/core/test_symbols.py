@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from dc_core.collect import collector as collector_mod
 from dc_core.collect import symbols
 from dc_core.record.snapshot import frames_from_snapshot, merge_equal_siblings, profile_from_snapshot
 from dc_core.model.tree import ROOT, Frame
@@ -73,11 +74,7 @@ def unresolved(path: str, offset: int) -> Frame:
 
 
 def spin_name() -> str:
-    try:
-        from dc_core import _native  # noqa: F401
-    except ImportError:
-        return SPIN_MANGLED
-    return SPIN
+    return SPIN if collector_mod.native_available() else SPIN_MANGLED
 
 
 def test_static_function_named_from_symtab(tmp_path):
@@ -176,7 +173,7 @@ def _sampled(_native, hz: float, seconds: float, work) -> dict:
     """Snapshot of a comprehensive-mode sampler at ``hz`` over ``seconds`` of
     ``work`` repeated inside a scope (the sampler bills only threads in one)."""
     c = _native.Collector()
-    c.enter([c.intern(6, "forward")], 0, False, 0)
+    c.enter([c.intern(collector_mod.KIND_PHASE, "forward")], 0, False, 0)
     c.start_sampler(hz, native=True)
     try:
         end = time.monotonic() + seconds

@@ -1,0 +1,70 @@
+#include "periodic.h"
+
+#include <Python.h>
+
+#include <new>
+
+namespace dc {
+
+void PeriodicThread::start(std::chrono::nanoseconds period) {
+  if (thread_) return;
+  if (period.count() < 1) period = std::chrono::nanoseconds(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+  }
+  thread_.reset(new std::thread([this, period] { loop(period); }));
+}
+
+void PeriodicThread::stop() {
+  if (!thread_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (PyGILState_Check()) {
+    Py_BEGIN_ALLOW_THREADS
+    thread_->join();
+    Py_END_ALLOW_THREADS
+  } else {
+    thread_->join();
+  }
+  thread_.reset();
+}
+
+void PeriodicThread::after_fork_child() {
+  // The mutex may have been held by the thread at fork time.
+  new (&mu_) std::mutex();
+  new (&wake_) std::condition_variable();
+  (void)thread_.release();  // leak: joining or destroying it would abort
+  stop_ = true;
+}
+
+void PeriodicThread::loop(std::chrono::nanoseconds period) {
+  using Clock = std::chrono::steady_clock;
+  const bool fixed_rate = schedule_ == Schedule::kFixedRate;
+  std::unique_lock<std::mutex> lock(mu_);
+  // With ends, the reading at start is taken even when stop() came first, so
+  // a window however short has two readings (the contract in _native.pyi).
+  if (!fixed_rate) tick(lock);
+  Clock::time_point next = Clock::now() + period;
+  // The tick touches no Python object and takes no GIL, so it also runs
+  // while the interpreter finalizes: the owner it reads outlives it.
+  while (!wake_.wait_until(lock, next, [this] { return stop_; })) {
+    if (fixed_rate) {
+      next += period;
+      const Clock::time_point now = Clock::now();
+      if (next < now) {
+        // Fell behind: count the lost ticks, don't burst.
+        missed_ += static_cast<int64_t>((now - next) / period) + 1;
+        next = now + period;
+      }
+    }
+    tick(lock);
+    if (!fixed_rate) next = Clock::now() + period;
+  }
+  if (!fixed_rate) tick(lock);  // the reading at stop
+}
+
+}  // namespace dc

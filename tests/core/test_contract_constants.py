@@ -1,0 +1,92 @@
+"""The collectors' constants are the vocabulary's: ``dc_core.model.kinds`` is
+the one list of frame kinds, metric units and monitor columns, and both
+collectors (and the stub's documented values) must agree with it."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import dc_core
+from dc_core.collect import reference, sysmon
+from dc_core.model.kinds import KINDS, METRICS, MONITOR_COLUMNS, MONITOR_SERIES, UNITS
+from tests.conftest import IMPLEMENTATIONS, _collector_class
+
+STUB = Path(dc_core.__file__).with_name("_native.pyi")
+
+
+def implementation(name: str) -> ModuleType:
+    """The module of one collector implementation (skips, or fails in CI, when
+    the native one is not built)."""
+    return importlib.import_module(_collector_class(name).__module__)
+
+
+def constants(module: ModuleType, prefix: str) -> dict[str, int]:
+    return {name: getattr(module, name) for name in dir(module) if name.startswith(prefix)}
+
+
+def stub_values() -> dict[str, int]:
+    """``NAME: int  # value`` lines of the stub: the numbers it documents."""
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+): int\s+#\s*(-?\d+)", STUB.read_text(), re.M)}
+
+
+@pytest.mark.parametrize("name", IMPLEMENTATIONS)
+def test_kind_constants_are_the_vocabularys_kind_numbers(name):
+    module = implementation(name)
+    assert constants(module, "KIND_") == {f"KIND_{kind.upper()}": i for i, kind in enumerate(KINDS)}
+
+
+@pytest.mark.parametrize("name", IMPLEMENTATIONS)
+def test_every_constant_is_the_native_ones_and_the_stubs(name):
+    module, documented = implementation(name), stub_values()
+    for prefix in ("KIND_", "METRIC_", "FLAG_"):
+        found = constants(module, prefix)
+        assert found == {k: v for k, v in documented.items() if k.startswith(prefix)}, prefix
+        assert found == constants(reference, prefix), prefix
+
+
+def test_the_facade_reexports_the_contract_constants():
+    from dc_core.collect import collector as collector_mod
+
+    for prefix in ("KIND_", "METRIC_", "FLAG_"):
+        assert constants(collector_mod, prefix) == constants(reference, prefix)
+
+
+def test_builtin_metrics_are_registered_in_id_order_with_the_vocabularys_units(collector):
+    snap = collector.snapshot()
+    assert list(snap["metrics"]) == list(reference.BUILTIN_METRICS)
+    assert snap["units"] == {name: UNITS[name] for name in reference.BUILTIN_METRICS}
+    ids = {name: collector.metric(name, UNITS[name]) for name in reference.BUILTIN_METRICS}
+    assert ids == {"cpu_time_ns": reference.METRIC_CPU_TIME, "count": reference.METRIC_COUNT,
+                   "samples": reference.METRIC_SAMPLES}
+    assert set(reference.BUILTIN_METRICS) <= set(METRICS)
+
+
+def test_monitor_columns_are_the_vocabularys_in_order(collector):
+    assert sysmon.COLUMNS == MONITOR_COLUMNS
+    assert list(collector.monitor_samples()) == list(MONITOR_COLUMNS)  # empty: columns still named
+    collector.start_monitor(5)
+    time.sleep(0.03)
+    collector.stop_monitor()
+    samples = collector.monitor_samples()
+    assert list(samples) == list(MONITOR_COLUMNS)
+    rows = len(samples["t_ns"])
+    assert rows >= 2
+    for series, (_, per_device) in MONITOR_SERIES.items():
+        assert len(samples[series]) == rows, series
+        assert all(isinstance(v, list) == per_device for v in samples[series]), series
+
+
+def test_a_monitor_stopped_at_once_still_has_its_start_and_end_readings(make_collector):
+    """Regression: the native monitor gave one reading when stop_monitor()
+    came before its thread's first tick; the contract says two."""
+    for _ in range(10):
+        collector = make_collector()
+        collector.start_monitor(500)
+        collector.stop_monitor()
+        assert len(collector.monitor_samples()["t_ns"]) == 2
