@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import heapq
 
+from ..model.kinds import CONTEXT_KINDS
 from .store import Index
 from .tables import frame_fields, node_row, total
 
-CONTEXT_KINDS = ("python", "module")
 #: Path entries one search answer carries at most: a match in a deep recursion
 #: has a path as long as the recursion, and an answer holds up to 500 matches.
 MAX_PATH_ENTRIES = 100_000
 
 
 def _context_ids(index: Index) -> tuple[list[int], list[int]]:
-    """Per node: an id of its context path (the Python and module frames under
-    its phase, backward flag ignored) and its phase node (-1 if none).
+    """Per node: an id of its context path (the context frames under its
+    phase: Python lines, modules, compiled regions; backward flag ignored) and
+    its phase node (-1 if none).
 
     Two nodes with the same context id are the same line of model code reached
     in different phases, e.g. a layer forward and the same layer backward.
@@ -117,7 +118,9 @@ def flame(index: Index, root: int, metric: str, min_fraction: float = 0.002, max
     ``max_nodes`` nodes, none under ``min_fraction`` of ``root``'s value.
 
     Nodes come in preorder, children heaviest first, so the client lays out an
-    icicle by walking the list once.
+    icicle by walking the list once. Each carries ``id``, ``parent`` (-1 for
+    ``root``), ``incl`` and ``excl`` of ``metric`` (scalars, as in `search`),
+    ``label``, ``kind`` and ``backward``.
     """
     tree = index.tree
     incl, excl = index.incl(metric), index.excl(metric)
@@ -137,7 +140,7 @@ def flame(index: Index, root: int, metric: str, min_fraction: float = 0.002, max
         node, up = stack.pop()
         fields = frame_fields(index, tree.frame[node])
         label = node_row(index, node)["label"] if node == 0 else fields["label"]
-        nodes.append({"id": node, "p": up, "v": incl[node], "s": excl[node], "label": label,
+        nodes.append({"id": node, "parent": up, "incl": incl[node], "excl": excl[node], "label": label,
                       "kind": fields["kind"], "backward": fields["backward"]})
         kids = sorted((k for k in index.children(node) if k in chosen), key=lambda k: (incl[k], -k))
         stack.extend((k, node) for k in kids)  # heaviest popped first

@@ -2,6 +2,8 @@
 
 The plugin name is the directory name of the profile files
 (``<run>/plugins/deepcontext/...``), so the tab and the files cannot disagree.
+The profile's vocabulary (metrics, kinds, severities) is not here: it lives in
+`dc_core.model.kinds`, and ``/runs`` sends it to the page.
 """
 
 from __future__ import annotations
@@ -10,18 +12,8 @@ from ..store.logdir import PLUGIN_NAME
 
 #: Bumped when the JSON the routes return changes incompatibly; the frontend
 #: checks it against the one it was written for.
-DATA_VERSION = 1
+DATA_VERSION = 2
 
 TAB_NAME = "DeepContext"
 
-#: Metrics the views offer, in selector order, with their display names.
-METRICS = {
-    "cpu_time_ns": "CPU time",
-    "device_time_ns": "Device time",
-    "count": "Count",
-    "samples": "Samples",
-    "alloc_bytes": "Alloc bytes",
-    "flops": "FLOPs",
-}
-
-__all__ = ["PLUGIN_NAME", "DATA_VERSION", "TAB_NAME", "METRICS"]
+__all__ = ["PLUGIN_NAME", "DATA_VERSION", "TAB_NAME"]

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import statistics
 
-from ..store.profile import Profile, ProfileError
+from ..model import kinds
 from ..model.report import steps_text, window_label
-from .metadata import DATA_VERSION, METRICS
-from .params import NotFound, format_window
+from ..store.profile import Profile, ProfileError
+from .metadata import DATA_VERSION
+from .params import MAX_NODES_PER_REQUEST, NotFound, format_window
 from .store import Index, ProfileStore
 
 MAX_SERIES_POINTS = 600
 
 
 def runs(store: ProfileStore) -> dict:
-    """Runs, their ranks and windows, from file names only (nothing is read)."""
+    """Runs, their ranks and windows, from file names only (nothing is read),
+    and the profile's vocabulary (`dc_core.model.kinds.vocabulary`): the page
+    names no metric, unit, kind or severity itself."""
     listing: dict[str, dict[int, dict]] = {}
     for file in store.files():
         ranks = listing.setdefault(file.run, {})
@@ -26,7 +29,8 @@ def runs(store: ProfileStore) -> dict:
             entry["labels"][window] = steps_text(file.steps)  # what the selector shows: "steps 5–7"
     return {
         "data_version": DATA_VERSION,
-        "metrics": METRICS,
+        "vocabulary": kinds.vocabulary(),
+        "max_nodes_per_request": MAX_NODES_PER_REQUEST,  # the page batches node lists to fit
         "runs": [{"run": run, "ranks": [ranks[r] for r in sorted(ranks)]} for run, ranks in listing.items()],
         "errors": dict(store.errors),
     }
@@ -47,7 +51,8 @@ def _downsample(t_ns: list[int], values: list[float], limit: int = MAX_SERIES_PO
 
 
 def window(index: Index) -> dict:
-    """Steps, system-monitor series, findings and environment of one window."""
+    """Steps, system-monitor series, findings and environment of one window,
+    with the metrics and frame kinds its tree holds (in vocabulary order)."""
     p = index.profile
     origin = min((s.t_ns[0] for s in p.system if s.t_ns), default=0)
     series = []
@@ -56,6 +61,7 @@ def window(index: Index) -> dict:
         series.append({"name": s.name, "unit": s.unit, "device": s.device,
                        "t_s": [(t - origin) / 1e9 for t in ts], "values": vs})
     labels, frame, size = index.labels(), index.tree.frame, len(index.tree)
+    present = {index.tree.frames[fid].kind for fid in set(frame[1:])}  # below the root
     findings = []
     for f in p.findings:
         node = f.get("node", -1)
@@ -66,7 +72,8 @@ def window(index: Index) -> dict:
         "host": p.host, "framework": p.framework, "mode": p.mode, "world_size": p.world_size,
         "steps": list(p.steps), "step_times_ns": list(p.step_times_ns), "duration_ns": p.duration_ns,
         "init_ns": p.init_ns, "nodes": size, "drops": dict(p.drops), "env": dict(p.env),
-        "metrics": [m for m in METRICS if m in index.metrics],
+        "metrics": [m for m in kinds.METRICS if m in index.metrics],
+        "kinds": [k for k in kinds.KINDS if k in present],
         "totals": {m: index.incl(m)[0] for m in index.metrics},
         "system": series, "findings": findings,
     }

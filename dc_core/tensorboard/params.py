@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .metadata import METRICS
+from ..model.kinds import KINDS, METRICS
 
 MAX_TEXT = 200
 MAX_NODES_PER_REQUEST = 256
@@ -94,6 +94,18 @@ def choice(args: Mapping[str, str], name: str, options: Sequence[str], default: 
 
 def metric(args: Mapping[str, str], name: str = "metric") -> str:
     return choice(args, name, tuple(METRICS), "cpu_time_ns")
+
+
+def kind_list(args: Mapping[str, str], name: str = "kinds") -> list[str]:
+    """Comma-separated frame kinds (`dc_core.model.kinds.KINDS`); ``all`` or
+    nothing means no filter (an empty list)."""
+    raw = text(args, name, default="all")
+    if raw == "all":
+        return []
+    kinds = raw.split(",")
+    if len(kinds) > len(KINDS) or any(k not in KINDS for k in kinds):
+        raise BadRequest(f"parameter {name!r} must list frame kinds ({', '.join(KINDS)}), e.g. operator,kernel")
+    return list(dict.fromkeys(kinds))
 
 
 def node_list(args: Mapping[str, str], name: str = "node", size: int | None = None) -> list[int]:

@@ -32,9 +32,11 @@ STATIC_FILES = {
     "flame.js": "text/javascript",
     "details.js": "text/javascript",
     "charts.js": "text/javascript",
+    "format.js": "text/javascript",
+    "vocabulary.js": "text/javascript",
+    "runs.js": "text/javascript",
     "style.css": "text/css",
 }
-KINDS_PARAM_MAX = 8
 
 
 class DeepContextPlugin(base_plugin.TBPlugin):
@@ -89,13 +91,13 @@ class DeepContextPlugin(base_plugin.TBPlugin):
 
     def _flat(self, args):
         return tables.flat(self._index(args), params.metric(args), params.choice(args, "sort", tables.SORTS, "excl"),
-                           _kinds(args), _limit(args), params.integer(args, "offset", 0, hi=10**7))
+                           params.kind_list(args), _limit(args), params.integer(args, "offset", 0, hi=10**7))
 
     def _bottom_up(self, args):
         index = self._index(args)
         path = params.node_list(args, "path", size=len(index.tree.frames)) if args.get("path") else []
         return tables.bottom_up(index, path, params.metric(args), params.choice(args, "mode", ("excl", "incl"), "excl"),
-                                params.choice(args, "sort", tables.SORTS, "incl"), _kinds(args), _limit(args))
+                                params.choice(args, "sort", tables.SORTS, "incl"), params.kind_list(args), _limit(args))
 
     def _node(self, args):
         index = self._index(args)
@@ -133,17 +135,6 @@ class DeepContextPlugin(base_plugin.TBPlugin):
 
 def _limit(args: Mapping[str, str]) -> int:
     return params.integer(args, "limit", 200, lo=1, hi=2000)
-
-
-def _kinds(args: Mapping[str, str]) -> list[str]:
-    raw = params.text(args, "kinds", default="all")
-    if raw == "all":
-        return []
-    kinds = raw.split(",")
-    if len(kinds) > KINDS_PARAM_MAX or any(k not in ("python", "module", "operator", "native", "kernel",
-                                                         "phase", "compiled") for k in kinds):
-        raise params.BadRequest("parameter 'kinds' must list frame kinds, e.g. operator,kernel")
-    return kinds
 
 
 def _json_route(handler: Callable[[Mapping[str, str]], dict]) -> Callable:

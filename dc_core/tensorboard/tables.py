@@ -122,10 +122,11 @@ def bottom_up(index: Index, path: list[int], metric: str, mode: str = "excl", so
     """Callers of the frame ``path[0]`` reached through ``path[1:]``.
 
     With an empty path, the top level: every frame with its own cost (``excl``
-    mode) or its cost with callees (``incl``), like `dc_core.model.views.bottom_up`.
+    mode) or its cost with callees (``incl``), heaviest first unless sorted by
+    name, like `dc_core.model.views.bottom_up`.
     """
     if not path:
-        return flat(index, metric, "incl" if mode == "incl" else "excl", kinds, limit)
+        return flat(index, metric, "name" if sort == "name" else mode, kinds, limit)
     by_frame = index.memo(("by_frame",), lambda: _by_frame(index))
     rows = [{"id": row.frame, **frame_fields(index, row.frame), "excl": row.values, "incl": row.values,
              "kids": int(row.more), "nodes": row.nodes}

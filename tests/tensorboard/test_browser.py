@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from dc_core.model import kinds
+from dc_core.model.report import format_value
 from dc_core.store.logdir import write_profile
 
 from tests.tensorboard.conftest import EVIL, make_profile
+from tests.tensorboard.test_static import FORMAT_CASES, expected_formats
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -65,8 +68,18 @@ def _write_profiles(logdir: Path, src: Path) -> str:
             subprocess.run([sys.executable, "-c", code, str(logdir / run)], check=True, timeout=300,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
         word = "attn"
-    write_profile(make_profile(src, 0, (5, 8)), logdir, "zz-hostile")
+    hostile = make_profile(src, 0, (5, 8))
+    note = {"rule": "note", "message": "fyi", "suggestion": "", "path": [], "evidence": {}, "node": -1}
+    hostile.findings = [{**note, "severity": "info"}, *hostile.findings, {**note, "severity": "critical"}]
+    write_profile(hostile, logdir, "zz-hostile")
     return word
+
+
+def _wait_until(page, condition, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        page.wait_for_timeout(100)
 
 
 def _entry_point_shim(tmp: Path) -> str:
@@ -138,6 +151,22 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             assert tab.locator("select[aria-label=Run] option:checked").inner_text() == "run-a"
             assert tab.locator(".row.kind-row-phase .label", has_text="backward").count() == 1
             page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-tree.png"))
+            # Metric names come from /runs (the vocabulary), and numbers are written as the CLI writes them.
+            labels = [label for _, label in kinds.METRICS.values()]
+            shown = tab.locator("select[aria-label=Metric] option").all_inner_texts()
+            assert shown and set(shown) <= set(labels), shown
+            formats = page.evaluate("""async ([cases, units]) => {
+                const { formatNumber } = await import("/data/plugin/deepcontext/static/format.js");
+                return Object.fromEntries(units.map((u) => [u, cases.map((v) => formatNumber(v, u))]));
+            }""", [FORMAT_CASES, list(expected_formats())])
+            assert formats == expected_formats()
+            # A header click sorts; the Value selector (bars, bottom-up) stays as it was.
+            with page.expect_request(lambda r: "/hotpath?" in r.url and "sort=excl" in r.url):
+                tab.locator(".cell.head", has_text="Exclusive").click()
+            tab.locator(".cell.head.sorted", has_text="Exclusive").wait_for()
+            assert tab.locator("select[aria-label=Value]").input_value() == "incl"
+            tab.locator(".cell.head", has_text="Inclusive").click()
+            tab.locator(".cell.head.sorted", has_text="Inclusive").wait_for()
             # Expand a collapsed row: its children arrive from the server.
             closed = tab.locator(".row:has(.toggle:text-is('\u25b8'))").first
             before = rows.count()
@@ -149,6 +178,26 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator("input[type=search]").press("Enter")
             tab.locator(".row.match mark").first.wait_for()
             assert "matching node" in tab.locator(".search-info").inner_text()
+            # A slow answer for a view left meanwhile does not replace the current view.
+            held = []
+
+            def slow_flame(url: str) -> bool:
+                return "/deepcontext/flame?" in url
+
+            def hold(route) -> None:  # answered below, after the view changed
+                held.append(route)
+
+            page.route(slow_flame, hold)
+            tab.locator("button[data-tab=flame]").click()
+            _wait_until(page, lambda: held, "the flame request")
+            tab.locator("button[data-tab=tree]").click()
+            tab.locator(".row .label", has_text="forward").first.wait_for()
+            with page.expect_response(lambda r: "/deepcontext/flame?" in r.url):
+                held[0].continue_()
+            page.unroute(slow_flame)
+            page.wait_for_timeout(300)
+            assert tab.locator(".flame").count() == 0 and tab.locator(".row .label", has_text="forward").count() > 0
+            assert tab.locator("button.tab.active").inner_text() == "Tree"
             # Flame graph, then the diff of the two runs.
             tab.locator("button[data-tab=flame]").click()
             tab.locator(".flame .frame").nth(3).wait_for()
@@ -166,7 +215,26 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             tab.locator(".details .label", has_text=EVIL).wait_for()
             assert tab.locator("img").count() == 0
+            cells = tab.locator(".details tr[data-metric=cpu_time_ns] td").all_inner_texts()
+            assert cells == ["CPU time", format_value(20, "cpu_time_ns"), format_value(0, "cpu_time_ns")] == [
+                "CPU time", "20 ns", "0 ns"]
+            # Findings are ordered by the vocabulary's severities, most severe first.
+            assert tab.locator(".finding .sev").all_text_contents() == list(kinds.SEVERITIES)
+            # A match three levels under the loaded rows (forward is closed, the hot
+            # path runs through backward) opens in one go.
+            assert tab.locator(".row .label", has_text="aten::relu").count() == 0
+            tab.locator("input[type=search]").fill("relu")
+            tab.locator("input[type=search]").press("Enter")
+            tab.locator(".row.match.selected mark", has_text="relu").wait_for()
+            assert tab.locator(".search-info").inner_text() == "1 matching node"
             page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-hostile.png"))
+            # The flat view filters by a kind from the vocabulary.
+            tab.locator("button[data-tab=flat]").click()
+            options = tab.locator("select[aria-label=Kinds] option").all_inner_texts()
+            assert options == ["all kinds", "python", "module", "operator", "kernel", "phase"]  # those present, in KINDS order
+            tab.locator("select[aria-label=Kinds]").select_option("kernel")
+            tab.locator(".row.kind-row-kernel").first.wait_for()
+            assert tab.locator(".rows .row .label").all_inner_texts() == ["sgemm"]
             browser.close()
     finally:
         proc.terminate()

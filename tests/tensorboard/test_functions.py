@@ -9,7 +9,7 @@ import pytest
 from dc_core.model import views
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile
-from dc_core.tensorboard import diff, params, source, tables
+from dc_core.tensorboard import browse, diff, params, source, tables
 from dc_core.tensorboard.params import BadRequest, Ref
 from dc_core.tensorboard.store import Index, ProfileStore
 from dc_core.model.tree import tree_from_lists
@@ -98,3 +98,50 @@ def test_source_refuses_symlinks_out_of_the_roots(tmp_path):
     assert source.snippet("ok.py", 2, roots)["lines"] == ["a = 1", "b = 2"]
     extra = source.allowed_roots(env={source.ROOTS_ENV: str(outside)}, cwd=str(root))
     assert source.snippet(str(root / "link.py"), 1, extra)["lines"] == ["TOKEN = 1"]
+
+
+COMPILED = tree_from_lists(
+    ("forward",
+        ("python:train_step|/t.py:9",
+            ("compiled:graph_0", "aten::mm @cpu_time_ns=10", ("aten::add @cpu_time_ns=2", "kernel:add @device_time_ns=3")))),
+    ("backward",
+        ("python:train_step|/t.py:9",
+            ("compiled:graph_0", "aten::mm [backward] @cpu_time_ns=25"))),
+)
+
+
+def test_compiled_region_is_a_context_in_the_phase_split():
+    """A torch.compile graph pairs its forward and backward cost as a module
+    does: the tab's context kinds are `dc_core.model.kinds.CONTEXT_KINDS`."""
+    index = index_of(COMPILED)
+    node = COMPILED.find("backward", "train_step", "graph_0", "aten::mm")
+    split = browse.phase_split(index, node)
+    assert split["context"] == "graph_0"
+    assert split["context_node"] == COMPILED.find("backward", "train_step", "graph_0")
+    assert {p["phase"]: p["incl"]["cpu_time_ns"] for p in split["phases"]} == {"forward": 12, "backward": 25}
+    assert [p["nodes"] for p in split["phases"]] == [[COMPILED.find("forward", "train_step", "graph_0")], [split["context_node"]]]
+
+
+def test_tab_and_analyzer_agree_on_each_nodes_context():
+    """The tab's split context of an operator is the analyzer's anchor: the
+    nearest Python line, module or compiled region above it."""
+    from dc_core.analyzer.base import Window
+    from dc_core.analyzer.thresholds import Thresholds
+
+    window = Window(Profile(tree=COMPILED, steps=(0, 1)), Thresholds())
+    index = index_of(COMPILED)
+    operators = [n for n in range(1, len(COMPILED)) if COMPILED.node_frame(n).kind in ("operator", "kernel")]
+    assert len(operators) == 4
+    for node in operators:
+        assert browse.phase_split(index, node)["context_node"] == window.anchor(node)
+        assert COMPILED.node_frame(window.anchor(node)).kind == "compiled"
+
+
+def test_bottom_up_top_level_sorts_by_name_or_by_the_modes_value():
+    index = index_of(RECURSIVE)
+    by_name = [r["label"] for r in tables.bottom_up(index, [], "cpu_time_ns", sort="name")["rows"]]
+    assert by_name == sorted(by_name, key=str.lower)
+    by_self = tables.bottom_up(index, [], "cpu_time_ns", mode="excl")["rows"]
+    assert [r["label"] for r in by_self][:2] == ["aten::mm", "aten::mm [backward]"]
+    by_total = tables.bottom_up(index, [], "cpu_time_ns", mode="incl")["rows"]
+    assert by_total[0]["label"] == "forward" and by_total[0]["incl"]["cpu_time_ns"] == 36

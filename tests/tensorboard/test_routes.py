@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dc_core.model import kinds
 from tests.tensorboard.conftest import EVIL, A, Api
 
 
@@ -13,11 +14,22 @@ def rows_by_label(rows):
 
 def test_listing_names_runs_ranks_and_windows(api: Api):
     body = api.json("/runs")
-    assert body["data_version"] == 1
+    assert body["data_version"] == 2
+    assert body["max_nodes_per_request"] == 256
     runs = {r["run"]: r for r in body["runs"]}
     assert set(runs) == {"run-a", "nested/run-b"}
     assert [(r["rank"], r["host"], r["windows"]) for r in runs["run-a"]["ranks"]] == [
         (0, "node-a", ["5-8", "8-10"]), (1, "node-a", ["5-8", "8-10"])]
+
+
+def test_listing_sends_the_vocabulary_from_kinds(api: Api):
+    vocabulary = api.json("/runs")["vocabulary"]
+    assert vocabulary == kinds.vocabulary()
+    assert vocabulary["severities"] == ["critical", "warning", "info"]
+    assert vocabulary["context_kinds"] == ["python", "module", "compiled"]
+    metrics = {m["name"]: (m["unit"], m["label"]) for m in vocabulary["metrics"]}
+    assert metrics["cpu_time_ns"] == ("ns", "CPU time") and metrics["alloc_bytes"] == ("bytes", "Alloc bytes")
+    assert [m["name"] for m in vocabulary["metrics"]] == list(kinds.METRICS)  # selector order
 
 
 def test_plugin_is_active_only_with_profiles(plugin, tmp_path):
@@ -84,7 +96,11 @@ def test_flame_is_preorder_and_pruned(api: Api):
     assert labels[0] == "steps 5\u20137" and labels[1] == "backward"  # heaviest first
     assert "aten::add" not in labels  # 20 of 1070 is under 5%
     ids = {n["id"] for n in body["nodes"]}
-    assert all(n["p"] in ids for n in body["nodes"][1:])
+    assert body["nodes"][0]["parent"] == -1 and all(n["parent"] in ids for n in body["nodes"][1:])
+    backward = body["nodes"][1]
+    assert (backward["incl"], backward["excl"]) == (600, 0)
+    mm = next(n for n in body["nodes"] if n["label"] == "aten::mm [backward]")
+    assert (mm["incl"], mm["excl"], mm["kind"], mm["backward"]) == (600, 600, "operator", True)
     zoomed = api.json("/flame", **A, node=body["nodes"][1]["id"], metric="cpu_time_ns")
     assert [a["label"] for a in zoomed["ancestors"]] == []  # backward sits under the root only
     assert zoomed["nodes"][0]["label"] == "backward"
@@ -105,6 +121,8 @@ def test_ranks_and_window_overview(api: Api):
     assert [(r["rank"], r["totals"]["cpu_time_ns"]) for r in ranks["ranks"]] == [(0, 1070), (1, 1370)]
     assert ranks["phases"] == ["backward", "forward", "optimizer"]
     window = api.json("/window", **A)
+    assert window["kinds"] == ["python", "module", "operator", "kernel", "phase"]  # present, in KINDS order
+    assert window["metrics"] == ["cpu_time_ns", "device_time_ns", "count"]
     assert window["step_times_ns"] == [10_000_000, 12_000_000, 30_000_000]
     assert window["system"][0]["values"] == [20.0, 80.0, 50.0]
     assert window["findings"][0]["label"] == EVIL
@@ -157,6 +175,16 @@ def test_bad_numbers_and_unknown_windows(api: Api):
     api.json("/hotpath", status=400, **A, threshold="2")
     api.json("/bottomup", status=400, **A, kinds="operator,<script>")
     assert "no profile" in api.json("/window", status=404, run="run-a", rank=7, window="5-8")["error"]
+
+
+def test_kind_filters_accept_exactly_the_vocabulary_kinds(api: Api):
+    for kind in kinds.KINDS:
+        api.json("/flat", **A, kinds=kind)
+    compiled = api.json("/flat", **A, kinds="compiled")
+    assert (compiled["count"], compiled["rows"]) == (0, [])
+    both = api.json("/flat", **A, metric="cpu_time_ns", kinds="module,python")
+    assert {r["kind"] for r in both["rows"]} == {"module", "python"}
+    assert "frame kinds" in api.json("/flat", status=400, **A, kinds="operator,graph")["error"]
 
 
 def test_hostile_names_travel_as_json_strings(api: Api):

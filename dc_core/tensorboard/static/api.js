@@ -4,7 +4,7 @@
 // The module is served from <plugin>/static/api.js; the routes live one level up.
 const BASE = new URL("../", import.meta.url);
 
-export const DATA_VERSION = 1;
+export const DATA_VERSION = 2;
 
 /** GET `route` with `params` (undefined/null values left out); resolves to JSON. */
 export async function get(route, params = {}) {
@@ -21,6 +21,22 @@ export async function get(route, params = {}) {
   }
   if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
   return body;
+}
+
+/**
+ * Tickets for one kind of request (the view, the details panel, ...): each
+ * request takes the next ticket, and an answer whose ticket is no longer the
+ * latest is dropped, so a slow answer to an earlier selection never
+ * overwrites the current one.
+ */
+export class Latest {
+  constructor() { this.ticket = 0; }
+
+  next() { this.ticket += 1; return this.ticket; }
+
+  current() { return this.ticket; }
+
+  stale(ticket) { return ticket !== this.ticket; }
 }
 
 /** The query identifying the selected window: run, rank, window. */

@@ -1,7 +1,8 @@
 // Small SVG charts (step times, system-monitor series) and the per-rank
 // comparison table. Hand-written: the tab ships no chart library.
 
-import { clear, el, formatPercent, formatValue } from "./dom.js";
+import { clear, el } from "./dom.js";
+import { formatNumber, formatPercent, formatRatio } from "./format.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const W = 520;
@@ -34,7 +35,7 @@ export function stepChart(stepTimesNs, firstStep) {
   }
   const max = Math.max(...stepTimesNs);
   const median = [...stepTimesNs].sort((a, b) => a - b)[Math.floor(stepTimesNs.length / 2)];
-  const root = frame("step time per step", max, (v) => formatValue(v, "cpu_time_ns"));
+  const root = frame("step time per step", max, (v) => formatNumber(v, "ns"));
   const span = (W - PAD.left - PAD.right) / stepTimesNs.length;
   const height = H - PAD.top - PAD.bottom;
   stepTimesNs.forEach((t, i) => {
@@ -43,7 +44,7 @@ export function stepChart(stepTimesNs, firstStep) {
       x: PAD.left + i * span + 1, y: H - PAD.bottom - h, width: Math.max(1, span - 2), height: h,
       class: t > 1.5 * median ? "step outlier" : "step",
     });
-    rect.appendChild(svg("title", {}, `step ${firstStep + i}: ${formatValue(t, "cpu_time_ns")}`));
+    rect.appendChild(svg("title", {}, `step ${firstStep + i}: ${formatNumber(t, "ns")}`));
     root.appendChild(rect);
     if (stepTimesNs.length <= 20) {
       root.appendChild(svg("text", { x: PAD.left + (i + 0.5) * span, y: H - 6, class: "tick", "text-anchor": "middle" }, String(firstStep + i)));
@@ -52,8 +53,6 @@ export function stepChart(stepTimesNs, firstStep) {
   box.appendChild(root);
   return box;
 }
-
-const UNIT_METRIC = { "%": "count", bytes: "alloc_bytes" };
 
 /** One line chart per series name (devices as separate lines). */
 export function seriesCharts(series) {
@@ -66,7 +65,7 @@ export function seriesCharts(series) {
   if (!byName.size) box.appendChild(el("div", { className: "muted" }, "No system-monitor samples in this window."));
   for (const [name, group] of byName) {
     const unit = group[0].unit;
-    const fmt = unit === "%" ? (v) => `${Math.round(v)}%` : (v) => formatValue(Math.round(v), UNIT_METRIC[unit] || "count");
+    const fmt = (v) => formatNumber(v, unit);
     const yMax = Math.max(unit === "%" ? 100 : 1, ...group.flatMap((s) => s.values));
     const tMax = Math.max(1e-9, ...group.flatMap((s) => s.t_s));
     const root = frame(name, yMax, fmt);
@@ -78,7 +77,7 @@ export function seriesCharts(series) {
       });
       root.appendChild(svg("polyline", { points: points.join(" "), class: `series s${k % 4}` }));
     });
-    root.appendChild(svg("text", { x: W - PAD.right, y: H - 6, class: "tick", "text-anchor": "end" }, `${tMax.toFixed(1)} s`));
+    root.appendChild(svg("text", { x: W - PAD.right, y: H - 6, class: "tick", "text-anchor": "end" }, formatNumber(tMax * 1e9, "ns")));
     const devices = group.map((s) => (s.device < 0 ? "all" : `device ${s.device}`)).join(", ");
     box.appendChild(el("div", { className: "chart-box" }, el("h4", {}, `${name} (${devices})`), root));
   }
@@ -86,22 +85,21 @@ export function seriesCharts(series) {
 }
 
 /** Ranks of one window side by side; outliers against the median highlighted. */
-export function ranksTable(data, metric) {
+export function ranksTable(data, metric, vocab) {
   const box = el("div", { className: "ranks" });
   clear(box);
-  const head = ["rank", "host", "steps", "mean step", "vs median", `${metric} total`, "vs median",
+  const head = ["rank", "host", "steps", "mean step", "vs median", `${vocab.label(metric)} total`, "vs median",
     ...data.phases.map((p) => `${p}`)];
   const table = el("table", { className: "metrics wide" }, el("tr", {}, ...head.map((h) => el("th", {}, h))));
   for (const r of data.ranks) {
     const flag = (v) => (v && (v > 1.15 || v < 0.85) ? "off" : "");
-    const ratio = (v) => (v === null || v === undefined ? "\u2013" : `${v.toFixed(2)}\u00d7`);
     table.appendChild(el("tr", {},
-      el("td", {}, String(r.rank)), el("td", {}, r.host), el("td", {}, String(r.steps)),
-      el("td", {}, formatValue(r.step_mean_ns, "cpu_time_ns")),
-      el("td", { className: flag(r.step_vs_median) }, ratio(r.step_vs_median)),
-      el("td", {}, formatValue(r.totals[metric] || 0, metric)),
-      el("td", { className: flag(r.vs_median) }, ratio(r.vs_median)),
-      ...data.phases.map((p) => el("td", {}, r.phases[p] ? `${formatValue(r.phases[p][metric] || 0, metric)} (${formatPercent(r.phases[p][metric] || 0, r.totals[metric])})` : "\u2013"))));
+      el("td", {}, String(r.rank)), el("td", {}, r.host), el("td", {}, formatNumber(r.steps)),
+      el("td", {}, formatNumber(r.step_mean_ns, "ns")),
+      el("td", { className: flag(r.step_vs_median) }, formatRatio(r.step_vs_median)),
+      el("td", {}, vocab.format(r.totals[metric] || 0, metric)),
+      el("td", { className: flag(r.vs_median) }, formatRatio(r.vs_median)),
+      ...data.phases.map((p) => el("td", {}, r.phases[p] ? `${vocab.format(r.phases[p][metric] || 0, metric)} (${formatPercent(r.phases[p][metric] || 0, r.totals[metric])})` : "\u2013"))));
   }
   box.appendChild(table);
   if (data.ranks.length < 2) box.appendChild(el("div", { className: "muted" }, "Only one rank wrote this window."));

@@ -2,15 +2,20 @@
 // backward, source) and the analyzer's findings, each linking to its node.
 
 import { get, refParams } from "./api.js";
-import { clear, el, formatPercent, formatValue, kindBadge } from "./dom.js";
+import { clear, el, kindBadge } from "./dom.js";
+import { formatPercent } from "./format.js";
 
-const METRIC_ORDER = ["cpu_time_ns", "device_time_ns", "count", "samples", "alloc_bytes", "flops"];
-
-/** Fill `panel` with the details of `node`; `onReveal(nodeId)` opens it in the tree. */
-export async function showDetails(panel, state, node, onReveal) {
+/**
+ * Fill `panel` with the details of `node`; `onReveal(nodeId)` opens it in the
+ * tree. `isStale()` says a later selection superseded this one: its answer is
+ * then dropped, so a slow earlier answer never replaces the current node.
+ */
+export async function showDetails(panel, state, node, onReveal, isStale = () => false) {
   clear(panel).append(el("h3", {}, "Details"), el("div", { className: "muted" }, "Loading\u2026"));
   const params = { ...refParams(state.ref), node, metric: state.metric };
   const [info, src] = await Promise.all([get("node", params), get("source", params)]);
+  if (isStale()) return;
+  const { vocab } = state;
   const row = info.node;
   const where = row.file ? `${row.file}${row.line ? `:${row.line}` : ""}` : "";
   const path = el("ol", { className: "path" });
@@ -20,8 +25,9 @@ export async function showDetails(panel, state, node, onReveal) {
   }
   const metrics = el("table", { className: "metrics" },
     el("tr", {}, el("th", {}, "metric"), el("th", {}, "inclusive"), el("th", {}, "exclusive")));
-  for (const m of METRIC_ORDER.filter((name) => name in row.incl)) {
-    metrics.appendChild(el("tr", {}, el("td", {}, m), el("td", {}, formatValue(row.incl[m], m)), el("td", {}, formatValue(row.excl[m], m))));
+  for (const m of vocab.metrics.filter((name) => name in row.incl)) {
+    metrics.appendChild(el("tr", { dataset: { metric: m } }, el("td", {}, vocab.label(m)),
+      el("td", {}, vocab.format(row.incl[m], m)), el("td", {}, vocab.format(row.excl[m], m))));
   }
   clear(panel).append(
     el("h3", {}, "Details"),
@@ -29,24 +35,24 @@ export async function showDetails(panel, state, node, onReveal) {
     // a module's class; an operator's instruction or autograd node; a JAX transformation on a line
     row.detail ? el("div", { className: "muted" }, row.kind === "module" ? `class ${row.detail}` : row.detail) : "",
     where ? el("div", { className: "mono" }, where) : "",
-    el("div", {}, `${formatPercent(row.incl[state.metric] || 0, info.total)} of the window's ${state.metric}`),
+    el("div", {}, `${formatPercent(row.incl[state.metric] || 0, info.total)} of the window's ${vocab.label(state.metric)}`),
     metrics,
-    splitSection(info.split, state.metric, onReveal),
+    splitSection(info.split, state.metric, vocab, onReveal),
     el("h4", {}, "Call path"), path,
     sourceSection(src),
   );
 }
 
-function splitSection(split, metric, onReveal) {
+function splitSection(split, metric, vocab, onReveal) {
   if (!split) return el("div", { className: "muted" }, "No model context above this node (forward/backward split n/a).");
   const rows = split.phases.map((p) => el("tr", {},
     el("td", {}, p.phase),
-    el("td", {}, formatValue(p.incl[metric] || 0, metric)),
+    el("td", {}, vocab.format(p.incl[metric] || 0, metric)),
     el("td", {}, ...p.nodes.slice(0, 4).map((id) => el("a", { href: "#", className: "node-link", onclick: (e) => { e.preventDefault(); onReveal(id); } }, `#${id}`)))));
   return el("div", { className: "split" },
     el("h4", {}, "Forward vs backward for this context"),
     el("div", { className: "muted" }, split.context),
-    el("table", { className: "metrics" }, el("tr", {}, el("th", {}, "phase"), el("th", {}, metric), el("th", {}, "nodes")), ...rows));
+    el("table", { className: "metrics" }, el("tr", {}, el("th", {}, "phase"), el("th", {}, vocab.label(metric)), el("th", {}, "nodes")), ...rows));
 }
 
 function sourceSection(src) {
@@ -60,16 +66,15 @@ function sourceSection(src) {
   return el("div", {}, el("h4", {}, "Source"), pre);
 }
 
-const SEVERITY_ORDER = { critical: 0, high: 1, warning: 2, medium: 3, info: 4, low: 5 };
-
-/** Fill `panel` with the window's findings; those with a node link to it. */
-export function showFindings(panel, findings, onReveal) {
+/** Fill `panel` with the window's findings, most severe first (the order of
+ * `vocab.severities`); those with a node link to it. */
+export function showFindings(panel, findings, vocab, onReveal) {
   clear(panel).append(el("h3", {}, `Findings (${findings.length})`));
   if (!findings.length) {
     panel.appendChild(el("div", { className: "muted" }, "The analyzer left no findings in this window."));
     return;
   }
-  const sorted = [...findings].sort((a, b) => (SEVERITY_ORDER[a.severity] ?? 9) - (SEVERITY_ORDER[b.severity] ?? 9));
+  const sorted = [...findings].sort((a, b) => vocab.severityRank(a.severity) - vocab.severityRank(b.severity));
   for (const f of sorted) {
     const link = f.node > 0
       ? el("a", { href: "#", className: "node-link", onclick: (e) => { e.preventDefault(); onReveal(f.node); } }, `show ${f.label || `#${f.node}`}`)

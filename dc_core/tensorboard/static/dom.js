@@ -54,39 +54,11 @@ export function highlighted(text, query) {
   return fragment;
 }
 
-const UNITS = {
-  cpu_time_ns: "ns", device_time_ns: "ns", alloc_bytes: "bytes",
-  count: "1", samples: "1", flops: "1",
-};
-
-/** A metric value for people: 1.23 ms, 4.5 MiB, 12.3k. */
-export function formatValue(value, metric) {
-  const unit = UNITS[metric] || "1";
-  const v = Number(value) || 0;
-  const a = Math.abs(v);
-  if (unit === "ns") {
-    if (a >= 1e9) return `${(v / 1e9).toFixed(2)} s`;
-    if (a >= 1e6) return `${(v / 1e6).toFixed(2)} ms`;
-    if (a >= 1e3) return `${(v / 1e3).toFixed(1)} \u00b5s`;
-    return `${v} ns`;
-  }
-  if (unit === "bytes") {
-    const steps = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let i = 0;
-    let x = a;
-    while (x >= 1024 && i < steps.length - 1) { x /= 1024; i += 1; }
-    return `${v < 0 ? "-" : ""}${i ? x.toFixed(1) : x} ${steps[i]}`;
-  }
-  if (a >= 1e9) return `${(v / 1e9).toFixed(2)}G`;
-  if (a >= 1e6) return `${(v / 1e6).toFixed(2)}M`;
-  if (a >= 1e4) return `${(v / 1e3).toFixed(1)}k`;
-  return String(v);
-}
-
-export function formatPercent(value, total) {
-  if (!total) return "\u2013";
-  const p = (100 * value) / total;
-  return `${p >= 10 || p <= -10 ? p.toFixed(1) : p.toFixed(2)}%`;
+/** A labelled <select> of [value, text] options; `onchange(value)` on a pick. */
+export function select(options, value, onchange, label) {
+  const node = el("select", { "aria-label": label, onchange: (e) => onchange(e.target.value) });
+  for (const [v, text] of options) node.appendChild(el("option", { value: v, selected: String(v) === String(value) }, text));
+  return el("label", { className: "field" }, `${label} `, node);
 }
 
 /** A small bar showing `fraction` (0..1) of its cell. */

@@ -2,27 +2,28 @@
 // preorder; each frame is a positioned block whose text is set as text.
 // Click zooms into a frame (a new request rooted there); hover shows details.
 
-import { clear, el, formatPercent, formatValue } from "./dom.js";
+import { clear, el } from "./dom.js";
+import { formatPercent } from "./format.js";
 
 const ROW_HEIGHT = 18;
 const MIN_LABEL_PX = 36;
 
-/** Lay out preorder nodes {id, p, v}: x and width as fractions, depth. */
+/** Lay out preorder nodes {id, parent, incl}: x and width as fractions, depth. */
 export function layout(nodes) {
   const placed = new Map();
   const cursor = new Map(); // parent id -> next free x
   let maxDepth = 0;
-  const total = nodes.length ? nodes[0].v || 1 : 1;
+  const total = nodes.length ? nodes[0].incl || 1 : 1;
   for (const node of nodes) {
-    if (node.p < 0 || !placed.has(node.p)) {
+    if (node.parent < 0 || !placed.has(node.parent)) {
       placed.set(node.id, { node, x: 0, w: 1, depth: 0 });
       cursor.set(node.id, 0);
       continue;
     }
-    const parent = placed.get(node.p);
-    const x = cursor.get(node.p);
-    const w = node.v / total;
-    cursor.set(node.p, x + w);
+    const parent = placed.get(node.parent);
+    const x = cursor.get(node.parent);
+    const w = node.incl / total;
+    cursor.set(node.parent, x + w);
     cursor.set(node.id, x);
     const depth = parent.depth + 1;
     maxDepth = Math.max(maxDepth, depth);
@@ -33,9 +34,9 @@ export function layout(nodes) {
 
 /**
  * Draw `data` (the /flame answer) into `container`.
- * options: { metric, total, onZoom(nodeId), onSelect(nodeId) }
+ * options: { format(value) -> text, total, onZoom(nodeId), onSelect(nodeId) }
  */
-export function drawFlame(container, data, { metric, total, onZoom, onSelect }) {
+export function drawFlame(container, data, { format, total, onZoom, onSelect }) {
   clear(container);
   const crumbs = el("div", { className: "crumbs" });
   for (const a of data.ancestors) {
@@ -58,7 +59,7 @@ export function drawFlame(container, data, { metric, total, onZoom, onSelect }) 
       dataset: { id: String(node.id) },
       style: { left: `${x * 100}%`, width: `${w * 100}%`, top: `${d * ROW_HEIGHT}px`, height: `${ROW_HEIGHT - 1}px` },
       onclick: () => { onSelect(node.id); onZoom(node.id); },
-      onmousemove: (e) => showTip(tip, canvas, e, node, metric, total),
+      onmousemove: (e) => showTip(tip, canvas, e, node, format, total),
       onmouseleave: () => { tip.hidden = true; },
     }, px >= MIN_LABEL_PX ? node.label : "");
     canvas.appendChild(block);
@@ -67,12 +68,12 @@ export function drawFlame(container, data, { metric, total, onZoom, onSelect }) 
   container.append(crumbs, el("div", { className: "flame-wrap" }, canvas, tip), note || "");
 }
 
-function showTip(tip, canvas, event, node, metric, total) {
+function showTip(tip, canvas, event, node, format, total) {
   clear(tip).append(
     el("div", { className: "tip-label" }, node.label),
     el("div", {}, `${node.kind}${node.backward ? " (backward)" : ""}`),
-    el("div", {}, `inclusive ${formatValue(node.v, metric)} \u00b7 ${formatPercent(node.v, total)} of window`),
-    el("div", {}, `self ${formatValue(node.s, metric)}`),
+    el("div", {}, `inclusive ${format(node.incl)} \u00b7 ${formatPercent(node.incl, total)} of window`),
+    el("div", {}, `self ${format(node.excl)}`),
   );
   const box = canvas.getBoundingClientRect();
   tip.style.left = `${Math.min(event.clientX - box.left + 12, box.width - 260)}px`;

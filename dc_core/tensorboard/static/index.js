@@ -1,61 +1,102 @@
 // Entry point TensorBoard loads in the tab's iframe: render() builds the page,
-// holds the selection state and switches between the views.
+// holds the selection state and shows the selected tab through TABS.
 
-import { DATA_VERSION, get, linkStylesheet, refParams } from "./api.js";
+import { DATA_VERSION, Latest, get, linkStylesheet, refParams } from "./api.js";
 import { ranksTable, seriesCharts, stepChart } from "./charts.js";
 import { showDetails, showFindings } from "./details.js";
-import { clear, el } from "./dom.js";
+import { clear, el, select } from "./dom.js";
 import { drawFlame } from "./flame.js";
+import { formatNumber } from "./format.js";
+import { Listing } from "./runs.js";
 import { bottomUpView, diffView, flatView, treeView } from "./views.js";
-
-const TABS = [
-  ["tree", "Tree"], ["bottomup", "Bottom-up"], ["flat", "Flat"], ["flame", "Flame graph"],
-  ["diff", "Diff"], ["ranks", "Ranks"], ["steps", "Steps & system"],
-];
-const METRIC_NAMES = {
-  cpu_time_ns: "CPU time", device_time_ns: "Device time", count: "Count", samples: "Samples",
-  alloc_bytes: "Alloc bytes", flops: "FLOPs",
-};
+import { Vocabulary } from "./vocabulary.js";
 
 const state = {
-  runs: [], ref: null, b: null, metric: "cpu_time_ns", mode: "incl", percent: false,
-  tab: "tree", query: "", threshold: 0.05, kinds: "all", flameRoot: 0, table: null, overview: null,
+  runs: new Listing([]), vocab: new Vocabulary(), nodesPerRequest: null, ref: null, b: null, metric: null,
+  sort: "incl", // the column tables are ordered by: incl, excl or name (a header click)
+  mode: "incl", // the value bars show and bottom-up counts: incl, or excl (self) (the Value selector)
+  percent: false, tab: "tree", query: "", threshold: 0.05, kinds: "all", flameRoot: 0, table: null, overview: null,
 };
 const ui = {};
+// One ticket counter per panel: an answer to a request since superseded is dropped.
+const latest = { window: new Latest(), view: new Latest(), details: new Latest() };
 
-function select(options, value, onchange, label) {
-  const node = el("select", { "aria-label": label, onchange: (e) => onchange(e.target.value) });
-  for (const [v, text] of options) node.appendChild(el("option", { value: v, selected: String(v) === String(value) }, text));
-  return el("label", { className: "field" }, `${label} `, node);
+/**
+ * Tab id -> title and the function that builds its content. `show()`
+ * resolves to { element, table?, shown? }: `table` becomes `state.table`,
+ * `shown()` runs once the element is in the page.
+ */
+const TABS = {
+  tree: { title: "Tree", show: showTree },
+  bottomup: { title: "Bottom-up", show: async () => tableContent(await bottomUpView(state)) },
+  flat: { title: "Flat", show: showFlat },
+  flame: { title: "Flame graph", show: showFlame },
+  diff: { title: "Diff", show: showDiff },
+  ranks: { title: "Ranks", show: showRanks },
+  steps: { title: "Steps & system", show: showSteps },
+};
+
+function tableContent(table, ...above) {
+  return { element: above.length ? el("div", {}, ...above, table.element) : table.element, table };
 }
 
-function ranksOf(run) { return (state.runs.find((r) => r.run === run) || { ranks: [] }).ranks; }
-function windowsOf(run, rank) { return (ranksOf(run).find((r) => r.rank === Number(rank)) || { windows: [] }).windows; }
-
-/** What the selector shows for window id `w` ("5-8", half-open): the server's label ("steps 5\u20137"). */
-function windowLabel(run, rank, w) {
-  const entry = ranksOf(run).find((r) => r.rank === Number(rank));
-  return (entry && entry.labels && entry.labels[w]) || w;
+async function showTree() {
+  const table = await treeView(state, { onSelect: (row) => showNode(row.id), onSort });
+  return { ...tableContent(table), shown: () => { if (table.selected) table.select(table.selected); } };
 }
 
-function pickRef(run, rank, window) {
-  const ranks = ranksOf(run);
-  const r = ranks.some((x) => x.rank === Number(rank)) ? Number(rank) : (ranks[0] || { rank: 0 }).rank;
-  const windows = windowsOf(run, r);
-  return { run, rank: r, window: windows.includes(window) ? window : windows[0] };
+async function showFlat() {
+  const kinds = [["all", "all kinds"], ...state.overview.kinds.map((k) => [k, k])]; // those this window has
+  const bar = el("div", { className: "subbar" },
+    select(kinds, state.kinds, (v) => { state.kinds = v; showTab(); }, "Kinds"));
+  return tableContent(await flatView(state, { onSort }), bar);
+}
+
+async function showFlame() {
+  const { metric, vocab } = state;
+  const data = await get("flame", { ...refParams(state.ref), node: state.flameRoot, metric });
+  const element = el("div", { className: "flame-view" });
+  const shown = () => drawFlame(element, data, { // drawn in the page, where it has a width
+    format: (v) => vocab.format(v, metric),
+    total: data.total,
+    onZoom: (id) => { state.flameRoot = id; showTab(); },
+    onSelect: showNode,
+  });
+  return { element, shown };
+}
+
+async function showDiff() {
+  if (!state.b) state.b = state.runs.other(state.ref);
+  const { b, runs } = state;
+  const choose = (ref) => { state.b = ref; showTab(); };
+  const bar = el("div", { className: "subbar" }, el("b", {}, "A = the selection above; compare with B: "),
+    select(runs.names().map((r) => [r, r]), b.run, (v) => choose(runs.pick(v, b.rank, b.window)), "Run"),
+    select(runs.ranks(b.run).map((r) => [r.rank, String(r.rank)]), b.rank, (v) => choose(runs.pick(b.run, v, b.window)), "Rank"),
+    select(runs.windowOptions(b.run, b.rank), b.window, (v) => choose({ ...b, window: v }), "Window"));
+  return tableContent(await diffView(state), bar);
+}
+
+async function showRanks() {
+  const data = await get("ranks", { run: state.ref.run, window: state.ref.window, metric: state.metric });
+  return { element: ranksTable(data, state.metric, state.vocab) };
+}
+
+async function showSteps() {
+  const o = state.overview;
+  return { element: el("div", {}, stepChart(o.step_times_ns, o.steps[0]), seriesCharts(o.system)) };
 }
 
 function drawToolbar() {
-  const { ref } = state;
-  const metrics = (state.overview ? state.overview.metrics : Object.keys(METRIC_NAMES));
+  const { ref, runs, vocab } = state;
+  const metrics = state.overview ? state.overview.metrics : vocab.metrics;
   const search = el("input", { type: "search", placeholder: "Search frames\u2026", value: state.query, "aria-label": "search" });
   search.addEventListener("keydown", (e) => { if (e.key === "Enter") runSearch(search.value.trim()); });
   ui.searchInfo = el("span", { className: "muted search-info" });
   clear(ui.toolbar).append(
-    select(state.runs.map((r) => [r.run, r.run]), ref.run, (v) => changeRef(pickRef(v, ref.rank, ref.window)), "Run"),
-    select(ranksOf(ref.run).map((r) => [r.rank, `${r.rank} (${r.host})`]), ref.rank, (v) => changeRef(pickRef(ref.run, v, ref.window)), "Rank"),
-    select(windowsOf(ref.run, ref.rank).map((w) => [w, windowLabel(ref.run, ref.rank, w)]), ref.window, (v) => changeRef({ ...ref, window: v }), "Window"),
-    select(metrics.map((m) => [m, METRIC_NAMES[m] || m]), state.metric, (v) => { state.metric = v; showTab(); }, "Metric"),
+    select(runs.names().map((r) => [r, r]), ref.run, (v) => changeRef(runs.pick(v, ref.rank, ref.window)), "Run"),
+    select(runs.ranks(ref.run).map((r) => [r.rank, `${r.rank} (${r.host})`]), ref.rank, (v) => changeRef(runs.pick(ref.run, v, ref.window)), "Rank"),
+    select(runs.windowOptions(ref.run, ref.rank), ref.window, (v) => changeRef({ ...ref, window: v }), "Window"),
+    select(metrics.map((m) => [m, vocab.label(m)]), state.metric, (v) => { state.metric = v; showTab(); }, "Metric"),
     select([["incl", "Inclusive"], ["excl", "Exclusive"]], state.mode, (v) => { state.mode = v; showTab(); }, "Value"),
     el("label", { className: "field" }, el("input", { type: "checkbox", checked: state.percent, onchange: (e) => { state.percent = e.target.checked; if (state.table) state.table.draw(); } }), " % of window"),
     search, ui.searchInfo,
@@ -63,10 +104,10 @@ function drawToolbar() {
 }
 
 function drawTabs() {
-  clear(ui.tabs).append(...TABS.map(([id, text]) => el("button", {
+  clear(ui.tabs).append(...Object.entries(TABS).map(([id, { title }]) => el("button", {
     className: `tab ${state.tab === id ? "active" : ""}`, dataset: { tab: id },
     onclick: () => { state.tab = id; showTab(); },
-  }, text)));
+  }, title)));
 }
 
 function fail(error) {
@@ -81,117 +122,101 @@ async function changeRef(ref) {
 }
 
 async function loadWindow() {
+  const ticket = latest.window.next();
+  latest.view.next(); // the previous window's view and details are moot now
+  latest.details.next();
   drawToolbar();
   clear(ui.status);
+  clear(ui.details);
+  let overview;
   try {
-    state.overview = await get("window", refParams(state.ref));
-  } catch (error) { fail(error); return; }
-  const totals = state.overview.totals;
-  if (!(totals[state.metric] > 0)) state.metric = state.overview.metrics.find((m) => totals[m] > 0) || state.metric;
+    overview = await get("window", refParams(state.ref));
+  } catch (error) {
+    if (!latest.window.stale(ticket)) fail(error);
+    return;
+  }
+  if (latest.window.stale(ticket)) return;
+  state.overview = overview;
+  const { totals, metrics } = overview;
+  if (!(totals[state.metric] > 0)) state.metric = metrics.find((m) => totals[m] > 0) || state.metric || metrics[0];
+  if (!overview.kinds.includes(state.kinds)) state.kinds = "all";
   drawToolbar();
-  showFindings(ui.findings, state.overview.findings, reveal);
+  showFindings(ui.findings, overview.findings, state.vocab, reveal);
   await showTab();
 }
 
 function onSort(key) {
-  if (key === "name") return;
-  state.mode = key;
-  drawToolbar();
+  state.sort = key;
   showTab();
 }
 
+/** Show the selected tab; resolves to whether it is still the current view. */
 async function showTab() {
+  const ticket = latest.view.next();
   drawTabs();
   const view = clear(ui.view);
   view.appendChild(el("div", { className: "muted" }, "Loading\u2026"));
   state.table = null;
-  const onSelect = (row) => showDetails(ui.details, state, row.id, reveal).catch(fail);
   try {
-    let content;
-    if (state.tab === "tree") {
-      state.table = await treeView(state, { onSelect, onSort });
-      content = state.table.element;
-    } else if (state.tab === "bottomup") {
-      state.table = await bottomUpView(state, { onSort });
-      content = state.table.element;
-    } else if (state.tab === "flat") {
-      state.table = await flatView(state, { onSort });
-      content = state.table.element;
-    } else if (state.tab === "flame") {
-      content = el("div", { className: "flame-view" });
-      await zoomFlame(content, state.flameRoot);
-    } else if (state.tab === "diff") {
-      content = await diffContent();
-    } else if (state.tab === "ranks") {
-      const data = await get("ranks", { run: state.ref.run, window: state.ref.window, metric: state.metric });
-      content = ranksTable(data, state.metric);
-    } else {
-      const o = state.overview;
-      content = el("div", {}, stepChart(o.step_times_ns, o.steps[0]), seriesCharts(o.system));
-    }
-    clear(view).appendChild(content);
-    if (state.tab === "tree" && state.table.selected) state.table.select(state.table.selected);
+    const { element, table = null, shown } = await TABS[state.tab].show();
+    if (latest.view.stale(ticket)) return false;
+    state.table = table;
+    clear(view).appendChild(element);
+    if (shown) shown();
+    return true;
   } catch (error) {
+    if (latest.view.stale(ticket)) return false;
     clear(view);
     fail(error);
+    return false;
   }
 }
 
-async function zoomFlame(container, root) {
-  state.flameRoot = root;
-  const data = await get("flame", { ...refParams(state.ref), node: root, metric: state.metric });
-  drawFlame(container, data, {
-    metric: state.metric, total: data.total,
-    onZoom: (id) => zoomFlame(container, id).catch(fail),
-    onSelect: (id) => showDetails(ui.details, state, id, reveal).catch(fail),
-  });
+/** The tree tab's table, showing it first if another tab (or nothing) is up. */
+async function treeTable() {
+  if (state.tab !== "tree" || !state.table) {
+    state.tab = "tree";
+    if (!(await showTab())) return null;
+  }
+  return state.table;
 }
 
-function defaultB() {
-  const { run, rank, window } = state.ref;
-  const others = windowsOf(run, rank).filter((w) => w !== window);
-  if (others.length) return { run, rank, window: others[0] };
-  const rankB = ranksOf(run).find((r) => r.rank !== rank && r.windows.includes(window));
-  if (rankB) return { run, rank: rankB.rank, window };
-  const runB = state.runs.find((r) => r.run !== run);
-  return runB ? pickRef(runB.run, rank, window) : { ...state.ref };
-}
-
-async function diffContent() {
-  if (!state.b) state.b = defaultB();
-  const b = state.b;
-  const choose = (ref) => { state.b = ref; showTab(); };
-  const bar = el("div", { className: "subbar" }, el("b", {}, "A = the selection above; compare with B: "),
-    select(state.runs.map((r) => [r.run, r.run]), b.run, (v) => choose(pickRef(v, b.rank, b.window)), "Run"),
-    select(ranksOf(b.run).map((r) => [r.rank, String(r.rank)]), b.rank, (v) => choose(pickRef(b.run, v, b.window)), "Rank"),
-    select(windowsOf(b.run, b.rank).map((w) => [w, windowLabel(b.run, b.rank, w)]), b.window, (v) => choose({ ...b, window: v }), "Window"));
-  state.table = await diffView(state, { onSort });
-  return el("div", {}, bar, state.table.element);
+function showNode(id) {
+  const ticket = latest.details.next();
+  const stale = () => latest.details.stale(ticket);
+  showDetails(ui.details, state, id, reveal, stale).catch((error) => { if (!stale()) fail(error); });
 }
 
 async function runSearch(query) {
   state.query = query;
-  if (state.tab !== "tree") { state.tab = "tree"; await showTab(); }
-  const table = state.table;
+  const table = await treeTable();
+  if (!table) return;
+  const ticket = latest.view.current();
   if (!query) { table.setQuery(""); ui.searchInfo.textContent = ""; return; }
   try {
     const found = await get("search", { ...refParams(state.ref), q: query, metric: state.metric, limit: 50 });
+    if (latest.view.stale(ticket)) return;
     const ancestors = new Set(["0"]);
     for (const m of found.matches.slice(0, 20)) m.path.slice(0, -1).forEach((id) => ancestors.add(String(id)));
     await table.expand([...ancestors]);
+    if (latest.view.stale(ticket)) return;
     table.setQuery(query, found.matches.map((m) => String(m.id)));
-    ui.searchInfo.textContent = `${found.count} matching node${found.count === 1 ? "" : "s"}`;
+    ui.searchInfo.textContent = `${formatNumber(found.count)} matching node${found.count === 1 ? "" : "s"}`;
     if (found.matches.length) table.select(String(found.matches[0].id), true);
-  } catch (error) { fail(error); }
+  } catch (error) { if (!latest.view.stale(ticket)) fail(error); }
 }
 
 async function reveal(nodeId) {
-  if (state.tab !== "tree") { state.tab = "tree"; await showTab(); }
+  const table = await treeTable();
+  if (!table) return;
+  const ticket = latest.view.current();
   try {
     const info = await get("node", { ...refParams(state.ref), node: nodeId, metric: state.metric });
-    await state.table.expand(["0", ...info.path.slice(0, -1).map((p) => String(p.id))]);
-    state.table.select(String(nodeId), true);
-  } catch (error) { fail(error); }
+    if (latest.view.stale(ticket)) return;
+    await table.expand(["0", ...info.path.slice(0, -1).map((p) => String(p.id))]);
+    if (latest.view.stale(ticket)) return;
+    table.select(String(nodeId), true);
+  } catch (error) { if (!latest.view.stale(ticket)) fail(error); }
 }
 
 /** Called by TensorBoard's plugin iframe once the module is loaded. */
@@ -207,14 +232,17 @@ export async function render() {
   try {
     const listing = await get("runs");
     if (listing.data_version !== DATA_VERSION) fail(new Error(`server data version ${listing.data_version}, page expects ${DATA_VERSION}; reload the page`));
-    state.runs = listing.runs;
+    state.vocab = new Vocabulary(listing.vocabulary);
+    state.runs = new Listing(listing.runs);
+    state.nodesPerRequest = listing.max_nodes_per_request;
+    state.metric = state.vocab.metrics[0] || null;
     for (const [file, why] of Object.entries(listing.errors || {})) fail(new Error(`${file}: ${why}`));
   } catch (error) { fail(error); return; }
-  if (!state.runs.length) {
+  if (!state.runs.runs.length) {
     ui.view.appendChild(el("div", { className: "empty" }, "No DeepContext profiles under this logdir yet."));
     return;
   }
-  const first = state.runs[0];
-  state.ref = pickRef(first.run, first.ranks[0].rank, null);
+  const first = state.runs.runs[0];
+  state.ref = state.runs.pick(first.run, first.ranks[0].rank, null);
   await loadWindow();
 }

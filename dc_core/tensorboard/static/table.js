@@ -5,13 +5,17 @@ import { bar, clear, el, highlighted, kindBadge } from "./dom.js";
 
 /**
  * columns: [{ title, sortKey?, cell(row) -> string|Node, className? }]
- * fetchChildren(keys) -> Promise<{ [key]: rows }>, each row with `kids`.
+ * fetchChildren(keys) -> Promise<{ [key]: rows }>, each row with `kids`; at
+ * most `batch` keys a call (the server's limit per request).
  * keyOf(row, parentKey) -> string; barOf(row) -> 0..1; onSelect(row, key).
+ * sort: the sortKey of the column the rows arrive ordered by (marked in the
+ * header); onSort(sortKey) on a header click (what a bar shows is barOf's).
  */
 export class LazyTable {
-  constructor({ columns, fetchChildren, keyOf, barOf, onSelect, onSort, sort, emptyText }) {
+  constructor({ columns, fetchChildren, batch, keyOf, barOf, onSelect, onSort, sort, emptyText }) {
     this.columns = columns;
     this.fetchChildren = fetchChildren;
+    this.batch = batch || Infinity;
     this.keyOf = keyOf || ((row) => String(row.id));
     this.barOf = barOf || (() => 0);
     this.onSelect = onSelect || (() => {});
@@ -42,24 +46,36 @@ export class LazyTable {
     return key;
   }
 
-  /** Store fetched children (a { key: rows } map) and mark parents open. */
-  addChildren(map, more = {}) {
-    for (const [parentKey, rows] of Object.entries(map)) {
+  /** Store fetched children (a { key: rows } map) and mark parents open,
+   * parents in `order` (a parent must come before its children). */
+  addChildren(map, more = {}, order = Object.keys(map)) {
+    for (const parentKey of order) {
+      const rows = map[parentKey];
       const parent = this.entries.get(parentKey);
-      if (!parent) continue;
+      if (!rows || !parent) continue;
       parent.kids = rows.map((row) => this._add(row, parentKey, parent.depth + 1));
       parent.more = more[parentKey] || 0;
       parent.open = true;
     }
   }
 
-  /** Open the rows with these keys, fetching the children not loaded yet. */
+  /**
+   * Open the rows with these keys, parents before children (a node's path
+   * from the root, say). Children not loaded yet are fetched in one round,
+   * `batch` keys a request, also for keys not shown yet whose row arrives
+   * with its parent's children: a search match ten levels below the loaded
+   * rows opens at once, not a level per request.
+   */
   async expand(keys) {
-    const missing = keys.filter((k) => this.entries.has(k) && this.entries.get(k).kids === null);
-    if (missing.length) {
-      const result = await this.fetchChildren(missing);
-      this.addChildren(result.children || result, result.more || {});
+    const missing = keys.filter((k) => !this.entries.has(k) || this.entries.get(k).kids === null);
+    const children = {};
+    const more = {};
+    for (let i = 0; i < missing.length; i += this.batch) {
+      const result = await this.fetchChildren(missing.slice(i, i + this.batch));
+      Object.assign(children, result.children || result);
+      Object.assign(more, result.more || {});
     }
+    this.addChildren(children, more, keys);
     for (const key of keys) {
       const entry = this.entries.get(key);
       if (entry) entry.open = true;
