@@ -98,7 +98,7 @@ def main() -> None:
         profiled, state = run_steps(train_step, state, x, y, args.steps, prof.step)
         window_wall = time.perf_counter() - window_start
         prof.stop()
-        adapter = prof._adapter
+        adapter = prof.adapter
         (path,) = prof.written
         profile_bytes = os.path.getsize(path)
 

@@ -1,4 +1,4 @@
-"""The Hugging Face callback: ``Trainer`` events → DeepContext session calls.
+"""The Hugging Face callback: ``Trainer`` events → `TrainerSession` calls.
 
 Phases need no event here: the PyTorch adapter marks backward at
 ``Tensor.backward`` and the optimizer at ``Optimizer.step``.
@@ -6,7 +6,6 @@ Phases need no event here: the PyTorch adapter marks backward at
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from dc_core.record.config import ProfilerConfig
-from dc_core.record.eval_windows import EvalWindows, batch_count
+from dc_core.record.eval_windows import batch_count
 from dc_core.record.session import Session
+from dc_core.record.trainer import TrainerSession
 from dc_torch.adapter import TorchAdapter
-
-_PACKAGES = ("transformers", "accelerate")
 
 
 class DeepContextCallback(TrainerCallback):
@@ -41,45 +39,27 @@ class DeepContextCallback(TrainerCallback):
     """
 
     def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
-        self.config, self.overrides = config, overrides
-        self.session: Session | None = None
-        self.evals = EvalWindows(self._session)
-        self.written: list[Path] = []
-        self._step: int | None = None
+        self.profiling = TrainerSession(config, overrides, adapter=TorchAdapter, machinery=("transformers",))
         self._eval_batches = 0  # batches of the evaluation running
-        self._place: dict[str, Any] = {}
 
-    def _session(self, **extra: Any) -> Session:
-        session = Session(self.config, framework="torch", adapter=TorchAdapter(), default_phase="forward",
-                          **{**self.overrides, **self._place, **extra})
-        if not session.disabled:
-            for name in _PACKAGES:  # their frames are not user code
-                try:
-                    module = importlib.import_module(name)
-                except ImportError:
-                    continue
-                session.collector.skip_prefix(os.path.dirname(module.__file__) + os.sep)
-        return session
+    @property
+    def session(self) -> Session | None:
+        """The training session while the trainer runs."""
+        return self.profiling.session
+
+    @property
+    def written(self) -> list[Path]:
+        """The profile files written so far."""
+        return self.profiling.written
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            return
-        given = self.config or ProfilerConfig()
-        if "logdir" not in self.overrides and given.logdir == ProfilerConfig.logdir:
-            logdir = getattr(args, "logging_dir", None) or os.environ.get("TENSORBOARD_LOGGING_DIR")
-            self._place = {"logdir": logdir or _scalar_run(args.output_dir) or os.path.join(args.output_dir, "runs")}
-        self._place.update(rank=args.process_index, world_size=args.world_size)
-        self.session = self._session()
+        self.profiling.begin(rank=args.process_index, world_size=args.world_size, place=lambda: _scalars_dir(args))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            self._step = state.global_step
-            self.session.step_begin(self._step)
+        self.profiling.step_begin(state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._step is not None:
-            step, self._step = self._step, None
-            self.session.step_end(step)
+        self.profiling.step_end()
         self._maybe_eval_follows(control)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -88,28 +68,32 @@ class DeepContextCallback(TrainerCallback):
     def _maybe_eval_follows(self, control: Any) -> None:
         """Evaluation has no begin event: its first batch begins where the flow
         callback (run before ours) has just set ``control.should_evaluate``."""
-        if control.should_evaluate and self.session is not None and self.session.config.profile_eval:
-            self.evals.begin(self.session, "eval")
+        if control.should_evaluate:
+            self.profiling.eval_begin("eval")
 
     def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Ends one eval batch and, unless it was the loader's last, begins the next."""
-        if self.session is not None and self.session.config.profile_eval:
-            self.evals.end()
+        if self.profiling.eval_wanted:
+            self.profiling.eval_end()
             self._eval_batches += 1
             if self._eval_batches != batch_count(kwargs.get("eval_dataloader")):
-                self.evals.begin(self.session, "eval")
+                self.profiling.eval_begin("eval")
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.evals.end()
+        self.profiling.eval_end()
         self._eval_batches = 0
 
     on_predict = on_evaluate
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.written += self.session.written + self.evals.close()
-        self.session, self._step = None, None
+        self.profiling.close()
+
+
+def _scalars_dir(args: Any) -> dict[str, str]:
+    """Where TensorBoard's scalars go: the logging dir the arguments or the
+    environment name, else the run the TensorBoard callback opened, else ``<output_dir>/runs``."""
+    logdir = getattr(args, "logging_dir", None) or os.environ.get("TENSORBOARD_LOGGING_DIR")
+    return {"logdir": logdir or _scalar_run(args.output_dir) or os.path.join(args.output_dir, "runs")}
 
 
 def _scalar_run(output_dir: str) -> str | None:

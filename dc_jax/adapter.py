@@ -32,6 +32,7 @@ from dc_core.collect.collector import (
     METRIC_COUNT,
     METRIC_CPU_TIME,
 )
+from dc_core.collect.ownfiles import skip_framework_files
 from dc_core.record.session import WindowSkipped
 
 from dc_jax import trace
@@ -75,7 +76,6 @@ class JaxAdapter:
         self._compiles: list[tuple[str, str, float, float, int, tuple[int, ...]]] = []
         self._phases: list[tuple[str, int, int]] = []  # (name, start, end) in monotonic ns
         self._clock0 = (0, 0)  # (wall ns, monotonic ns) when the trace started
-        self._skipped: set[int] = set()
         self._warned_nnx = False
         self._step_spans: list[tuple[float, float]] = []  # compile spans since the last step ended
         self.last_trace_bytes = 0
@@ -106,11 +106,7 @@ class JaxAdapter:
         import jax
 
         self._session = session
-        collector = session.collector
-        if id(collector) not in self._skipped:  # JAX's own frames stay out of sampled call paths
-            self._skipped.add(id(collector))
-            for package in (jax, __import__("jaxlib")):
-                collector.skip_prefix(os.path.dirname(os.path.abspath(package.__file__)) + os.sep)
+        skip_framework_files(session.collector, "jax")  # JAX's own frames stay out of sampled call paths
         _barrier()
         self._compiles, self._phases, self._step_spans = [], [], []
         self._index.clear()

@@ -12,21 +12,59 @@ begins the next. Outside windows a step costs a counter compare.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ContextManager
 
 from dc_core.record.config import ProfilerConfig
-from dc_core.record.session import Session
+from dc_core.record.loop import StepLoop
+from dc_core.record.phase_scopes import NO_PHASE
 
 from dc_jax.adapter import JaxAdapter
 
 
+class Profiler(StepLoop):
+    """Profiles the step windows of a JAX training loop.
+
+    The rank and process count are JAX's (``jax.process_index()``, read at
+    ``start()``) in a multi-process job unless ``rank``/``world_size`` are given. See
+    `dc_core.record.loop.StepLoop` for the methods and attributes.
+
+    Args:
+        config: What to profile; ``overrides`` replace its fields and
+            ``DEEPCONTEXT_CONFIG`` overrides both.
+    """
+
+    adapter: JaxAdapter
+
+    def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
+        super().__init__(JaxAdapter(), config, framework="jax", default_phase="other", **overrides)
+        self._placed = "rank" in overrides or "world_size" in overrides
+
+    def phase(self, name: str) -> ContextManager[Any]:
+        """Mark host work (and the XLA runs it dispatches) as phase ``name``, e.g. "optimizer"."""
+        scope = self.session.phase(name)
+        return scope if scope is NO_PHASE else _Marked(self.adapter, name, scope)
+
+    def _on_start(self) -> None:
+        if not self._placed:
+            # Read at start, not at construction: asking JAX starts its backends,
+            # which must wait for a jax.distributed.initialize() after the constructor.
+            rank, world = _process()
+            if rank is not None:
+                self.session.rank, self.session.world_size = rank, world
+        self.adapter.open()  # Flax NNX modules are named from here on, before any window
+
+    def _on_stop(self) -> None:
+        self.adapter.close()
+
+
 class _Marked:
-    """A phase marked by the user: the session's phase scope plus its host time span."""
+    """A phase marked by the user: the session's phase scope plus its host time span,
+    which places the XLA runs dispatched inside it (their trace has no Python phase)."""
 
-    __slots__ = ("profiler", "name", "scope", "start")
+    __slots__ = ("adapter", "name", "scope", "start")
 
-    def __init__(self, profiler: "Profiler", name: str, scope: Any) -> None:
-        self.profiler, self.name, self.scope, self.start = profiler, name, scope, 0
+    def __init__(self, adapter: JaxAdapter, name: str, scope: Any) -> None:
+        self.adapter, self.name, self.scope, self.start = adapter, name, scope, 0
 
     def __enter__(self) -> "_Marked":
         self.scope.__enter__()
@@ -34,87 +72,8 @@ class _Marked:
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        self.profiler._adapter.mark(self.name, self.start, time.monotonic_ns())
+        self.adapter.mark(self.name, self.start, time.monotonic_ns())
         return bool(self.scope.__exit__(*exc))
-
-
-class Profiler:
-    """Profiles the step windows of a JAX training loop.
-
-    Args:
-        config: What to profile; ``overrides`` replace its fields and
-            ``DEEPCONTEXT_CONFIG`` overrides both.
-    """
-
-    def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
-        self._config, self._overrides = config, overrides
-        self._adapter = JaxAdapter()
-        self.session: Session | None = None
-        self.current_step = 0
-
-    def start(self) -> "Profiler":
-        """Begin step 0 (and a window, if one starts there)."""
-        if self.session is None:
-            rank, world = _process()
-            self.session = Session(
-                self._config, framework="jax", adapter=self._adapter, default_phase="other",
-                rank=rank, world_size=world, **self._overrides,
-            )
-            self.current_step = 0
-            self._adapter.open()
-            self.session.step_begin(0)
-        return self
-
-    def step(self) -> None:
-        """End the current step and begin the next one."""
-        session = self.session
-        if session is None:
-            return
-        session.step_end(self.current_step)
-        self.current_step += 1
-        session.step_begin(self.current_step)
-
-    def phase(self, name: str) -> Any:
-        """Mark host work (and the XLA runs it dispatches) as phase ``name``, e.g. "optimizer"."""
-        session = self.session
-        if session is None or not session.in_window:
-            return session.phase(name) if session is not None else _NOTHING
-        return _Marked(self, name, session.phase(name))
-
-    def stop(self) -> None:
-        """Flush an open window and release the trace; idempotent."""
-        if self.session is not None:
-            try:
-                self.session.close()
-            finally:
-                self._adapter.close()
-
-    @property
-    def written(self) -> list:
-        """Profile files written so far."""
-        return list(self.session.written) if self.session is not None else []
-
-    def __enter__(self) -> "Profiler":
-        try:
-            return self.start()
-        except BaseException:  # e.g. Ctrl-C while starting: no ``__exit__`` will come to unhook
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: Any) -> bool:
-        self.stop()
-        return False
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return False
-
-
-_NOTHING = _Nothing()
 
 
 def _process() -> tuple[int | None, int | None]:

@@ -19,6 +19,7 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dc_core.record.config import ProfilerConfig
     from dc_torch.loop import Profiler
 
 __all__ = ["Profiler", "compile_backend", "is_available", "profile"]
@@ -29,8 +30,9 @@ def is_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def profile(config: Any = None, **overrides: Any) -> "Profiler":
-    """Context manager for plain loops; see `dc_torch.loop.Profiler`."""
+def profile(config: "ProfilerConfig | None" = None, **overrides: Any) -> "Profiler":
+    """Context manager for plain loops; see `dc_torch.loop.Profiler` (``start``,
+    ``step``, ``phase``, ``stop``, ``current_step``, ``written``)."""
     from dc_torch.loop import profile as make
 
     return make(config, **overrides)

@@ -1,7 +1,15 @@
-"""Which Python files are the profiler's own, so captures leave them out."""
+"""Which Python files are not the user's code, so captures leave them out.
+
+Two kinds: the profiler's own files, and a framework's machinery (the op
+library, the trainer and its loops), whose frames would stand between the
+user's line and the operator it ran. Each capture point names its frameworks
+(`skip_framework_files`); the packages behind each name are listed here once.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -10,6 +18,17 @@ from typing import Any
 _PACKAGES = ("dc_core", "dc_torch", "dc_jax", "dc_lightning", "dc_hf")
 # Interpreter machinery that runs user code but is not user code (runpy, importlib).
 _ALWAYS_SKIPPED = ("<frozen ",)
+
+#: A framework's own packages: their frames are machinery, not the user's code.
+FRAMEWORK_PACKAGES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "jax": ("jax", "jaxlib"),
+    "lightning": ("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities"),
+    "transformers": ("transformers", "accelerate"),
+}
+#: Sub-packages of a framework package that ship model code, which is the
+#: user's as far as a profile is concerned (``lightning.pytorch.demos.Transformer``).
+MODEL_SUBPACKAGES = ("demos",)
 
 
 def profiler_files() -> list[str]:
@@ -32,3 +51,56 @@ def skip_profiler_files(collector: Any, extra: tuple[str, ...] = ()) -> None:
     """Register the profiler's own files (and ``extra`` prefixes) as skipped."""
     for prefix in (*profiler_files(), *_ALWAYS_SKIPPED, *extra):
         collector.skip_prefix(prefix)
+
+
+def framework_prefixes(framework: str) -> list[str]:
+    """Path prefixes of ``framework``'s own code (a key of `FRAMEWORK_PACKAGES`),
+    for those of its packages installed here; none is imported.
+
+    Raises:
+        KeyError: an unknown framework name.
+    """
+    return [prefix for package in FRAMEWORK_PACKAGES[framework] for prefix in _package_prefixes(package)]
+
+
+def skip_framework_files(collector: Any, *frameworks: str) -> None:
+    """Register the machinery of each of ``frameworks`` as skipped (idempotent)."""
+    for framework in frameworks:
+        for prefix in framework_prefixes(framework):
+            collector.skip_prefix(prefix)
+
+
+@functools.cache  # packages do not move while the process runs; windows open often
+def _package_prefixes(package: str) -> tuple[str, ...]:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):  # a broken install, or a module without a spec
+        return ()
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    # os.fspath: a lazy module's spec may list its directory as a Path
+    return tuple(prefix for directory in spec.submodule_search_locations for prefix in _machinery(os.fspath(directory)))
+
+
+def _machinery(directory: str) -> list[str]:
+    """Prefixes covering a package directory but its model sub-packages: the
+    whole directory where none lies in it or one level down, else its modules
+    and sub-packages one by one (``lightning/pytorch/*`` but ``demos``)."""
+    if not _holds_models(directory):
+        return [directory + os.sep]
+    prefixes = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if entry.is_dir() and entry.name not in (*MODEL_SUBPACKAGES, "__pycache__"):
+            prefixes += _machinery(entry.path)
+        elif entry.name.endswith(".py"):
+            prefixes.append(entry.path)
+    return prefixes
+
+
+def _holds_models(directory: str) -> bool:
+    try:
+        subdirs = [e.path for e in os.scandir(directory) if e.is_dir()]
+    except OSError:
+        return False
+    return any(os.path.basename(d) in MODEL_SUBPACKAGES or any(os.path.isdir(os.path.join(d, m))
+               for m in MODEL_SUBPACKAGES) for d in subdirs)

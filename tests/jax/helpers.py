@@ -25,7 +25,7 @@ def profile_with_trace(tmp_path, step, steps=4, window=StepRange(start=1, count=
 
     traces = tmp_path / "traces"
     prof = dc_jax.profile(logdir=str(tmp_path / "logs"), steps=window, cpu_sampling_hz=0, system_interval_ms=0)
-    prof._adapter.keep_traces = str(traces)
+    prof.adapter.keep_traces = str(traces)
     with prof:
         for _ in range(steps):
             step()

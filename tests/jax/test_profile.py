@@ -125,7 +125,7 @@ def test_window_over_the_first_step_reports_compile_and_records_flax_classes(tmp
     other_ns = tree.value(tree.find("other"), "cpu_time_ns")
     assert abs(other_ns - step_ns) < 0.05 * compile_ns, (other_ns, step_ns, compile_ns)
     # The model was traced inside the window, so the Flax hooks saw its modules.
-    assert prof._adapter._flax.classes["Classifier/Block_0/proj"] == "Dense"
+    assert prof.adapter._flax.classes["Classifier/Block_0/proj"] == "Dense"
 
 
 @pytest.mark.slow
@@ -182,6 +182,22 @@ def test_importing_dc_jax_does_not_import_jax():
     code = "import sys, dc_jax; dc_jax.Profiler; assert dc_jax.is_available(); print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_jax_is_asked_for_the_rank_at_start_not_at_construction(tmp_path):
+    # jax.distributed.initialize() must come before JAX's backends start: a
+    # Profiler made before it must not start them (asking the process index does)
+    code = ("import sys, dc_jax; p = dc_jax.Profiler(logdir=sys.argv[1]); print('jax' in sys.modules);"
+            "p.start(); print('jax' in sys.modules, p.current_step); p.stop()")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "0"]
+
+
+def test_a_given_rank_names_the_profile(tmp_path):
+    # Regression: rank= collided with the rank read from JAX (a TypeError)
+    prof, (profile,) = _train(tmp_path, workloads.mlp_training(), steps=2, window=StepRange(start=1, count=1),
+                              rank=2, world_size=4)
+    assert (profile.rank, profile.world_size) == (2, 4) and prof.written[0].parent.name.startswith("2-")
 
 
 def test_a_users_own_trace_skips_that_window_with_one_warning_and_later_windows_record(tmp_path, caplog):

@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent("""
     step(x, w).block_until_ready()
     prof = dc_jax.profile(logdir=sys.argv[1], steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
                           system_interval_ms=0)
-    prof._adapter.keep_traces = os.path.join(sys.argv[1], "traces")
+    prof.adapter.keep_traces = os.path.join(sys.argv[1], "traces")
     with prof:
         for _ in range(4):
             step(x, w).block_until_ready()
@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent("""
     time = tree.inclusive("device_time_ns")
     kernels = [[tree.node_frame(tree.parent[n]).name, tree.node_frame(n).detail, time[n]]
                for n in range(len(tree)) if tree.node_frame(n).kind == "kernel"]
-    [raw] = [os.path.join(prof._adapter.keep_traces, f) for f in os.listdir(prof._adapter.keep_traces)]
+    [raw] = [os.path.join(prof.adapter.keep_traces, f) for f in os.listdir(prof.adapter.keep_traces)]
     raw_total = sum(sum(ops.values()) for ops in raw_op_times(raw).values())
     print(json.dumps({"kernels": kernels, "total": time[0], "raw_total": raw_total}))
 """)
