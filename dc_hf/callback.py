@@ -14,12 +14,11 @@ from transformers import TrainerCallback
 
 from dc_core.record.config import ProfilerConfig
 from dc_core.record.eval_windows import batch_count
-from dc_core.record.session import Session
-from dc_core.record.trainer import TrainerSession
+from dc_core.record.trainer import ProfilingCallback, TrainerSession
 from dc_torch.adapter import TorchAdapter
 
 
-class DeepContextCallback(TrainerCallback):
+class DeepContextCallback(ProfilingCallback, TrainerCallback):
     """Profiles ``Trainer.train`` in step windows; one line in the trainer.
 
     Steps are optimizer steps (``state.global_step``): ``on_step_begin`` comes
@@ -41,16 +40,6 @@ class DeepContextCallback(TrainerCallback):
     def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
         self.profiling = TrainerSession(config, overrides, adapter=TorchAdapter, machinery=("transformers",))
         self._eval_batches = 0  # batches of the evaluation running
-
-    @property
-    def session(self) -> Session | None:
-        """The training session while the trainer runs."""
-        return self.profiling.session
-
-    @property
-    def written(self) -> list[Path]:
-        """The profile files written so far."""
-        return self.profiling.written
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.profiling.begin(rank=args.process_index, world_size=args.world_size, place=lambda: _scalars_dir(args))

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from typing import Any
 
 from dc_core.record.config import ProfilerConfig
-from dc_core.record.session import Session
-from dc_core.record.trainer import TrainerSession
+from dc_core.record.trainer import ProfilingCallback, TrainerSession
 from dc_torch.adapter import TorchAdapter
 
 
@@ -29,7 +27,7 @@ _modules = [m for m in map(_importable, ("lightning.pytorch", "pytorch_lightning
 _BASES = tuple(m.Callback for m in _modules) or (object,)  # one class for both packages
 
 
-class DeepContextCallback(*_BASES):  # type: ignore[misc]
+class DeepContextCallback(ProfilingCallback, *_BASES):  # type: ignore[misc]
     """Profiles ``trainer.fit`` in step windows; one line in the trainer.
 
     Steps are optimizer steps (``trainer.global_step``), so with gradient
@@ -48,16 +46,6 @@ class DeepContextCallback(*_BASES):  # type: ignore[misc]
         super().__init__()
         self.profiling = TrainerSession(config, overrides, adapter=self._adapter, machinery=("lightning",))
         self._module: Any = None  # the LightningModule: its submodules are named from it
-
-    @property
-    def session(self) -> Session | None:
-        """The training session while the trainer runs."""
-        return self.profiling.session
-
-    @property
-    def written(self) -> list[Path]:
-        """The profile files written so far."""
-        return self.profiling.written
 
     def _adapter(self) -> TorchAdapter:
         adapter = TorchAdapter()

@@ -7,9 +7,10 @@ Python frames; see ``native.py``) or, where that extension is unavailable or
 ``capture="python"`` is asked for, pushes the operator mode (and, in
 comprehensive mode, the ATen mode) on the training thread and registers the
 module hooks. Phase hooks go in on both paths. ``uninstall`` removes them all
-and ingests device activity. Every hook checks ``active`` first, so a failure
-(``fail`` → ``session.fail``) turns the whole adapter into a pass-through at
-once, even where a hook cannot be removed from inside itself.
+and ingests device activity. The hooks share one `Hub` (``hub.py``) and read
+nothing else of the adapter's; every hook checks ``hub.active`` first, so a
+failure (``hub.fail`` → ``session.fail``) turns the whole adapter into a
+pass-through at once, even where a hook cannot be removed from inside itself.
 """
 
 from __future__ import annotations
@@ -18,21 +19,24 @@ import functools
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dc_core.collect.ownfiles import skip_framework_files
 from dc_core.record.session import active_sessions
 
-from dc_torch.autograd import AtenMode, BackwardRunner
 from dc_torch.closure import ClosureHooks
 from dc_torch.collectives import CollectiveHooks
-from dc_torch.device import DeviceTracer, cuda_present
+from dc_torch.device import cuda_present
+from dc_torch.hub import Hub, Window
 from dc_torch.modules import ModuleHooks
-from dc_torch.native import BusyError, NativeCapture, load as load_native
-from dc_torch.ops import OperatorMode
+from dc_torch.native import NO_FRAME, NO_METRIC, BusyError, NativeCapture, load as load_native
+from dc_torch.ops import AtenMode, OperatorMode
 from dc_torch.phases import PhaseHooks
-from dc_torch.state import Frames, ThreadState
+
+if TYPE_CHECKING:
+    from dc_core.record.session import Session
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 logger = logging.getLogger(__name__)
@@ -44,78 +48,66 @@ class TorchAdapter:
     framework = "torch"
 
     def __init__(self, device_activity: bool = True) -> None:
-        self.session: Any = None
-        self.collector: Any = None
-        self.frames: Frames | None = None
-        self.active = False
-        self.generation = 0
-        self.aten_forward = False
         self.device_activity = device_activity
         self.naming_root: Any = None  # module whose named_modules() names module frames (Lightning's)
-        self.capture = "python"  # the path the last install took: "native" or "python"
-        self.capture_note = ""  # why the Python path, or how the native one reads frames
-        self.native: NativeCapture | None = None
         # Native path: the metrics read from op inputs/outputs ("flops": inputs,
         # "alloc_bytes": outputs too). None: ProfilerConfig.record_shapes says.
         self.shapes: frozenset[str] | None = None
-        self.untagged: dict[str, Any] = {}
-        self.suspended: set[int] = set()  # threads inside a compiled region: eager hooks stand aside
-        self.matmul_frames: set[int] = set()
-        self.on_uninstall: list[Any] = []  # callables run once when the window closes (e.g. kernel shims out)
-        self._state = ThreadState()
-        self._modes: list[Any] = []
+        self.hub: Hub | None = None  # what the hooks share; made for the session at its first window
+        self._parts: tuple[PhaseHooks | ClosureHooks | CollectiveHooks, ...] = ()  # both capture paths install these
+        self._modules: ModuleHooks | None = None  # the Python path's
+        self._modes: list[OperatorMode | AtenMode] = []
         self._install_thread = 0
-        self._backward_node = (-1, 0)
-        self.backward = BackwardRunner(self)
-        self.modules = ModuleHooks(self)
-        self.phases = PhaseHooks(self)
-        self.closures = ClosureHooks(self)  # after phases: its pre-hook runs second
-        self.collectives = CollectiveHooks(self)
-        self.device = DeviceTracer(self)
-        self.metric_alloc = self.metric_flops = self.metric_device_time = -1
-        self.cpu_shapes = False
+
+    @property
+    def capture(self) -> str:
+        """The operator capture the last window took: "native" or "python"."""
+        return self.hub.window.capture if self.hub is not None else "python"
+
+    @property
+    def capture_note(self) -> str:
+        """Why the last window took the Python path, or how the native one read frames."""
+        return self.hub.window.note if self.hub is not None else ""
 
     # --- session protocol -----------------------------------------------------
-    def prepare(self, session: Any) -> None:
+    def prepare(self, session: Session) -> None:
         """At session creation: build or load the capture extension and warm torch's
         tables, so that opening a window costs the first step almost nothing."""
         _warm_up()
         if getattr(session.config, "capture", "auto") != "python":
             load_native()
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         """Hook torch for a window; on any error (or interrupt) part-way, what was
         hooked is unhooked again before the error leaves."""
         _register_fork_guard()
         _warm_up()
-        if self.session is not session:
-            self.session, self.frames = session, Frames(session)
-        c = self.collector = session.collector
-        c.skip_prefix(TORCH_DIR + os.sep)
-        self.metric_alloc = c.metric("alloc_bytes", "bytes")
+        hub = self._bind(session)
+        c = hub.collector
+        skip_framework_files(c, "torch")
+        nested = session.config.mode == "comprehensive"  # ATen ops under the torch call that ran them
+        capture, note = self._choose_capture(hub)
         # FLOPs and (on CPU) alloc_bytes are read from operator arguments, on
         # both capture paths, only where configured.
-        self.cpu_shapes = session.config.shapes
-        self.metric_flops = c.metric("flops", "1")
-        self.metric_device_time = c.metric("device_time_ns", "ns")
-        self.generation += 1
-        self.aten_forward = session.config.mode == "comprehensive"
+        hub.window = Window(generation=hub.window.generation + 1, capture=capture, note=note,
+                            shapes=session.config.shapes, metric_alloc=c.metric("alloc_bytes", "bytes"),
+                            metric_flops=c.metric("flops", "1"), metric_device_time=c.metric("device_time_ns", "ns"))
+        hub.frames.naming_root = self.naming_root
         self._install_thread = threading.get_ident()
-        self.frames.naming_root = self.naming_root
-        self.capture, self.capture_note = self._choose_capture(session)
-        self.active = True
+        hub.active = True
         try:
-            self.device.start(self.device_activity)
-            if self.capture == "native":
-                self._start_native()
-            for part in self._parts():
+            hub.device.start(self.device_activity)
+            if capture == "native":
+                self._start_native(hub, nested)
+            for part in self._parts:
                 part.install()
-            if self.capture == "native":
+            if hub.window.capture == "native":
                 return
-            self.modules.install()
-            modes = [OperatorMode(self)]
-            if self.aten_forward:
-                modes.insert(0, AtenMode(self))  # dispatch mode below the function mode
+            assert self._modules is not None
+            self._modules.install()
+            modes: list[OperatorMode | AtenMode] = [OperatorMode(hub)]
+            if nested:
+                modes.insert(0, AtenMode(hub))  # dispatch mode below the function mode
             for mode in modes:
                 self._modes.append(mode)  # first, so that an interrupt between the two is undone too
                 mode.__enter__()
@@ -123,10 +115,13 @@ class TorchAdapter:
             self.uninstall(session)
             raise
 
-    def uninstall(self, session: Any) -> bool:
+    def uninstall(self, session: Session) -> bool:
         """Unhook torch and ingest device activity; safe to call again. Returns
         `restore`'s answer: False while a mode could not be taken off yet."""
-        self.active = False
+        hub = self.hub
+        if hub is None:  # failed before it was made: nothing of ours is in
+            return self.restore()
+        hub.active = False
         try:
             failure = self._stop_native()
             restored = self.restore()
@@ -134,12 +129,13 @@ class TorchAdapter:
                 raise RuntimeError(f"the native operator capture stopped itself after an error in {failure}")
             return restored
         finally:
-            closers, self.on_uninstall = self.on_uninstall, []
+            window = hub.window
+            closers, window.on_close = window.on_close, []
             try:
                 for close in closers:
                     close()
             finally:
-                self.device.stop()
+                hub.device.stop()
 
     def restore(self) -> bool:
         """Take every hook and mode of ours out of torch, wherever they sit; idempotent.
@@ -150,19 +146,25 @@ class TorchAdapter:
         The session calls this again from its next step boundary, where the
         mode is back on the stack."""
         errors = []
-        for part in (*self._parts(), self.modules):
+        for part in (*self._parts, self._modules) if self._modules is not None else ():
             try:
                 part.uninstall()
-            except Exception as exc:  # noqa: BLE001 - the others are still removed
+            except Exception as exc:  # the others are still removed
                 errors.append(exc)
         restored = self._remove_modes()
         if errors:
             raise errors[0]
         return restored
 
-    def _parts(self) -> tuple[Any, ...]:
-        """Hooks both capture paths install (module hooks are the Python path's)."""
-        return (self.phases, self.closures, self.collectives)
+    def _bind(self, session: Session) -> Hub:
+        """The hub for ``session`` and the hooks that share it, made at its first window."""
+        hub = self.hub
+        if hub is None or hub.session is not session:
+            hub = self.hub = Hub(session)
+            # the closure hook after the phase hooks: its optimizer pre-hook runs second
+            self._parts = (PhaseHooks(hub), ClosureHooks(hub), CollectiveHooks(hub))
+            self._modules = ModuleHooks(hub)
+        return hub
 
     def environment(self) -> dict[str, str]:
         env = {"torch": torch.__version__, "torch.threads": str(torch.get_num_threads()),
@@ -174,96 +176,60 @@ class TorchAdapter:
             )
         return env
 
-    # --- used by the hooks --------------------------------------------------------
-    def modes(self) -> list[Any]:
-        """This adapter's torch modes on the installing thread's stacks."""
-        return list(self._modes)
-
-    def thread_state(self) -> ThreadState:
-        state = self._state
-        if state.generation != self.generation:
-            state.reset(self.generation)
-        return state
-
-    def backward_phase_node(self) -> int:
-        generation, node = self._backward_node
-        if generation != self.generation:
-            node = self.collector.child(0, self.session.phase_frame("backward"))
-            self._backward_node = (self.generation, node)
-        return node
-
-    def leave(self, marker: Any, where: str) -> None:
-        """Close the scope a hook opened around the user's call (in its ``finally``):
-        an error here is the profiler's and must not replace the user's result
-        or exception."""
-        try:
-            if marker is not None:
-                marker.__exit__(None, None, None)
-            if self.active:
-                self.collector.exit()
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            self.fail(exc, where)
-
-    def fail(self, exc: BaseException, where: str) -> None:
-        """Route an internal error to the session's fail-open path (which uninstalls us)."""
-        self.active = False
-        if self.session is not None:
-            self.session.fail(exc, f"torch {where}")
-
     # --- internals ----------------------------------------------------------
-    def _choose_capture(self, session: Any) -> tuple[str, str]:
+    def _choose_capture(self, hub: Hub) -> tuple[str, str]:
         """("native", how frames are read) or ("python", why not native)."""
-        wanted = getattr(session.config, "capture", "auto")
+        wanted = getattr(hub.session.config, "capture", "auto")
         if wanted == "python":
             return "python", "capture=python"
-        if not hasattr(self.collector, "capture_api"):
+        if not hasattr(hub.collector, "capture_api"):
             return "python", "the pure-Python collector has no native capture"
         extension, reason = load_native()
         if extension is None:
             return "python", reason
-        if self.native is None:
-            self.native = NativeCapture(extension)
+        if hub.native is None:
+            hub.native = NativeCapture(extension)
         return "native", ""
 
-    def _start_native(self) -> None:
-        frames, collector = self.frames, self.collector
+    def _start_native(self, hub: Hub, nested: bool) -> None:
+        frames, window, native = hub.frames, hub.window, hub.native
 
         def namer(module: Any, root: Any) -> int:
             # Runs inside an operator's callback: an error here is the
             # profiler's, so it goes to fail-open (which stops the capture).
             try:
                 return frames.module(module, root)
-            except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-                self.fail(exc, "module naming")
-                return -1
+            except Exception as exc:
+                hub.fail(exc, "module naming")
+                return NO_FRAME
 
-        assert self.native is not None
+        assert native is not None
         try:
             # On a GPU, Kineto's memory events give alloc_bytes (device.py).
-            marks = self.device.on
-            shapes = self._shapes()
-            self.native.start(collector, self.session.phase_frame("backward"), self.aten_forward, namer,
-                              flops=self.metric_flops if "flops" in shapes else -1,
-                              alloc=self.metric_alloc if "alloc_bytes" in shapes and not marks else -1,
-                              marks=marks)
+            marks = hub.device.on
+            shapes = self._shapes(window)
+            native.start(hub.collector, hub.session.phase_frame("backward"), nested, namer,
+                         flops=window.metric_flops if "flops" in shapes else NO_METRIC,
+                         alloc=window.metric_alloc if "alloc_bytes" in shapes and not marks else NO_METRIC,
+                         marks=marks)
         except BusyError:
             # Another session's window holds the process-wide callback (two
             # profilers at once): this one records on the Python path.
-            self.capture, self.capture_note = "python", "another window holds the native capture"
+            window.capture, window.note = "python", "another window holds the native capture"
             return
-        self.capture_note = f"frames: {self.native.frame_walk}"
+        window.note = f"frames: {native.frame_walk}"
 
-    def _shapes(self) -> frozenset[str]:
+    def _shapes(self, window: Window) -> frozenset[str]:
         """Which shape-derived metrics the native path takes: asking for any
         makes torch box every operator's inputs (and, for alloc_bytes, outputs),
         so by default only comprehensive windows do (``ProfilerConfig.record_shapes``)."""
         if self.shapes is not None:
             return self.shapes
-        return frozenset({"flops", "alloc_bytes"} if self.cpu_shapes else ())
+        return frozenset({"flops", "alloc_bytes"} if window.shapes else ())
 
     def _stop_native(self) -> str | None:
         """Remove the callback; returns the error that stopped it mid-window, if one did."""
-        native = self.native
+        native = self.hub.native if self.hub is not None else None
         if native is None or native.collector is None:
             return None
         unpathed, errors = native.stop()
@@ -283,6 +249,7 @@ class TorchAdapter:
             return False
         self._modes = [mode for mode in self._modes if not _take_off(mode)]
         return not self._modes
+
 
 @functools.cache
 def _warm_up() -> None:
@@ -305,14 +272,15 @@ def _inert_in_child() -> None:
     for session in active_sessions():
         adapter = getattr(session, "adapter", None)
         if isinstance(adapter, TorchAdapter):
-            adapter.active = False
+            if adapter.hub is not None:
+                adapter.hub.active = False
             try:
                 adapter.restore()  # the child's copy of torch is left as it was before the window
-            except Exception:  # noqa: BLE001 - inert is enough
+            except Exception:  # inert is enough
                 pass
 
 
-def _take_off(mode: Any) -> bool:
+def _take_off(mode: OperatorMode | AtenMode) -> bool:
     """Remove ``mode`` from this thread's function-mode or dispatch-mode stack,
     wherever it sits; False when it is not on the stack."""
     if isinstance(mode, OperatorMode):

@@ -3,7 +3,7 @@
 Forward: the operator mode marks the autograd nodes its call created (the
 output's node, and for composite calls such as ``cross_entropy`` the inner
 nodes behind it) in ``node.metadata`` with the operator's *scope node*
-(``tag_op``), and hooks them (``NodeHooks``). Backward: a pre-hook asks
+(``NodeHooks.tag``), and hooks them. Backward: a pre-hook asks
 autograd which node is running (``torch._C._current_autograd_node()``) and
 opens a scope at ``backward phase → the same context path → forward operator
 [backward]`` (detail: the autograd node's name), found by the collector's
@@ -18,19 +18,20 @@ autograd node type) for the window.
 
 Measured on the GPT workload, a dispatch mode around backward (one Python
 call per ATen op) cost about ×1.14 alone; node hooks cost a fraction of
-that, so ATen ops are recorded only in comprehensive mode (``AtenMode``).
+that, so ATen ops are recorded only in comprehensive mode (``ops.AtenMode``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
 from dc_core.collect.collector import FLAG_BACKWARD
+
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
 
 KEY = "deepcontext"
 BACKWARD_ENTRY_POINTS = {torch.Tensor.backward, torch.autograd.grad}
@@ -39,42 +40,6 @@ _Tensor = torch.Tensor
 _ACCUMULATE = torch._C._functions.AccumulateGrad
 _task_id = torch._C._current_graph_task_id
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
-
-
-def tag_op(out: Any, op_node: int, fid: int, first_seq: int, hooks: "NodeHooks") -> None:
-    """Mark ``out``'s autograd node, and the nodes behind it that the same call
-    created (composite calls such as ``cross_entropy``), as made by the
-    operator scope ``op_node`` (frame ``fid``) of this window, and hook them.
-
-    ``first_seq`` is autograd's next sequence number before the call: the
-    nodes the call created are exactly those numbered from there on."""
-    if not isinstance(out, _Tensor):
-        if isinstance(out, (tuple, list)) and out and isinstance(out[0], _Tensor):
-            out = out[0]
-        else:
-            return
-    node = out.grad_fn
-    if node is None:
-        return
-    seq = node._sequence_nr()
-    if seq < first_seq:
-        return  # no node of this call's (e.g. an input returned as is)
-    mark = pack(hooks.adapter.generation, op_node, fid)
-    node.metadata[KEY] = mark
-    paired = hooks.hook(out, node)
-    if seq == first_seq:
-        return  # the output's node is the call's first: nothing behind it is the call's
-    pending = [node]
-    while pending:
-        for nxt, _ in pending.pop().next_functions:
-            if nxt is None or type(nxt) is _ACCUMULATE or nxt._sequence_nr() < first_seq:
-                continue
-            meta = nxt.metadata
-            if KEY in meta:  # reached twice (a diamond inside the call)
-                continue
-            meta[KEY] = mark
-            hooks.attach(nxt, paired)
-            pending.append(nxt)
 
 
 def pack(generation: int, op_node: int, fid: int) -> int:
@@ -92,7 +57,7 @@ def unpack(mark: int) -> tuple[int, int, int]:
 class NodeHooks:
     """Times each marked autograd node as an operator scope under its forward context.
 
-    Registered on the nodes a forward call created (``tag_op``); the scope's
+    Registered on the nodes a forward call created (``tag``); the scope's
     parent is explicit, so nodes run on autograd's worker threads land in the
     same place. Two ways to close a node's scope:
 
@@ -109,22 +74,17 @@ class NodeHooks:
       get a pre- and a post-hook.
     """
 
-    def __init__(self, adapter: Any) -> None:
-        self.adapter = adapter
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
         self.generation = -1
         self.nodes: dict[Any, int] = {}  # (mark, node type) -> backward node
         # bound once: registered on every marked node
         self._pre_hook, self._post_hook, self._chained_hook = self._pre, self._post, self._chained
         self.holder = _hook_holder(self._chained_hook)
 
-    def hook(self, out: Any, node: Any) -> bool:
-        """Hook ``node``, ``out``'s autograd node; returns whether it is paired
-        (run on a device thread), for the inner nodes behind it."""
-        paired = not out.is_cpu
-        self.attach(node, paired)
-        return paired
-
     def attach(self, node: Any, paired: bool) -> None:
+        """Hook autograd ``node``: ``paired`` (run on a device thread) gets a pre-
+        and a post-hook, else the one chained pre-hook."""
         if paired:
             node.register_prehook(self._pre_hook)
             node.register_hook(self._post_hook)
@@ -133,66 +93,107 @@ class NodeHooks:
         else:
             node.register_prehook(self._chained_hook)
 
-    def _open(self, a: Any) -> None:
+    def tag(self, op_node: int, frames: tuple, first_seq: int | None, args: tuple, kwargs: dict, out: Any) -> None:
+        """An interceptor's ``after`` (``hub.Interceptor``): mark ``out``'s autograd
+        node, and the nodes behind it that the same call created (composite calls
+        such as ``cross_entropy``), as made by the operator scope ``op_node``
+        (frame ``frames[-1]``) of this window, and hook them.
+
+        ``first_seq`` is autograd's next sequence number before the call (None
+        with grad off): the nodes the call created are exactly those numbered
+        from there on."""
+        if first_seq is None:
+            return
+        if not isinstance(out, _Tensor):
+            if isinstance(out, (tuple, list)) and out and isinstance(out[0], _Tensor):
+                out = out[0]
+            else:
+                return
+        node = out.grad_fn
+        if node is None:
+            return
+        seq = node._sequence_nr()
+        if seq < first_seq:
+            return  # no node of this call's (e.g. an input returned as is)
+        mark = pack(self.hub.window.generation, op_node, frames[-1])
+        node.metadata[KEY] = mark
+        paired = not out.is_cpu  # run on a device thread: the nodes behind it too
+        self.attach(node, paired)
+        if seq == first_seq:
+            return  # the output's node is the call's first: nothing behind it is the call's
+        pending = [node]
+        while pending:
+            for nxt, _ in pending.pop().next_functions:
+                if nxt is None or type(nxt) is _ACCUMULATE or nxt._sequence_nr() < first_seq:
+                    continue
+                meta = nxt.metadata
+                if KEY in meta:  # reached twice (a diamond inside the call)
+                    continue
+                meta[KEY] = mark
+                self.attach(nxt, paired)
+                pending.append(nxt)
+
+    def _open(self, hub: Hub) -> None:
         """Open the scope of the node autograd is running now."""
-        if self.generation != a.generation:
+        generation = hub.window.generation
+        if self.generation != generation:
             self.nodes.clear()
-            self.generation = a.generation
+            self.generation = generation
         node = _current_node()
         key = (node.metadata.get(KEY), type(node))
         parent = self.nodes.get(key)
         if parent is None:
-            parent = self.nodes[key] = backward_node(a, node, key[0])
-        a.collector.enter((), parent)
+            parent = self.nodes[key] = backward_node(hub, node, key[0])
+        hub.collector.enter((), parent)  # positional: keywords cost ~100 ns a node (pybind11)
 
     def _chained(self, grads: Any) -> None:
-        a = self.adapter
-        if not a.active:
+        hub = self.hub
+        if not hub.active:
             return
         try:
-            passes = a.thread_state().passes
+            passes = hub.thread_state().passes
             task = _task_id()
             if passes and passes[-1][0] == task:
-                a.collector.unwind(passes[-1][1])  # the previous node's scope ends here
+                hub.collector.unwind(passes[-1][1])  # the previous node's scope ends here
             else:  # this thread's first node of a backward pass
-                passes.append((task, a.collector.depth()))
+                passes.append((task, hub.collector.depth()))
                 _queue_callback(self._end_pass)
-            self._open(a)
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            a.fail(exc, "backward")
+            self._open(hub)
+        except Exception as exc:
+            hub.fail(exc, "backward")
 
     def _end_pass(self) -> None:
-        a = self.adapter
+        hub = self.hub
         try:
-            passes = a.thread_state().passes
+            passes = hub.thread_state().passes
             task = _task_id()
             while passes:
                 done, base = passes.pop()
-                if a.active:
-                    a.collector.unwind(base)
+                if hub.active:
+                    hub.collector.unwind(base)
                 if done == task:
                     break
-        except Exception as exc:  # noqa: BLE001
-            a.fail(exc, "backward")
+        except Exception as exc:
+            hub.fail(exc, "backward")
 
     def _pre(self, grad_outputs: Any) -> None:
-        a = self.adapter
-        state = a.thread_state()
-        if not a.active:
+        hub = self.hub
+        state = hub.thread_state()
+        if not hub.active:
             state.hooked.append(False)
             return
         try:
-            self._open(a)
+            self._open(hub)
             state.hooked.append(True)
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
+        except Exception as exc:
             state.hooked.append(False)
-            a.fail(exc, "backward")
+            hub.fail(exc, "backward")
 
     def _post(self, grad_inputs: Any, grad_outputs: Any) -> None:
-        a = self.adapter
-        state = a.thread_state()
-        if state.hooked and state.hooked.pop() and a.active:
-            a.collector.exit()
+        hub = self.hub
+        state = hub.thread_state()
+        if state.hooked and state.hooked.pop() and hub.active:
+            hub.collector.exit()
 
 
 def _hook_holder(hook: Any) -> Any:
@@ -216,105 +217,43 @@ def _hook_holder(hook: Any) -> Any:
             y.grad_fn._register_hook_dict(tester)
             y.sum().backward()
         return holder if seen == ["MulBackward0"] else None
-    except Exception:  # noqa: BLE001 - an internal API: fall back to the public one
+    except Exception:  # an internal API: fall back to the public one
         return None
 
 
-def backward_node(a: Any, node: Any, mark: Any) -> int:
+def backward_node(hub: Hub, node: Any, mark: Any) -> int:
     """Node of ``backward → forward context → operator [backward]`` for autograd
     ``node`` (detail: the node's name, so a composite call's inner nodes get
     their own rows).
 
     A node marked in an earlier window (its graph outlived the window), or not
     at all, has no forward node in this tree: it goes under the phase by name."""
-    c, frames, top = a.collector, a.frames, a.backward_phase_node()
+    c, frames, top = hub.collector, hub.frames, hub.backward_root()
     name = node.name()
     if type(mark) is int:
         generation, op_node, fid = unpack(mark)
-        if generation == a.generation:
+        if generation == hub.window.generation:
             context = c.mirror(c.parent(op_node), top)
             return c.child(context, frames.backward_op(frames.names[fid], name))
     return c.child(top, frames.op(name, FLAG_BACKWARD))
 
 
-class AtenMode(TorchDispatchMode):
-    """Comprehensive mode: every ATen op as an operator scope under the
-    enclosing scope (a torch call in forward, an autograd node in backward).
-
-    An ATen scope adds no Python frames, so it inherits the enclosing scope's
-    user depth (``user_depth=-2``) instead of walking the stack. FLOPs of the
-    matmuls come from their shapes directly: ``flop_registry``'s formulas map
-    a pytree over every argument, which cost ~x1.07 of the GPT step."""
-
-    def __init__(self, adapter: Any) -> None:
-        super().__init__()
-        self.adapter = adapter
-        self.ids: tuple[dict[Any, int], dict[Any, int]] = ({}, {})  # forward, backward: ATen op -> frame
-        self.flops: dict[Any, Any] = {}  # ATen op -> FLOP formula, or None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
-        a = self.adapter
-        if not a.active:
-            return func(*args, **kwargs)
-        try:
-            c = a.collector
-            backward = _current_node() is not None
-            fid = self.ids[backward].get(func)
-            if fid is None:
-                fid = self.ids[backward][func] = a.frames.aten(func, FLAG_BACKWARD if backward else 0)
-            scope = c.enter((fid,), -1, False, -2)
-            marker = a.device.mark(scope) if a.device.on else None
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            a.fail(exc, "aten")
-            return func(*args, **kwargs)
-        try:
-            out = func(*args, **kwargs)
-        finally:
-            a.leave(marker, "aten")
-        try:
-            count = self.flops.get(func, _UNKNOWN)
-            if count is _UNKNOWN:
-                count = self.flops[func] = _MATMUL_FLOPS.get(func.overloadpacket) or flop_registry.get(func.overloadpacket)
-            if count is not None and a.cpu_shapes:
-                c.add(scope, a.metric_flops, int(count(*args, **kwargs, out_val=out)))
-        except Exception:  # noqa: BLE001 - FLOPs are best effort; an odd signature is not an error
-            pass
-        return out
-
-
-def _contracting(a_index: int) -> Any:
-    """2 · (output elements) · (contracted size) for a matmul whose left operand is ``args[a_index]``."""
-    def count(*args: Any, out_val: Any, **kwargs: Any) -> int:
-        return 2 * out_val.numel() * args[a_index].shape[-1]
-    return count
-
-
-_UNKNOWN = object()
-_aten = torch.ops.aten
-_MATMUL_FLOPS = {
-    _aten.mm: _contracting(0), _aten.bmm: _contracting(0),
-    _aten.addmm: _contracting(1), _aten.baddbmm: _contracting(1),
-}
-
-
 class BackwardRunner:
     """Runs ``Tensor.backward`` / ``autograd.grad`` inside the backward phase."""
 
-    def __init__(self, adapter: Any) -> None:
-        self.adapter = adapter
-        self.hooks = NodeHooks(adapter)
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.hooks = NodeHooks(hub)
 
-    def run(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        a = self.adapter
+    def run(self, func: Callable, args: tuple, kwargs: dict) -> Any:
+        hub = self.hub
         try:
-            phase = a.session.phase("backward")
+            phase = hub.session.phase("backward")
             phase.__enter__()
-            passes = a.thread_state().passes
+            passes = hub.thread_state().passes
             opened = len(passes)
-        except Exception as exc:  # noqa: BLE001
-            a.fail(exc, "backward")
+        except Exception as exc:
+            hub.fail(exc, "backward")
             return func(*args, **kwargs)
         try:
             return func(*args, **kwargs)  # once: the user's backward, and its exception, are the user's
@@ -324,5 +263,5 @@ class BackwardRunner:
             try:
                 del passes[opened:]
                 phase.__exit__(None, None, None)
-            except Exception as exc:  # noqa: BLE001
-                a.fail(exc, "backward")
+            except Exception as exc:
+                hub.fail(exc, "backward")

@@ -10,16 +10,19 @@ in the session's default phase (backward still marks itself inside it).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from torch.optim import optimizer as optimizer_mod
+
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
 
 
 class ClosureHooks:
     """Installs and removes the closure-wrapping optimizer pre-hook."""
 
-    def __init__(self, adapter: Any) -> None:
-        self.adapter = adapter
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
         self.handle: Any = None
 
     def install(self) -> None:
@@ -31,7 +34,7 @@ class ClosureHooks:
             handle.remove()
 
     def pre(self, optimizer: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        if not self.adapter.active:
+        if not self.hub.active:
             return None
         try:
             closure = kwargs.get("closure")
@@ -39,12 +42,12 @@ class ClosureHooks:
                 return args, {**kwargs, "closure": self.wrap(closure)}
             if len(args) > 1 and callable(args[1]):  # args[0] is the optimizer
                 return (args[0], self.wrap(args[1]), *args[2:]), kwargs
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            self.adapter.fail(exc, "closure")
+        except Exception as exc:
+            self.hub.fail(exc, "closure")
         return None
 
     def wrap(self, closure: Callable) -> Callable:
-        session = self.adapter.session
+        session = self.hub.session
 
         @functools.wraps(closure)
         def run(*args: Any, **kwargs: Any) -> Any:

@@ -16,11 +16,17 @@ communication that overlaps backward is visible too.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD
+
+from dc_torch.hub import Interceptor
+from dc_torch.native import NO_METRIC
+
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
 
 OPS = ("allreduce_", "allreduce_coalesced_", "broadcast_", "allgather_", "_allgather_base_",
        "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
@@ -35,17 +41,20 @@ def _initialized() -> bool:
 
 
 class CollectiveHooks:
-    """Registers and destroys the ``c10d`` op kernels for one adapter."""
+    """Registers and destroys the ``c10d`` op kernels for one adapter's hub."""
 
-    def __init__(self, adapter: Any) -> None:
-        self.adapter = adapter
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
         self.library: Any = None
-        self.metric = -1
+        self.metric = NO_METRIC
+        # No device marker of its own: a collective's kernels stay with the
+        # marked operator around it, as they always have.
+        self.scope = Interceptor(hub, "collective", capture=True, marks=False, after=self._launched)
 
     def install(self) -> None:
         if not _initialized():
             return
-        self.metric = self.adapter.collector.metric("comm_time_ns", "ns")
+        self.metric = self.hub.collector.metric("comm_time_ns", "ns")
         library = torch.library.Library("c10d", "IMPL")
         for name in OPS:
             packet = getattr(torch.ops.c10d, name, None)
@@ -58,39 +67,32 @@ class CollectiveHooks:
         if library is not None:
             library._destroy()
 
-    def _kernel(self, name: str, op: Any) -> Any:
-        a = self.adapter
+    def _kernel(self, name: str, op: Any) -> Callable:
+        hub, scope = self.hub, self.scope
         fids: dict[int, int] = {}
 
+        def below_autograd(*args: Any, **kwargs: Any) -> Any:
+            with torch._C._AutoDispatchBelowAutograd():
+                return op(*args, **kwargs)
+
         def kernel(*args: Any, **kwargs: Any) -> Any:
-            node = -1
-            if a.active:
-                try:
-                    flags = FLAG_BACKWARD if _current_node() is not None else 0
-                    fid = fids.get(flags)
-                    if fid is None:
-                        fid = fids[flags] = a.frames.op(f"c10d::{name}", flags)
-                    c = a.collector
-                    frames = c.python_frames()
-                    frames.append(fid)
-                    node = c.enter(frames)
-                except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-                    a.fail(exc, "collective")
-            start = time.monotonic_ns()
+            if not hub.active:
+                return below_autograd(*args, **kwargs)
             try:
-                with torch._C._AutoDispatchBelowAutograd():
-                    out = op(*args, **kwargs)
-            finally:
-                if node >= 0:
-                    a.leave(None, "collective")
-            if node >= 0:
-                try:
-                    self._on_completion(out, node, start)
-                except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-                    a.fail(exc, "collective")
-            return out
+                flags = FLAG_BACKWARD if _current_node() is not None else 0
+                fid = fids.get(flags)
+                if fid is None:
+                    fid = fids[flags] = hub.frames.op(f"c10d::{name}", flags)
+            except Exception as exc:
+                hub.fail(exc, "collective")
+                return below_autograd(*args, **kwargs)
+            # comm_time_ns starts where the scope's cpu_time_ns does
+            return scope.call((fid,), below_autograd, args, kwargs, time.monotonic_ns())
 
         return kernel
+
+    def _launched(self, node: int, frames: tuple, start: int, args: tuple, kwargs: dict, out: Any) -> None:
+        self._on_completion(out, node, start)
 
     def _on_completion(self, out: Any, node: int, start: int) -> None:
         work = out[-1] if isinstance(out, tuple) and out else out
@@ -99,13 +101,13 @@ class CollectiveHooks:
         get_future = getattr(work, "get_future", None)
         if get_future is None:
             return
-        a, metric, generation = self.adapter, self.metric, self.adapter.generation
+        hub, metric, window = self.hub, self.metric, self.hub.window
 
         def done(_future: Any) -> None:  # on the backend's thread, with the GIL
-            if a.active and a.generation == generation:  # the window that launched it is still open
-                a.collector.add(node, metric, time.monotonic_ns() - start)
+            if hub.active and hub.window is window:  # the window that launched it is still open
+                hub.collector.add(node, metric, time.monotonic_ns() - start)
 
         try:
             get_future().then(done)
-        except Exception:  # noqa: BLE001 - a backend without futures: the launch time stays
+        except Exception:  # a backend without futures: the launch time stays
             pass

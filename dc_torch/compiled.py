@@ -18,6 +18,7 @@ flagged, with its kernels below it under their forward source.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from typing import Any, Callable
@@ -28,21 +29,22 @@ from dc_core.collect.collector import KIND_COMPILED, KIND_OPERATOR, METRIC_COUNT
 from dc_core.record.session import active_sessions
 
 from dc_torch.adapter import TorchAdapter
-from dc_torch.autograd import tag_op
+from dc_torch.hub import Hub, Interceptor, Window
 from dc_torch.inductor import Generated, compile_with_kernels
 from dc_torch.ops import op_name
 from dc_torch.source import source_of
 
 _next_seq = torch._C._autograd._get_sequence_nr
+_NO_KWARGS: dict = {}  # never mutated
 
 _graph_ids = itertools.count()
 
 
-def _active_adapter() -> TorchAdapter | None:
+def _active_hub() -> Hub | None:
     for session in active_sessions():
         adapter = session.adapter
-        if isinstance(adapter, TorchAdapter) and adapter.active:
-            return adapter
+        if isinstance(adapter, TorchAdapter) and adapter.hub is not None and adapter.hub.active:
+            return adapter.hub
     return None
 
 
@@ -64,25 +66,27 @@ class Region:
             for node in gm.graph.nodes
             if node.op in ("call_function", "call_method", "call_module")
         ]
-        self._nodes: dict[tuple[int, int], list[int]] = {}  # (generation, region node) -> op nodes
+        self._window: Window | None = None  # the window _nodes belong to
+        self._nodes: dict[int, list[int]] = {}  # region node -> op nodes, in _window
         self.generated: list[Generated] = []  # Inductor's modules: forward, then backward when compiled
-        self._swapped_for: TorchAdapter | None = None
+        self._swapped_for: Hub | None = None
+        self._scope: Interceptor | None = None
 
     def add_generated(self, generated: Generated) -> None:
         """A module Inductor generated for this region (a backward may come mid-window)."""
         self.generated.append(generated)
-        adapter = self._swapped_for
-        if adapter is not None and adapter.active:
-            generated.swap(adapter)
+        hub = self._swapped_for
+        if hub is not None and hub.active:
+            generated.swap(hub)
 
-    def _kernels_on(self, adapter: TorchAdapter) -> None:
+    def _kernels_on(self, hub: Hub) -> None:
         """Time the generated kernels until the window closes."""
-        if self._swapped_for is adapter or not self.generated:
+        if self._swapped_for is hub or not self.generated:
             return
-        self._swapped_for = adapter
-        adapter.on_uninstall.append(self._kernels_off)
+        self._swapped_for = hub
+        hub.window.on_close.append(self._kernels_off)
         for generated in self.generated:
-            generated.swap(adapter)
+            generated.swap(hub)
 
     def _kernels_off(self) -> None:
         self._swapped_for = None
@@ -93,66 +97,71 @@ class Region:
         region = self
 
         def run(*args: Any) -> Any:
-            adapter = _active_adapter()
-            if adapter is None or torch.compiler.is_compiling():
+            hub = _active_hub()
+            if hub is None or torch.compiler.is_compiling():
                 return compiled(*args)
-            try:
-                region._kernels_on(adapter)
-                node, frames = region._enter(adapter)
-            except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-                adapter.fail(exc, "compiled")
-                return compiled(*args)
+            window = hub.window
             ident = threading.get_ident()
-            nested = ident in adapter.suspended
-            adapter.suspended.add(ident)
-            native = adapter.capture == "native"
-            first_seq = _next_seq()
             try:
+                region._kernels_on(hub)
+                scope, fid = region._enter(hub)
+                # The eager hooks stand aside inside the region: it records itself.
+                nested = ident in window.suspended
+                window.suspended.add(ident)
+                native = window.capture == "native"
                 if native:
-                    adapter.collector.capture_suspend(1)
-                out = compiled(*args)
+                    hub.collector.capture_suspend(1)
+            except Exception as exc:
+                hub.fail(exc, "compiled")
+                return compiled(*args)
+            try:
+                return scope.call((fid,), compiled, args, _NO_KWARGS, _next_seq())
             finally:
-                if native:
-                    adapter.collector.capture_suspend(-1)
-                if not nested:
-                    adapter.suspended.discard(ident)
-                adapter.leave(None, "compiled")
-            try:
-                region._count(adapter, node)
-                if torch.is_grad_enabled():
-                    # the region's backward goes under the same calling line, mirrored
-                    if native:  # the native capture places it by the nodes' sequence numbers
-                        adapter.collector.capture_seq(adapter.native.extension.thread_id(), first_seq,
-                                                      _next_seq(), node)
-                    else:
-                        tag_op(out, node, frames[-1], first_seq, adapter.backward.hooks)
-            except Exception as exc:  # noqa: BLE001
-                adapter.fail(exc, "compiled")
-            return out
+                try:
+                    if native:
+                        hub.collector.capture_suspend(-1)
+                    if not nested:
+                        window.suspended.discard(ident)
+                except Exception as exc:
+                    hub.fail(exc, "compiled")
 
         run._deepcontext_region = region  # type: ignore[attr-defined]
         return run
 
-    def _enter(self, adapter: TorchAdapter) -> tuple[int, list[int]]:
-        fid = adapter.session.frame(KIND_COMPILED, self.name)
-        adapter.frames.names[fid] = self.name
-        c = adapter.collector
-        frames = c.python_frames()
-        frames.append(fid)
-        return c.enter(frames), frames
+    def _enter(self, hub: Hub) -> tuple[Interceptor, int]:
+        """This region's interceptor for ``hub``, and its frame."""
+        scope = self._scope
+        if scope is None or scope.hub is not hub:
+            # No device marker: with Inductor, the kernel shims mark each kernel.
+            scope = self._scope = Interceptor(hub, "compiled", capture=True, marks=False,
+                                              after=functools.partial(self._recorded, hub))
+        fid = hub.session.frame(KIND_COMPILED, self.name)
+        hub.frames.names[fid] = self.name
+        return scope, fid
 
-    def _count(self, adapter: TorchAdapter, region_node: int) -> None:
-        key = (adapter.generation, region_node)
-        nodes = self._nodes.get(key)
+    def _recorded(self, hub: Hub, node: int, frames: tuple, first_seq: int, args: tuple, kwargs: dict,
+                  out: Any) -> None:
+        self._count(hub, node)
+        if torch.is_grad_enabled():
+            # the region's backward goes under the same calling line, mirrored
+            if hub.window.capture == "native":  # the native capture places it by the nodes' sequence numbers
+                hub.collector.capture_seq(hub.native.extension.thread_id(), first_seq, _next_seq(), node)
+            else:
+                hub.backward.hooks.tag(node, frames, first_seq, args, kwargs, out)
+
+    def _count(self, hub: Hub, region_node: int) -> None:
+        if self._window is not hub.window:
+            self._window, self._nodes = hub.window, {}
+        nodes = self._nodes.get(region_node)
         if nodes is None:
-            frame = adapter.session.frame
-            nodes = self._nodes[key] = [
-                adapter.collector.path(
+            frame = hub.session.frame
+            nodes = self._nodes[region_node] = [
+                hub.collector.path(
                     region_node, [frame(*source) for source in sources] + [frame(KIND_OPERATOR, target)]
                 )
                 for sources, target in self.ops
             ]
-        c = adapter.collector
+        c = hub.collector
         for node in nodes:
             c.add(node, METRIC_COUNT, 1)
 

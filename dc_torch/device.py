@@ -14,11 +14,14 @@ operators are the leaves.
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dc_core.collect.collector import METRIC_COUNT
+
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
 
 MARK = "dc#"
 
@@ -26,15 +29,15 @@ MARK = "dc#"
 def cuda_present() -> bool:
     try:
         return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001 - a broken driver means no device tracing
+    except Exception:  # a broken driver means no device tracing
         return False
 
 
 class DeviceTracer:
     """Owns the Kineto session of one window."""
 
-    def __init__(self, adapter: Any) -> None:
-        self.adapter = adapter
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
         self.on = False
         self._profiler: Any = None
         self._record = torch._C._profiler._RecordFunctionFast
@@ -66,7 +69,7 @@ class DeviceTracer:
         if profiler is None:
             return
         profiler.__exit__(None, None, None)
-        ingest(self.adapter, profiler.events())
+        ingest(self.hub, profiler.events())
 
 
 def _marked_node(event: Any, overlapping: "Markers | None" = None) -> int:
@@ -120,18 +123,18 @@ class Markers:
         return node
 
 
-def ingest(adapter: Any, events: Any) -> dict[str, int]:
+def ingest(hub: Hub, events: Any) -> dict[str, int]:
     """Attach device activities and allocations of Kineto ``events`` to marked nodes.
 
     Returns counts of what was attached and of activities without a marked
     launcher (e.g. launched outside any operator scope), for tests and logs.
     """
-    c = adapter.collector
-    device_time = adapter.metric_device_time
-    alloc = adapter.metric_alloc
+    c, window = hub.collector, hub.window
+    device_time = window.metric_device_time
+    alloc = window.metric_alloc
     attached = unmarked = 0
     events = list(events)
-    overlapping = Markers(events) if adapter.capture == "native" else None
+    overlapping = Markers(events) if window.capture == "native" else None
     for event in events:
         kernels = getattr(event, "kernels", None) or ()
         memory = getattr(event, "device_memory_usage", 0) or 0
@@ -144,7 +147,7 @@ def ingest(adapter: Any, events: Any) -> dict[str, int]:
         if memory > 0:
             c.add(node, alloc, int(memory))
         for kernel in kernels:
-            fid = adapter.frames.kernel(kernel.name, f"cuda:{kernel.device}")
+            fid = hub.frames.kernel(kernel.name, f"cuda:{kernel.device}")
             child = c.child(node, fid)
             c.add(child, device_time, int(kernel.duration * 1000))  # Kineto reports µs
             c.add(child, METRIC_COUNT, 1)

@@ -38,13 +38,17 @@ import contextlib
 import functools
 import json
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL
 
+from dc_torch.hub import Interceptor
 from dc_torch.source import Frame, common_prefix, module_frames, python_frames, source_of
+
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
 
 logger = logging.getLogger(__name__)
 PROVENANCE = {"trace.provenance_tracking_level": 2}
@@ -64,7 +68,7 @@ def compile_with_kernels(gm: Any, example_inputs: list, found: Callable[["Genera
             generated = Generated.of(graph, compiled, inputs, bool(inner_kwargs.get("is_backward")))
             if generated is not None:
                 found(generated)
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks compiling
+        except Exception as exc:  # the profiler never breaks compiling
             _warn_once(repr(exc))
         return compiled
 
@@ -149,13 +153,13 @@ class Generated:
         device = next((str(t.device) for t in inputs if isinstance(t, torch.Tensor) and t.device.type != "cpu"), "cpu")
         return cls(namespace, sites, device, backward)
 
-    def swap(self, adapter: Any) -> None:
+    def swap(self, hub: Hub) -> None:
         """Put timing shims in place of the kernels (idempotent). Inductor hands
         the same module to graphs whose code is identical, so the module itself
         says whether it is swapped: its first swapper's shims serve them all."""
         if self.saved or _SWAPPED in self.namespace:
             return
-        frame = adapter.session.frame
+        frame = hub.session.frame
         flags = FLAG_BACKWARD if self.backward else 0
         tree: dict[str, Any] = {}
         for name, sources in self.sites.items():
@@ -172,7 +176,7 @@ class Generated:
         saved = {top: self.namespace[top] for top in tree if top in self.namespace}
         if not saved:
             return
-        shims = {top: _shim(original, tree[top], adapter) for top, original in saved.items()}
+        shims = {top: _shim(original, tree[top], hub) for top, original in saved.items()}
         self.saved = saved
         self.namespace[_SWAPPED] = True
         self.namespace.update(shims)
@@ -206,19 +210,19 @@ def _module_namespace(entry: Any, names: set[str]) -> dict | None:
 
 def _cell_filled(cell: Any) -> bool:
     try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises
+        cell.cell_contents  # an empty cell raises
     except ValueError:
         return False
     return True
 
 
-def _shim(original: Any, sub: Any, adapter: Any) -> Any:
+def _shim(original: Any, sub: Any, hub: Hub) -> Any:
     if isinstance(sub, dict):  # a namespace such as ``extern_kernels``: shim its attributes
-        return _Namespace(original, {attr: _shim(getattr(original, attr), s, adapter)
+        return _Namespace(original, {attr: _shim(getattr(original, attr), s, hub)
                                      for attr, s in sub.items() if hasattr(original, attr)})
     if hasattr(original, "run") and not hasattr(original, "__code__"):  # a Triton launcher: ``k.run(...)``
-        return _Launcher(original, _timed(original.run, sub, adapter))
-    return _timed(original, sub, adapter)
+        return _Launcher(original, _timed(original.run, sub, hub))
+    return _timed(original, sub, hub)
 
 
 class _Namespace:
@@ -243,28 +247,19 @@ class _Launcher:
         return getattr(self._original, name)
 
 
-def _timed(fn: Callable, paths: list[tuple[int, ...]], adapter: Any) -> Callable:
+def _timed(fn: Callable, paths: list[tuple[int, ...]], hub: Hub) -> Callable:
     """``fn`` as a ``kernel`` scope at ``paths[site]`` under the innermost open scope,
     ``site`` cycling through the call sites in call order."""
-    c, device = adapter.collector, adapter.device
+    scope = Interceptor(hub, "kernel")
     n = len(paths)
     site = [0]
 
     def timed(*args: Any, **kwargs: Any) -> Any:
-        if not adapter.active:
+        if not hub.active:
             return fn(*args, **kwargs)
         k = site[0]
         site[0] = k + 1 if k + 1 < n else 0
-        try:
-            node = c.enter(paths[k])
-            marker = device.mark(node) if device.on else None
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            adapter.fail(exc, "kernel")
-            return fn(*args, **kwargs)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            adapter.leave(marker, "kernel")
+        return scope.call(paths[k], fn, args, kwargs)
 
     timed.__wrapped__ = fn  # type: ignore[attr-defined]
     return timed

@@ -13,13 +13,17 @@ that called them, and the module's own forward lines nest below it.
 from __future__ import annotations
 
 import sys
-from typing import Any
-
 from threading import get_ident
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.modules import module as module_mod
 from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+from dc_torch.ops import AtenMode, OperatorMode
+
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -27,8 +31,8 @@ _is_compiling = torch.compiler.is_compiling
 class ModuleHooks:
     """Installs and removes the two global module hooks."""
 
-    def __init__(self, adapter: Any) -> None:
-        self.adapter = adapter
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
         self.handles: list[Any] = []
 
     def install(self) -> None:
@@ -47,43 +51,43 @@ class ModuleHooks:
         # Under dynamo tracing this folds away: hooks add nothing to compiled graphs.
         if _is_compiling():
             return
-        a = self.adapter
-        if not a.active:
+        hub = self.hub
+        if not hub.active:
             return
         try:
-            state = a.thread_state()
+            state = hub.thread_state()
             if type(module) is _optimized_module():
                 # Dynamo guards on the torch-function mode stack (and runs eagerly
                 # under a dispatch mode): with our modes on them, a model compiled
                 # before the window would recompile when it opens. The compiled
                 # region records itself (dc_torch.compiled), so our modes stand
                 # aside meanwhile; the wrapper gets no frame (its _orig_mod does).
-                state.set_aside.append(_set_aside_modes(a))
+                state.set_aside.append(_set_aside_modes(hub))
                 return
-            if (get_ident() in a.suspended):
+            if get_ident() in hub.window.suspended:
                 return
-            fid = a.frames.module(module, state.modules[0] if state.modules else module)
-            a.collector.enter((fid,), -1, True)
+            fid = hub.frames.module(module, state.modules[0] if state.modules else module)
+            hub.collector.enter((fid,), capture=True)
             state.modules.append(module)
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            a.fail(exc, "module")
+        except Exception as exc:
+            hub.fail(exc, "module")
 
     def post(self, module: Any, args: Any, output: Any) -> None:
         if _is_compiling():
             return
-        a = self.adapter
+        hub = self.hub
         try:
-            state = a.thread_state()
+            state = hub.thread_state()
             if type(module) is _optimized_module():
                 if state.set_aside:
                     _restore_modes(state.set_aside.pop())
                 return
             if state.modules and state.modules[-1] is module:
                 state.modules.pop()
-                if a.active:
-                    a.collector.exit()
-        except Exception as exc:  # noqa: BLE001
-            a.fail(exc, "module")
+                if hub.active:
+                    hub.collector.exit()
+        except Exception as exc:
+            hub.fail(exc, "module")
 
 
 def _optimized_module() -> type | None:
@@ -93,20 +97,23 @@ def _optimized_module() -> type | None:
     return getattr(eval_frame, "OptimizedModule", None)
 
 
-def _set_aside_modes(adapter: Any) -> tuple[list[Any], list[Any]]:
-    """Pop the adapter's modes off the top of this thread's function-mode and
+def _set_aside_modes(hub: Hub) -> tuple[list[Any], list[Any]]:
+    """Pop the hub's modes off the top of this thread's function-mode and
     dispatch-mode stacks (dynamo runs a frame eagerly under a dispatch mode)."""
-    ours = {id(m) for m in adapter.modes()}
-    return _pop_ours(ours, torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
+    return _pop_ours(hub, torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
                      torch._C._pop_torch_function_stack), \
-        _pop_ours(ours, torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, _pop_mode)
+        _pop_ours(hub, torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, _pop_mode)
 
 
-def _pop_ours(ours: set[int], length: Any, at: Any, pop: Any) -> list[Any]:
+def _pop_ours(hub: Hub, length: Any, at: Any, pop: Any) -> list[Any]:
     popped = []
-    while length() and id(at(length() - 1)) in ours:
+    while length() and _ours(at(length() - 1), hub):
         popped.append(pop())
     return popped
+
+
+def _ours(mode: Any, hub: Hub) -> bool:
+    return isinstance(mode, (OperatorMode, AtenMode)) and mode.hub is hub
 
 
 def _restore_modes(popped: tuple[list[Any], list[Any]]) -> None:

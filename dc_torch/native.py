@@ -34,6 +34,13 @@ logger = logging.getLogger(__name__)
 _SOURCE = Path(__file__).parent / "csrc" / "capture.cc"
 _INCLUDE = Path(__file__).resolve().parent.parent / "dc_core" / "include"
 
+#: A metric id that takes nothing: ``NativeCapture.start`` leaves that metric
+#: out, and the collector's ``op_exit`` adds nothing (``capture_api.h``).
+NO_METRIC = -1
+#: What a module namer answers when it cannot name the module: its operators
+#: sit under the caller, counted among the naming errors ``stop`` returns.
+NO_FRAME = -1
+
 
 def cache_dir() -> Path:
     """Where built extensions live: ``$DEEPCONTEXT_CACHE``, else the user's cache."""
@@ -91,7 +98,7 @@ def load() -> tuple[ModuleType | None, str]:
         return None, "DEEPCONTEXT_NO_NATIVE_CAPTURE is set"
     try:
         return build(), ""
-    except Exception as exc:  # noqa: BLE001 - any build failure means the fallback
+    except Exception as exc:  # any build failure means the fallback
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         logger.warning("native operator capture unavailable (%s); using the Python capture path", reason)
         return None, reason
@@ -106,7 +113,7 @@ class NativeCapture:
 
     ``start`` registers the global callback and ``stop`` removes it; outside
     a window nothing is registered. ``namer(module, outermost) -> frame id``
-    names module frames (the ``self`` of ``nn.Module`` call frames)."""
+    (or ``NO_FRAME``) names module frames (the ``self`` of ``nn.Module`` call frames)."""
 
     def __init__(self, extension: ModuleType) -> None:
         self.extension = extension
@@ -115,7 +122,7 @@ class NativeCapture:
         self.failure: str | None = None  # the error that stopped the last window's callback, if any
 
     def start(self, collector: Any, backward_frame: int, nested: bool, namer: Any,
-              flops: int = -1, alloc: int = -1, marks: bool = False) -> None:
+              flops: int = NO_METRIC, alloc: int = NO_METRIC, marks: bool = False) -> None:
         """Register the callback for one window.
 
         Args:
@@ -125,8 +132,8 @@ class NativeCapture:
             nested: record every ATen op under its caller (comprehensive mode), else
                 only the outermost op of each call from Python.
             namer: ``namer(module, outermost_module) -> frame id`` for module frames.
-            flops: metric id for matmul FLOPs from input shapes (-1: not taken).
-            alloc: metric id for bytes of fresh outputs (-1: not taken).
+            flops: metric id for matmul FLOPs from input shapes (``NO_METRIC``: not taken).
+            alloc: metric id for bytes of fresh outputs (``NO_METRIC``: not taken).
             marks: open a ``dc#<node>`` record per recorded op, for Kineto correlation.
         """
         context = torch.nn.Module._wrapped_call_impl.__code__
@@ -166,7 +173,7 @@ def after_fork_in_child() -> None:
     if module is not None:
         try:
             module.stop()
-        except Exception:  # noqa: BLE001 - the C fork handler already made it inert
+        except Exception:  # the C fork handler already made it inert
             pass
 
 

@@ -1,4 +1,4 @@
-"""Operator interception at the Python → torch boundary.
+"""Operator interception at the Python → torch boundary, and ATen ops below it.
 
 A ``TorchFunctionMode`` sees every public torch call the user's code makes
 (``torch.softmax``, ``F.linear``, tensor methods) once, at the outermost
@@ -7,24 +7,43 @@ twice. Each call becomes an ``operator`` scope under the caller's Python path,
 captured by the collector. This is cheaper than a ``TorchDispatchMode`` over
 every ATen op (measured on the GPT benchmark workload: no-op function mode
 ×1.07, no-op dispatch mode ×1.14), so ATen ops are recorded only where they
-are the only handle (backward) or asked for (comprehensive mode).
+are the only handle (backward) or asked for (comprehensive mode, ``AtenMode``).
+
+Both modes wrap the call with the hub's one `Interceptor`; what they add is
+which frame a call gets and what is read from its result.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from threading import get_ident
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
-from dc_torch.autograd import BACKWARD_ENTRY_POINTS, tag_op
+from dc_core.collect.collector import FLAG_BACKWARD
+
+from dc_torch.autograd import BACKWARD_ENTRY_POINTS
+from dc_torch.hub import INHERIT, Interceptor
+
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
+    from dc_torch.state import Frames
+
+#: What ``classify`` answers instead of a frame id (cached in ``Frames.ops``):
+#: a call that is not an operator of its own, run as it is (the native
+#: capture's ``kSkip``) ...
+SKIP = -1
+#: ... and ``Tensor.backward`` / ``autograd.grad``, run inside the backward phase.
+BACKWARD_ENTRY = -2
 
 _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _next_seq = torch._C._autograd._get_sequence_nr
+_current_node = torch._C._current_autograd_node
 _NO_KWARGS: dict = {}  # never mutated: ``**`` unpacking copies it
 _strided = torch.strided
 
@@ -59,19 +78,19 @@ def op_name(func: Callable) -> str:
     return f"{module}.{qualname}" if module and not qualname.startswith(module) else qualname
 
 
-def classify(adapter: Any, func: Callable) -> int:
-    """Frame id of ``func``'s operator frame; -1 to pass through; -2 for backward entry points."""
+def classify(frames: Frames, func: Callable) -> int:
+    """Frame id of ``func``'s operator frame, or ``SKIP`` or ``BACKWARD_ENTRY``; cached in ``frames.ops``."""
     name = op_name(func)
     if func in BACKWARD_ENTRY_POINTS:
-        fid = -2
+        fid = BACKWARD_ENTRY
     elif name in _PASS_THROUGH or name.endswith((".__get__", ".__set__", ".__delete__")) or "_set_grad_enabled" in name \
             or "profiler." in name or name.startswith("torch._C._profiler"):
-        fid = -1
+        fid = SKIP
     else:
-        fid = adapter.frames.op(name)
+        fid = frames.op(name)
         if name in _MATMULS:
-            adapter.matmul_frames.add(fid)
-    adapter.frames.ops[func] = fid
+            frames.matmuls.add(fid)
+    frames.ops[func] = fid
     return fid
 
 
@@ -118,29 +137,33 @@ def _storage_bytes(args: tuple, out: Any) -> int:
     return storage.nbytes()
 
 
-def matmul_flops(args: tuple, out: Any) -> int:
-    """2·M·N·K for matmul-like calls: out elements × the contracted size × 2."""
-    if isinstance(out, _Tensor) and args and isinstance(args[0], _Tensor) and args[0].dim() > 0:
-        return 2 * out.numel() * args[0].shape[-1]
+def matmul_flops(left: Any, out: Any) -> int:
+    """2·M·N·K of a matmul-like call: a multiply and an add per output element
+    and contracted element (``left``'s last dimension). The one formula of both
+    Python capture modes; the native capture computes the same from shapes
+    (``matmul_flops`` in ``csrc/capture.cc``)."""
+    if isinstance(out, _Tensor) and isinstance(left, _Tensor) and left.dim() > 0:
+        return 2 * out.numel() * left.shape[-1]
     return 0
 
 
 class OperatorMode(TorchFunctionMode):
     """Records each torch call as an operator scope while a window is open.
 
-    The hot path is written flat on purpose (cached attributes, no helper
-    calls on the common path): it runs for every torch call in a window.
+    The checks before the interceptor are written flat on purpose (cached
+    attributes, no helper calls on the common path): they run for every torch
+    call in a window.
     """
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, hub: Hub) -> None:
         super().__init__()
-        self.adapter = adapter
-        self.ops = adapter.frames.ops
-        self.state = adapter.thread_state
-        self.collector = adapter.collector
-        self.matmuls = adapter.matmul_frames
-        self.hooks = adapter.backward.hooks
-        self.device = adapter.device
+        self.hub = hub
+        self.ops = hub.frames.ops
+        self.tag = hub.backward.hooks.tag
+        # Made per window: without shapes, all there is to record after a call
+        # is its autograd nodes (one call less per op).
+        self.scope = Interceptor(hub, "operator", capture=True,
+                                 after=self._recorded if hub.window.shapes else self.tag)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -151,42 +174,108 @@ class OperatorMode(TorchFunctionMode):
         if _is_compiling():
             return func(*args, **kwargs)
         fid = self.ops.get(func)
-        a = self.adapter
-        if fid == -1 or not a.active:
+        hub = self.hub
+        if fid == SKIP or not hub.active:
             return func(*args, **kwargs)
-        # The user's call runs exactly once, outside every ``except`` of ours:
-        # only what the profiler's own lines raise is the profiler's.
-        node = -1
+        if fid is None:
+            try:
+                fid = classify(hub.frames, func)
+            except Exception as exc:
+                hub.fail(exc, "operator")
+                return func(*args, **kwargs)
+            if fid == SKIP:
+                return func(*args, **kwargs)
+        if fid == BACKWARD_ENTRY:
+            return hub.backward.run(func, args, kwargs)
+        suspended = hub.window.suspended
+        if suspended and get_ident() in suspended:  # inside a compiled region: it records itself
+            return func(*args, **kwargs)
+        first_seq = _next_seq() if _grad_enabled() else None
+        return self.scope.call((fid,), func, args, kwargs, first_seq)
+
+    def _recorded(self, node: int, frames: tuple, first_seq: int | None, args: tuple, kwargs: dict,
+                  out: Any) -> None:
+        """What a window with shapes reads of a call: alloc_bytes and FLOPs, then its autograd nodes."""
+        hub = self.hub
+        window = hub.window
+        # In-place calls (most of an optimizer step) return their first argument.
+        # On CUDA, Kineto's memory events give alloc_bytes instead.
+        if not hub.device.on and not (args and out is args[0]):
+            size = output_bytes(args, out)
+            if size:
+                hub.collector.add(node, window.metric_alloc, size)
+        if frames[0] in hub.frames.matmuls:
+            hub.collector.add(node, window.metric_flops, matmul_flops(args[0] if args else None, out))
+        self.tag(node, frames, first_seq, args, kwargs, out)
+
+
+class AtenMode(TorchDispatchMode):
+    """Comprehensive mode: every ATen op as an operator scope under the
+    enclosing scope (a torch call in forward, an autograd node in backward).
+
+    An ATen scope adds no Python frames, so it inherits the enclosing scope's
+    user depth (``INHERIT``) instead of walking the stack. FLOPs of the
+    matmuls come from their shapes directly: ``flop_registry``'s formulas map
+    a pytree over every argument, which cost ~x1.07 of the GPT step."""
+
+    def __init__(self, hub: Hub) -> None:
+        super().__init__()
+        self.hub = hub
+        self.ids: tuple[dict[Any, int], dict[Any, int]] = ({}, {})  # forward, backward: ATen op -> frame
+        self.flops: dict[Any, Any] = {}  # ATen op -> FLOP formula, or None
+        self.shapes = hub.window.shapes  # made per window: FLOPs only where the window takes shapes
+        self.scope = Interceptor(hub, "aten", user_depth=INHERIT)
+        self.counted = Interceptor(hub, "aten", user_depth=INHERIT, after=self._count_flops)  # ops with a formula
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        hub = self.hub
+        if not hub.active:
+            return func(*args, **kwargs)
         try:
+            backward = _current_node() is not None
+            fid = self.ids[backward].get(func)
             if fid is None:
-                fid = classify(a, func)
-            if fid >= 0 and not (a.suspended and get_ident() in a.suspended):  # not inside a compiled region
-                c = self.collector
-                node = c.enter((fid,), -1, True)  # capture and enter in one native call
-                marker = self.device.mark(node) if self.device.on else None
-                first_seq = _next_seq() if _grad_enabled() else -1
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            a.fail(exc, "operator")
+                fid = self.ids[backward][func] = hub.frames.aten(func, FLAG_BACKWARD if backward else 0)
+            count = self.flops.get(func, _UNKNOWN) if self.shapes else None
+            if count is _UNKNOWN:
+                count = self.flops[func] = _flop_formula(func)
+        except Exception as exc:
+            hub.fail(exc, "aten")
             return func(*args, **kwargs)
-        if node < 0:
-            if fid == -2:
-                return a.backward.run(func, args, kwargs)
-            return func(*args, **kwargs)
+        if count is None:
+            return self.scope.call((fid,), func, args, kwargs)
+        return self.counted.call((fid,), func, args, kwargs, count)
+
+    def _count_flops(self, node: int, frames: tuple, count: Any, args: tuple, kwargs: dict, out: Any) -> None:
         try:
-            out = func(*args, **kwargs)
-        finally:
-            a.leave(marker, "operator")
-        try:
-            # In-place calls (most of an optimizer step) return their first argument.
-            # On CUDA, Kineto's memory events give alloc_bytes instead.
-            if marker is None and a.cpu_shapes and not (args and out is args[0]):
-                size = output_bytes(args, out)
-                if size:
-                    c.add(node, a.metric_alloc, size)
-            if fid in self.matmuls and a.cpu_shapes:
-                c.add(node, a.metric_flops, matmul_flops(args, out))
-            if first_seq >= 0 and isinstance(out, (_Tensor, tuple, list)):
-                tag_op(out, node, fid, first_seq, self.hooks)
-        except Exception as exc:  # noqa: BLE001
-            a.fail(exc, "operator")
-        return out
+            flops = int(count(*args, **kwargs, out_val=out))
+        except Exception:  # FLOPs are best effort; an odd signature is not an error
+            return
+        hub = self.hub
+        hub.collector.add(node, hub.window.metric_flops, flops)
+
+
+def _flop_formula(func: Any) -> Any:
+    """``func``'s FLOP formula (``flop_registry``'s signature), or None."""
+    try:
+        packet = func.overloadpacket
+    except AttributeError:  # not an ATen op overload
+        return None
+    return _MATMUL_FLOPS.get(packet) or flop_registry.get(packet)
+
+
+def _contracting(left: int) -> Any:
+    """``flop_registry``'s signature for ``matmul_flops`` of an ATen matmul whose left operand is ``args[left]``."""
+    def count(*args: Any, out_val: Any, **kwargs: Any) -> int:
+        return matmul_flops(args[left], out_val)
+    return count
+
+
+_UNKNOWN = object()
+_aten = torch.ops.aten
+_MATMUL_FLOPS = {
+    _aten.mm: _contracting(0), _aten.bmm: _contracting(0),
+    _aten.addmm: _contracting(1), _aten.baddbmm: _contracting(1),
+}

@@ -16,9 +16,8 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from typing import Any
-
 from threading import get_ident
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim import optimizer as optimizer_mod
@@ -26,12 +25,17 @@ from torch.utils.data import dataloader as dataloader_mod
 
 from dc_core.collect.collector import KIND_PYTHON
 
+if TYPE_CHECKING:
+    from dc_torch.hub import Hub
+
 _OPTIM_DIR = os.path.dirname(torch.optim.__file__) + os.sep  # where torch's optimizers live
 
 
 class PhaseHooks:
-    def __init__(self, adapter: Any) -> None:
-        self.adapter = adapter
+    """Installs and removes the optimizer step hooks and the phase wrappers."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
         self.handles: list[Any] = []
         self.patched: list[tuple[type, str, Any]] = []
         self.steps: dict[type, tuple[str, str, int] | None] = {}  # optimizer class -> its step's frame
@@ -43,7 +47,7 @@ class PhaseHooks:
         ]
         self._patch(torch.optim.Optimizer, "zero_grad", "optimizer")
         self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", "dataloader")
-        if self.adapter.capture == "native":
+        if self.hub.window.capture == "native":
             # The Python path sees Tensor.backward through its function mode;
             # here the entry points themselves open the phase (Tensor.backward
             # calls torch.autograd.backward by its module attribute).
@@ -66,29 +70,29 @@ class PhaseHooks:
         self._end()
 
     def _begin(self, name: str, optimizer: type | None = None) -> None:
-        a = self.adapter
+        hub = self.hub
         phase = None
         try:
-            state = a.thread_state()
-            if a.active and not (get_ident() in a.suspended):
-                phase = a.session.phase(name)
+            state = hub.thread_state()
+            if hub.active and get_ident() not in hub.window.suspended:
+                phase = hub.session.phase(name)
                 phase.__enter__()  # its exit closes the step's frame too
                 step = self._step_frame(optimizer) if optimizer is not None else None
                 if step is not None:
-                    a.collector.enter((a.session.frame(KIND_PYTHON, *step),), -1, True)
+                    hub.collector.enter((hub.session.frame(KIND_PYTHON, *step),), capture=True)
             state.phases.append(phase)  # None too, so that _end pops what this call pushed
-        except Exception as exc:  # noqa: BLE001 - the profiler never breaks training
-            a.fail(exc, "phase")
+        except Exception as exc:
+            hub.fail(exc, "phase")
 
     def _end(self) -> None:
-        a = self.adapter
+        hub = self.hub
         try:
-            state = a.thread_state()
+            state = hub.thread_state()
             phase = state.phases.pop() if state.phases else None
             if phase is not None:
                 phase.__exit__(None, None, None)
-        except Exception as exc:  # noqa: BLE001
-            a.fail(exc, "phase")
+        except Exception as exc:
+            hub.fail(exc, "phase")
 
     def _step_frame(self, cls: type) -> tuple[str, str, int] | None:
         """(name, file, line) of ``cls.step`` where torch's optimizers define it, else None."""
@@ -121,7 +125,7 @@ def _unpatch(cls: Any, name: str, wrapper: Any) -> None:
     """Take ``wrapper`` out of ``cls.name``: put back what it wrapped when it is on
     top, else unlink it from the chain of our wrappers above it (profilers closed
     out of order). A foreign wrapper above ours keeps calling it; it is inert
-    once its adapter is (``_begin`` checks ``active``)."""
+    once its hub is (``_begin`` checks ``active``)."""
     current = cls.__dict__.get(name)
     if current is wrapper:
         setattr(cls, name, wrapper.__wrapped__)

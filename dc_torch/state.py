@@ -17,7 +17,7 @@ _OUTSIDE = -1  # cached for a module that is not one of the naming root's
 class ThreadState(threading.local):
     """What one thread is inside of while a window is open. Operators and
     compiled regions mark their autograd nodes with their own scope node
-    (``autograd.tag_op``), so no context paths are kept here."""
+    (``autograd.NodeHooks.tag``), so no context paths are kept here."""
 
     def __init__(self) -> None:
         self.generation = -1
@@ -43,7 +43,8 @@ class Frames:
 
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.ops: dict[Any, int] = {}  # torch callable -> frame id, or -1 to pass through
+        self.ops: dict[Any, int] = {}  # torch callable -> frame id, or ops.SKIP / ops.BACKWARD_ENTRY
+        self.matmuls: set[int] = set()  # operator frames whose FLOPs are a matmul's (ops.matmul_flops)
         self.names: dict[int, str] = {}  # operator frame id -> name
         self.aten_ids: dict[tuple[Any, int], int] = {}
         self.backward_ops: dict[tuple[str, str], int] = {}

@@ -126,3 +126,20 @@ class TrainerSession:
             self.session.close()
             self.written += self.session.written + self.evals.close()
         self.session, self._step = None, None
+
+
+class ProfilingCallback:
+    """What every trainer callback shows the user: the session running and the
+    files written. A callback sets ``self.profiling`` to its `TrainerSession`."""
+
+    profiling: TrainerSession
+
+    @property
+    def session(self) -> Session | None:
+        """The training session while the trainer runs."""
+        return self.profiling.session
+
+    @property
+    def written(self) -> list[Path]:
+        """The profile files written so far."""
+        return self.profiling.written

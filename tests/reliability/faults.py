@@ -31,13 +31,13 @@ class Point:
 
 #: Every hook boundary of the Python capture path.
 POINTS = {
-    "operator": Point("enter", ("ops.py", "__torch_function__")),
-    "operator exit": Point("exit", ("ops.py", "__torch_function__"), depth=1),  # through adapter.leave
-    "aten": Point("enter", ("autograd.py", "__torch_dispatch__")),
+    "operator": Point("enter", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
+    "operator exit": Point("exit", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
+    "aten": Point("enter", ("ops.py", "__torch_dispatch__"), depth=1),
     "backward": Point("enter", ("autograd.py", "_open")),
     "module": Point("enter", ("modules.py", "pre")),
     "phase": Point("enter", ("phases.py", "_begin"), depth=3),  # through the session's phase
-    "collective": Point("enter", ("collectives.py", "kernel")),
+    "collective": Point("enter", ("collectives.py", "kernel"), depth=1),
     "sampler": Point("stop_sampler"),  # once per window: when it closes
     "writer": Point("snapshot"),  # once per window: when it is written
 }

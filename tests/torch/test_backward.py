@@ -7,7 +7,7 @@ from torch.nn import functional as F
 
 import dc_torch
 from dc_core.record.config import StepRange
-from dc_core.model.opnames import role
+from dc_core.model.opnames import op_name
 from dc_core.store.logdir import load_profiles
 import dc_torch.autograd as autograd
 from dc_torch.autograd import pack, unpack
@@ -18,7 +18,7 @@ QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
 
 
 def _backward_ops(tree, name):
-    return find(tree, lambda fs: fs[0].name == "backward" and role(fs[-1].name) == role(name) and fs[-1].backward)
+    return find(tree, lambda fs: fs[0].name == "backward" and op_name(fs[-1].name) == op_name(name) and fs[-1].backward)
 
 
 def test_marks_round_trip():
@@ -35,11 +35,8 @@ def test_composite_call_inner_nodes_are_timed_and_counted(tmp_path, monkeypatch,
     if not holder:  # where torch has no usable _register_hook_dict: the public register_prehook
         monkeypatch.setattr(autograd, "_hook_holder", lambda hook: None)
     if paired:  # as for tensors on a device, whose nodes run on autograd's device threads
-        def hook(self, out, node):
-            self.attach(node, True)
-            return True
-
-        monkeypatch.setattr(autograd.NodeHooks, "hook", hook)
+        attach = autograd.NodeHooks.attach
+        monkeypatch.setattr(autograd.NodeHooks, "attach", lambda self, node, paired: attach(self, node, True))
     model = TwoLine()
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
         for _ in range(3):
@@ -80,7 +77,7 @@ def test_direct_autograd_backward_closes_its_scopes_when_the_pass_ends(tmp_path)
         assert not any(f.kind == "operator" for f in path[:-1]), path  # operators are leaves
     softmax = _backward_ops(tree, "torch.softmax")
     assert len(softmax) == 1 and tree.value(softmax[0], "count") == 2
-    after = find(tree, lambda fs: role(fs[-1].name) == role("torch.softmax") and not fs[-1].backward)
+    after = find(tree, lambda fs: op_name(fs[-1].name) == op_name("torch.softmax") and not fs[-1].backward)
     assert sum(tree.value(n, "count") for n in after) == 4
 
 
@@ -150,7 +147,7 @@ def test_alloc_bytes_count_fresh_outputs_not_views(tmp_path):
     tree = _alloc_window(tmp_path, record_shapes=True)
 
     def alloc(name):
-        nodes = find(tree, lambda fs: role(fs[-1].name) == role(name))
+        nodes = find(tree, lambda fs: op_name(fs[-1].name) == op_name(name))
         assert len(nodes) == 1, name
         return tree.value(nodes[0], "alloc_bytes")
 
@@ -168,7 +165,7 @@ def test_shapes_are_read_in_comprehensive_windows_or_when_asked(tmp_path):
                                 ("comprehensive", {"mode": "comprehensive"}, True),
                                 ("comprehensive-shapes", {"mode": "comprehensive", "record_shapes": False}, False)):
         tree = _alloc_window(tmp_path / name, **config)
-        relu = find(tree, lambda fs: role(fs[-1].name) == role("torch.nn.functional.relu"))[0]
-        mm = find(tree, lambda fs: fs[0].name != "backward" and role(fs[-1].name) == role("torch.mm"))[0]
+        relu = find(tree, lambda fs: op_name(fs[-1].name) == op_name("torch.nn.functional.relu"))[0]
+        mm = find(tree, lambda fs: fs[0].name != "backward" and op_name(fs[-1].name) == op_name("torch.mm"))[0]
         assert tree.value(relu, "alloc_bytes") == (2 * 16 * 8 * 4 if takes else 0), name
         assert tree.value(mm, "flops") == (2 * (2 * 16 * 8 * 16) if takes else 0), name

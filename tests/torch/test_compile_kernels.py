@@ -13,6 +13,7 @@ import dc_torch
 from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_PYTHON
 from dc_core.record.config import StepRange
 from dc_torch.compiled import deepcontext_backend
+from dc_torch.hub import INNERMOST, MEASURE
 from dc_torch.inductor import Generated, compile_fx_kwargs, kernel_sites
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
@@ -164,8 +165,8 @@ def test_kernel_sites_in_call_order_with_common_prefix_and_trace_fallback():
     assert list(sites) == ["extern_kernels.mm", "cpp_fused_exp_mul_0", "cpp_fused_gone_1"]
 
 
-class _FakeAdapter:
-    """What the shims use of the adapter: frames, scopes, the device tracer, ``active``, ``leave``."""
+class _FakeHub:
+    """What the shims use of the hub: frames, scopes, the device tracer, ``active``, ``fail``."""
 
     def __init__(self):
         self.active = True
@@ -175,12 +176,13 @@ class _FakeAdapter:
         self.collector = SimpleNamespace(enter=self._enter, exit=lambda: None)
         self.device = SimpleNamespace(on=False)
 
-    def _enter(self, path):
+    def _enter(self, path, parent, capture, user_depth):
+        assert (parent, capture, user_depth) == (INNERMOST, False, MEASURE)  # the path is the kernel's whole place
         self.entered.append(path)
         return 0
 
-    def leave(self, marker, where):
-        self.collector.exit()
+    def fail(self, exc, where):
+        raise AssertionError(f"the profiler failed in {where}: {exc!r}")
 
 
 def _generated(namespace):
@@ -194,19 +196,19 @@ def test_shims_time_each_call_site_in_turn_and_restore_the_originals():
     extern = SimpleNamespace(mm=lambda a, b: a * b, addmm=lambda a: a)
     fused = lambda x: x + 1  # noqa: E731
     namespace = {"cpp_fused_0": fused, "extern_kernels": extern}
-    adapter = _FakeAdapter()
+    hub = _FakeHub()
     generated = _generated(namespace)
-    generated.swap(adapter)
+    generated.swap(hub)
     assert namespace["cpp_fused_0"] is not fused and namespace["extern_kernels"] is not extern
     assert namespace["cpp_fused_0"](1) == 2
     assert [namespace["extern_kernels"].mm(2, 3) for _ in range(3)] == [6, 6, 6]
     assert namespace["extern_kernels"].addmm is extern.addmm  # not a recorded kernel: untouched
-    kernel_mm = adapter.frames[(KIND_KERNEL, "extern_kernels.mm", "", 0, "cpu", FLAG_BACKWARD)]
-    line21 = adapter.frames[(KIND_PYTHON, "forward", "/u/m.py", 21, "")]
-    line30 = adapter.frames[(KIND_PYTHON, "forward", "/u/m.py", 30, "")]
-    assert adapter.entered[1:] == [(line21, kernel_mm), (line30, kernel_mm), (line21, kernel_mm)]
-    adapter.active = False  # a failed adapter: straight through
-    assert namespace["cpp_fused_0"](1) == 2 and len(adapter.entered) == 4
+    kernel_mm = hub.frames[(KIND_KERNEL, "extern_kernels.mm", "", 0, "cpu", FLAG_BACKWARD)]
+    line21 = hub.frames[(KIND_PYTHON, "forward", "/u/m.py", 21, "")]
+    line30 = hub.frames[(KIND_PYTHON, "forward", "/u/m.py", 30, "")]
+    assert hub.entered[1:] == [(line21, kernel_mm), (line30, kernel_mm), (line21, kernel_mm)]
+    hub.active = False  # a failed profiler: straight through
+    assert namespace["cpp_fused_0"](1) == 2 and len(hub.entered) == 4
     generated.restore()
     assert namespace == {"cpp_fused_0": fused, "extern_kernels": extern}
 
@@ -218,9 +220,9 @@ def test_shared_generated_module_regression_originals_back_whatever_the_restore_
     for order in ((0, 1), (1, 0)):
         namespace = {"cpp_fused_0": fused, "extern_kernels": extern}
         pair = [_generated(namespace), _generated(namespace)]
-        adapter = _FakeAdapter()
-        pair[0].swap(adapter)
-        pair[1].swap(adapter)
+        hub = _FakeHub()
+        pair[0].swap(hub)
+        pair[1].swap(hub)
         for i in order:
             pair[i].restore()
         assert namespace == {"cpp_fused_0": fused, "extern_kernels": extern}

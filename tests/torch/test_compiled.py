@@ -10,7 +10,7 @@ import torch
 
 import dc_torch
 from dc_core.record.config import StepRange
-from dc_core.model.opnames import role
+from dc_core.model.opnames import op_name
 from dc_torch.compiled import deepcontext_backend
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
@@ -41,7 +41,7 @@ def test_compiled_region_under_calling_line_with_sources(tmp_path, inductor_cach
     caller = tree.node_frame(tree.parent[region])
     assert caller.kind == "python" and caller.file.endswith("tests/torch/models.py")
     # inside: the graph's operations under the modules and lines they came from
-    softmax = find(tree, lambda fs: role(fs[-1].name) == role("torch.softmax"))
+    softmax = find(tree, lambda fs: op_name(fs[-1].name) == op_name("torch.softmax"))
     inside = [n for n in softmax if region in tree.path(n)]
     assert len(inside) == 1 and tree.value(inside[0], "count") == 3
     path = tree.path_frames(inside[0])

@@ -6,7 +6,7 @@ import torch
 
 import dc_torch
 from dc_core.record.config import StepRange
-from dc_core.model.opnames import role
+from dc_core.model.opnames import op_name
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
 
@@ -26,7 +26,7 @@ def _names(frames):
 
 def test_helper_holds_forward_softmax_counted_per_step(tmp_path):
     tree = _run(tmp_path).tree
-    nodes = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == "softmax")
+    nodes = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "softmax")
     assert len(nodes) == 1
     path = tree.path_frames(nodes[0])
     assert path[-2].kind == "python" and path[-2].name == "sharpen"
@@ -38,8 +38,8 @@ def test_helper_holds_forward_softmax_counted_per_step(tmp_path):
 
 def test_backward_ops_flagged_under_the_same_helper_frame(tmp_path):
     tree = _run(tmp_path).tree
-    forward = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == "softmax")[0]
-    backward = find(tree, lambda fs: fs[0].name == "backward" and role(fs[-1].name) == "softmax")
+    forward = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "softmax")[0]
+    backward = find(tree, lambda fs: fs[0].name == "backward" and op_name(fs[-1].name) == "softmax")
     assert len(backward) == 1
     bpath, fpath = tree.path_frames(backward[0]), tree.path_frames(forward)
     assert bpath[-1].backward and bpath[-1].detail == "SoftmaxBackward0"
@@ -48,13 +48,13 @@ def test_backward_ops_flagged_under_the_same_helper_frame(tmp_path):
     assert bpath[1:-1] == fpath[1:-1]
     assert bpath[-2].name == "sharpen"
     # the multiply on the same line has its own backward, under the same helper frame
-    mul = [n for n in tree.children(tree.parent[backward[0]]) if role(tree.node_frame(n).name) == "mul"]
+    mul = [n for n in tree.children(tree.parent[backward[0]]) if op_name(tree.node_frame(n).name) == "mul"]
     assert len(mul) == 1 and tree.node_frame(mul[0]).backward and tree.value(mul[0], "count") == 3
 
 
 def test_module_frames_carry_path_and_class(tmp_path):
     tree = _run(tmp_path, record_shapes=True).tree
-    linear = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == "linear")
+    linear = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "linear")
     assert len(linear) == 1
     modules = [f for f in tree.path_frames(linear[0]) if f.kind == "module"]
     assert [(m.name, m.detail) for m in modules] == [("TwoLine", "TwoLine"), ("lin", "Linear")]
@@ -70,7 +70,7 @@ def test_window_steps_are_exact(tmp_path):
     profile = _run(tmp_path, steps=8, window=StepRange(start=3, count=2))
     assert profile.steps == (3, 5)
     assert len(profile.step_times_ns) == 2
-    node = find(profile.tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == "softmax")[0]
+    node = find(profile.tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "softmax")[0]
     assert profile.tree.value(node, "count") == 2
 
 
@@ -80,8 +80,8 @@ def test_optimizer_phase_holds_the_update(tmp_path):
     assert optimizer is not None
     assert tree.value(optimizer, "count") == 6  # step() and zero_grad() in 3 steps
     ops = find(tree, lambda fs: fs[0].name == "optimizer" and fs[-1].kind == "operator")
-    names = {role(tree.node_frame(n).name) for n in ops}
-    assert names & {"add_", "_foreach_add_"}
+    names = {op_name(tree.node_frame(n).name) for n in ops}
+    assert names & {"add", "_foreach_add"}
     # under the loop's line, then torch's step of the optimizer the user built
     step = tree.path_frames(ops[0])
     assert [(f.kind, f.name) for f in step[:-1]][-2:] == [("python", "train"), ("python", "SGD.step")]
@@ -143,7 +143,7 @@ def test_profiling_does_not_change_results(tmp_path):
 def test_comprehensive_mode_adds_aten_ops_below_torch_calls(tmp_path):
     tree = _run(tmp_path, mode="comprehensive").tree
     softmax = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::_softmax")
-    assert softmax and role(tree.node_frame(tree.parent[softmax[0]]).name) == "softmax"
+    assert softmax and op_name(tree.node_frame(tree.parent[softmax[0]]).name) == "softmax"
     addmm = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::addmm")
     assert tree.value(addmm[0], "flops") == 3 * 2 * 4 * 8 * 8
     backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::_softmax_backward_data")
@@ -151,7 +151,7 @@ def test_comprehensive_mode_adds_aten_ops_below_torch_calls(tmp_path):
     # under the call's backward node (the native path nests it one deeper: under _softmax's own)
     parent = tree.parent[backward[0]]
     above = [tree.node_frame(parent), tree.node_frame(tree.parent[parent])]
-    assert "softmax" in {role(f.name) for f in above} and above[0].backward
+    assert "softmax" in {op_name(f.name) for f in above} and above[0].backward
 
 
 def test_comprehensive_mode_counts_batched_matmul_flops_from_shapes(tmp_path):

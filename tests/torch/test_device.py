@@ -8,7 +8,7 @@ import torch
 
 import dc_torch
 from dc_core.record.config import StepRange
-from dc_core.model.opnames import role
+from dc_core.model.opnames import op_name
 from dc_torch.adapter import TorchAdapter
 from dc_torch.device import ingest
 from tests.torch.conftest import find, only_profile, requires_cuda
@@ -32,9 +32,9 @@ def test_ingest_puts_kernels_under_the_marked_operator(tmp_path):
         launcher = _event("aten::mm", marker, [SimpleNamespace(name="sgemm_128x64", device=0, duration=2.5)] * 2,
                           memory=4096)
         orphan = _event("aten::copy_", None, [SimpleNamespace(name="memcpy HtoD", device=0, duration=1.0)])
-        counts = ingest(adapter, [marker, launcher, orphan])
+        counts = ingest(adapter.hub, [marker, launcher, orphan])
         assert counts == {"attached": 2, "unmarked": 1}
-        kernel = c.child(op, adapter.frames.kernel("sgemm_128x64", "cuda:0"))
+        kernel = c.child(op, adapter.hub.frames.kernel("sgemm_128x64", "cuda:0"))
         snapshot = c.snapshot()
         assert snapshot["metrics"]["device_time_ns"][kernel] == 5000
         assert snapshot["metrics"]["count"][kernel] == 2
@@ -49,7 +49,7 @@ def test_cpu_only_operators_are_the_leaves(tmp_path):
         train(TwoLine(), 3, prof)
     tree = only_profile(tmp_path).tree
     assert not [n for n in range(len(tree)) if tree.node_frame(n).kind == "kernel"]
-    softmax = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == role("torch.softmax"))[0]
+    softmax = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"))[0]
     assert tree.value(softmax, "alloc_bytes") == 2 * 4 * 8 * 4  # two steps of a fresh 4×8 float32 output
 
 
@@ -63,11 +63,11 @@ def test_cuda_kernels_under_launching_operator_with_device_time(tmp_path):
     tree = only_profile(tmp_path).tree
     kernels = find(tree, lambda fs: fs[-1].kind == "kernel")
     assert kernels
-    under_softmax = [k for k in kernels if role(tree.node_frame(tree.parent[k]).name) == role("torch.softmax")]
+    under_softmax = [k for k in kernels if op_name(tree.node_frame(tree.parent[k]).name) == op_name("torch.softmax")]
     assert under_softmax
     assert all(tree.value(k, "device_time_ns") > 0 for k in under_softmax)
     assert tree.node_frame(under_softmax[0]).detail.startswith("cuda:")
     backward = [k for k in kernels if tree.node_frame(tree.parent[k]).backward]
     assert backward  # backward kernels land under the forward context's [backward] operator
-    linear = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == role("torch.nn.functional.linear"))[0]
+    linear = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.nn.functional.linear"))[0]
     assert tree.value(linear, "alloc_bytes") > 0  # the CUDA caching allocator, through Kineto memory events

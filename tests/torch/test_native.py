@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 import dc_torch
 from dc_core.record.config import StepRange
-from dc_core.model.opnames import role
+from dc_core.model.opnames import op_name
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
 
@@ -34,7 +34,7 @@ def capture_path() -> str:
 
 
 def _ops(tree, phase, name):
-    return find(tree, lambda fs: fs[0].name == phase and fs[-1].kind == "operator" and role(fs[-1].name) == name)
+    return find(tree, lambda fs: fs[0].name == phase and fs[-1].kind == "operator" and op_name(fs[-1].name) == name)
 
 
 def _demo_transformer():
@@ -84,7 +84,7 @@ def test_composite_calls_show_every_matmul_and_attention_as_torch_profiler_count
         assert frames[-1].backward and frames[-1].detail.endswith("Backward0")  # AddmmBackward0, TBackward0, ...
         assert any(f.kind == "module" for f in frames), frames
         forward = find(tree, lambda fs, want=frames[1:-1]: fs[0].name == "forward" and fs[1:-1] == want
-                       and role(fs[-1].name) == "linear")
+                       and op_name(fs[-1].name) == "linear")
         assert forward, frames
     # FLOPs of the decoder's projection, forward and backward: 2·M·K·N per matmul
     decoder = [n for n in _ops(tree, "forward", "linear")
@@ -108,7 +108,7 @@ def test_a_second_threads_ops_sit_under_that_threads_function(tmp_path):
         prof.step()
     assert done.is_set()
     tree = only_profile(tmp_path).tree
-    (mm,) = find(tree, lambda fs: fs[-1].kind == "operator" and role(fs[-1].name) == "mm" and not fs[-1].backward)
+    (mm,) = find(tree, lambda fs: fs[-1].kind == "operator" and op_name(fs[-1].name) == "mm" and not fs[-1].backward)
     path = tree.path_frames(mm)
     assert path[-2].kind == "python" and path[-2].name == "test_a_second_threads_ops_sit_under_that_threads_function.<locals>.worker_function"
     assert tree.value(mm, "count") == 1 and tree.value(mm, "cpu_time_ns") > 0
@@ -155,7 +155,7 @@ def test_forked_dataloader_workers_record_nothing(tmp_path):
                 batch.sum()
             prof.step()
     profile = only_profile(tmp_path)
-    names = Counter(role(profile.tree.node_frame(n).name) for n in range(len(profile.tree))
+    names = Counter(op_name(profile.tree.node_frame(n).name) for n in range(len(profile.tree))
                     if profile.tree.node_frame(n).kind == "operator")
     assert "exp" not in names and "full" not in names  # only the parent's ops
     assert names["sum"] >= 1

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import dc_torch
 from dc_core.record.config import StepRange
-from dc_core.model.opnames import role
+from dc_core.model.opnames import op_name
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import Exploding, TwoLine, train
 
@@ -89,9 +89,9 @@ def test_threads_do_not_corrupt_the_profile(tmp_path):
         worker.join()
     assert not errors
     tree = only_profile(tmp_path).tree
-    softmax = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == role("torch.softmax"))
+    softmax = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"))
     assert [tree.value(n, "count") for n in softmax] == [3]  # the training thread's count is exact
-    backward = find(tree, lambda fs: fs[0].name == "backward" and role(fs[-1].name) == role("torch.softmax"))
+    backward = find(tree, lambda fs: fs[0].name == "backward" and op_name(fs[-1].name) == op_name("torch.softmax"))
     assert [tree.value(n, "count") for n in backward] == [3]
 
 
@@ -119,5 +119,5 @@ def test_dataloader_workers_and_dataloader_phase(tmp_path):
     dataloader = tree.find("dataloader")
     assert dataloader is not None and tree.value(dataloader, "count") == 3
     assert tree.inclusive("cpu_time_ns")[dataloader] > 0
-    softmax = find(tree, lambda fs: fs[0].name == "forward" and role(fs[-1].name) == role("torch.softmax"))
+    softmax = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"))
     assert [tree.value(n, "count") for n in softmax] == [3]
