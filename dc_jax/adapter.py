@@ -58,7 +58,7 @@ def _barrier() -> None:
     for array in jax.live_arrays():
         try:
             array.block_until_ready()
-        except Exception:  # noqa: BLE001 - deleted or donated meanwhile
+        except Exception:  # deleted or donated meanwhile
             pass
 
 
@@ -93,7 +93,7 @@ class JaxAdapter:
         a step is usually traced (and its name stack fixed) before any window."""
         try:
             self._nnx.start()
-        except Exception:  # noqa: BLE001 - without names NNX ops still get Python frames
+        except Exception:  # without names NNX ops still get Python frames
             logger.warning("DeepContext: could not name Flax NNX modules", exc_info=True)
             self._nnx.stop()
 
@@ -148,7 +148,7 @@ class JaxAdapter:
             started = time.perf_counter_ns()
             self._ingest(session, directory)
             self.last_convert_ns = time.perf_counter_ns() - started
-        except Exception as exc:  # noqa: BLE001 - keep the window's host data, disable profiling
+        except Exception as exc:  # keep the window's host data, disable profiling
             session.fail(exc, "jax trace conversion")
         finally:
             self._index.clear()
@@ -207,7 +207,7 @@ class JaxAdapter:
                 # when the window closes, and its ops need its metadata.
                 inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
                 self._index.capture(trace.module_of(inner))
-        except Exception as exc:  # noqa: BLE001 - a listener must never raise into JAX
+        except Exception as exc:  # a listener must never raise into JAX
             self._session.fail(exc, "jax compile listener")
 
     def _ingest_compiles(self, session: Any) -> None:

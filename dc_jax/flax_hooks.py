@@ -33,7 +33,7 @@ def module_path(module: Any) -> str | None:
         root = root.parent  # a Scope, None or a sentinel above means ``root`` is the top
     try:
         path = tuple(module.path)
-    except Exception:  # noqa: BLE001 - an unbound module has no path
+    except Exception:  # an unbound module has no path
         return None
     return "/".join((type(root).__name__, *map(str, path)))
 
@@ -68,6 +68,6 @@ class ModuleRecorder:
                 path = module_path(context.module)
                 if path is not None and path not in self.classes:
                     self.classes[path] = type(context.module).__name__
-        except Exception:  # noqa: BLE001 - recording must never break the model call
+        except Exception:  # recording must never break the model call
             logger.debug("DeepContext could not record a Flax module", exc_info=True)
         return next_fun(*args, **kwargs)

@@ -349,13 +349,13 @@ def live_modules(names: Iterable[str]) -> dict[tuple[str, int], Any]:
         for executable in client.live_executables():
             try:
                 modules = executable.hlo_modules()
-            except Exception:  # noqa: BLE001 - an executable without HLO (deserialized, foreign)
+            except Exception:  # an executable without HLO (deserialized, foreign)
                 continue
             for module in modules:
                 if module.name in wanted:
                     try:
                         program = program_id(module.as_serialized_hlo_module_proto())
-                    except Exception:  # noqa: BLE001 - matched by name only
+                    except Exception:  # matched by name only
                         program = 0
                     found.setdefault((module.name, program), module)
     return found

@@ -82,7 +82,7 @@ def _process() -> tuple[int | None, int | None]:
 
     try:
         count = jax.process_count()
-    except Exception:  # noqa: BLE001 - no backend: the environment decides
+    except Exception:  # no backend: the environment decides
         return None, None
     return (jax.process_index(), count) if count > 1 else (None, None)
 

@@ -96,7 +96,7 @@ class NnxScopes:
         for cls, call in originals.items():
             try:
                 type.__setattr__(cls, "__call__", call)
-            except Exception:  # noqa: BLE001 - a class that forbids it keeps a pass-through wrapper
+            except Exception:  # a class that forbids it keeps a pass-through wrapper
                 logger.debug("DeepContext could not restore %s.__call__", cls.__name__, exc_info=True)
 
     def _wrap(self, call: Callable) -> Callable:
@@ -139,7 +139,7 @@ class NnxScopes:
             self._record("/".join((root, *path)), type(module).__name__)
             stack.append((module, paths, path, root))
             return "/".join(path[len(parent):])
-        except Exception:  # noqa: BLE001 - naming must never break the model call
+        except Exception:  # naming must never break the model call
             logger.debug("DeepContext could not name an NNX module call", exc_info=True)
             return None
 

@@ -77,7 +77,7 @@ class _Event:
 def _stats(event: Any) -> dict:
     try:
         return dict(event.stats)
-    except Exception:  # noqa: BLE001 - an event without readable stats is not an op
+    except Exception:  # an event without readable stats is not an op
         return {}
 
 
@@ -165,7 +165,7 @@ def profile_start_ns(profile: Any) -> int:
         if plane.name == "Task Environment":
             try:
                 return int(dict(plane.stats).get("profile_start_time", 0))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 return 0
     return 0
 

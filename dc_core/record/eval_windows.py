@@ -63,5 +63,5 @@ def batch_count(loader: Any) -> int | None:
     """Batches in ``loader``, or None where it has no length (an iterable dataset)."""
     try:
         return len(loader)
-    except Exception:  # noqa: BLE001 - no length, or one that fails to compute
+    except Exception:  # no length, or one that fails to compute
         return None

@@ -149,7 +149,7 @@ def _json_route(handler: Callable[[Mapping[str, str]], dict]) -> Callable:
             code, body = 404, {"error": str(exc)}
         except ProfileError as exc:
             code, body = 422, {"error": str(exc)}
-        except Exception:  # noqa: BLE001 - logged here; the browser gets no traceback
+        except Exception:  # logged here; the browser gets no traceback
             logger.exception("DeepContext plugin: %s failed", request.path)
             code, body = 500, {"error": "internal error in the DeepContext plugin; see the TensorBoard log"}
         return http_util.Respond(request, body, "application/json", code=code)

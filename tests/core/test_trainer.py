@@ -103,7 +103,7 @@ def test_a_frameworks_model_subpackages_are_not_its_machinery(tmp_path, monkeypa
     monkeypatch.setitem(ownfiles.FRAMEWORK_PACKAGES, "fake", ("dcfakefw", "dcfakeplain", "dcfake_missing"))
     prefixes = ownfiles.framework_prefixes("fake")
     assert "dcfakefw" not in sys.modules  # found, not imported
-    covered = lambda rel: str(tmp_path / rel).startswith(tuple(prefixes))  # noqa: E731
+    covered = lambda rel: str(tmp_path / rel).startswith(tuple(prefixes))
     assert all(map(covered, ("dcfakefw/__init__.py", "dcfakefw/trainer/loop.py", "dcfakefw/fabric/strategy.py",
                              "dcfakefw/pytorch/core.py", "dcfakefw/pytorch/loops/fit.py",
                              "dcfakeplain/__init__.py")))

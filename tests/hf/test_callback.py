@@ -7,11 +7,11 @@ import pytest
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-from dc_core.store.logdir import load_profiles  # noqa: E402
-from dc_hf import DeepContextCallback, is_available  # noqa: E402
-from tests.conftest import module_calls  # noqa: E402
+from dc_core.store.logdir import load_profiles
+from dc_hf import DeepContextCallback, is_available
+from tests.conftest import module_calls
 
 
 class Tokens(torch.utils.data.Dataset):

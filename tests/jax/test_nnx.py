@@ -11,16 +11,16 @@ pytest.importorskip("jax")
 nnx = pytest.importorskip("flax.nnx")
 pytest.importorskip("optax")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
 
-import dc_jax  # noqa: E402
-from dc_core.record.config import StepRange  # noqa: E402
-from dc_core.store.logdir import read_profile  # noqa: E402
-from dc_jax.nnx_hooks import NnxScopes  # noqa: E402
+import dc_jax
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import read_profile
+from dc_jax.nnx_hooks import NnxScopes
 
-from tests.jax import nnx_workloads as workloads  # noqa: E402
-from tests.jax.helpers import nodes as _nodes  # noqa: E402
+from tests.jax import nnx_workloads as workloads
+from tests.jax.helpers import nodes as _nodes
 
 DC_JAX_DIR = os.path.dirname(os.path.abspath(dc_jax.__file__)) + os.sep
 

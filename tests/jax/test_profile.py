@@ -12,14 +12,14 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 pytest.importorskip("optax")
 
-import jax  # noqa: E402
+import jax
 
-import dc_jax  # noqa: E402
-from dc_core.record.config import StepRange  # noqa: E402
-from dc_core.store.logdir import read_profile  # noqa: E402
+import dc_jax
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import read_profile
 
-from tests.jax import workloads  # noqa: E402
-from tests.jax.helpers import nodes as _nodes  # noqa: E402
+from tests.jax import workloads
+from tests.jax.helpers import nodes as _nodes
 
 
 def _train(tmp_path, training, steps: int, window: StepRange, **overrides):

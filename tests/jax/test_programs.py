@@ -10,17 +10,17 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("flax")
 
-import flax.linen as nn  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from flax import nnx  # noqa: E402
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import nnx
 
-from dc_core.analyzer import analyze  # noqa: E402
-from dc_core.record.config import StepRange  # noqa: E402
+from dc_core.analyzer import analyze
+from dc_core.record.config import StepRange
 
-from tests.jax import nnx_workloads  # noqa: E402
-from tests.jax.helpers import assert_ops_match_the_trace, nodes  # noqa: E402
-from tests.jax.helpers import profile_with_trace as _profile, raw_op_times as _raw_op_times  # noqa: E402
+from tests.jax import nnx_workloads
+from tests.jax.helpers import assert_ops_match_the_trace, nodes
+from tests.jax.helpers import profile_with_trace as _profile, raw_op_times as _raw_op_times
 
 
 class Teacher(nn.Module):

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("jax")
 
-from jax.profiler import ProfileData  # noqa: E402
+from jax.profiler import ProfileData
 
-from dc_jax import trace  # noqa: E402
+from dc_jax import trace
 
 _STATS = {"hlo_op": 1, "hlo_module": 2, "run_id": 3, "device_ordinal": 4, "profile_start_time": 5}
 

@@ -11,12 +11,12 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 pytest.importorskip("optax")
 
-import flax.linen as nn  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import optax  # noqa: E402
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
 
-from tests.jax.helpers import assert_ops_match_the_trace, nodes, profile_with_trace  # noqa: E402
+from tests.jax.helpers import assert_ops_match_the_trace, nodes, profile_with_trace
 
 JAX_SCOPES = {"while", "body", "closed_call", "checkpoint", "rematted_computation", "cond", "branch_0_fun",
               "branch_1_fun"}

@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("lightning")
 
-from dc_core.store.logdir import load_profiles  # noqa: E402
-from dc_lightning import DeepContextCallback, is_available  # noqa: E402
+from dc_core.store.logdir import load_profiles
+from dc_lightning import DeepContextCallback, is_available
 
-from tests.conftest import module_calls  # noqa: E402
+from tests.conftest import module_calls
 
-from tests.lightning.workload import (  # noqa: E402
+from tests.lightning.workload import (
     DemoTransformerModule,
     SequentialModule,
     TinyGPTModule,

@@ -10,15 +10,15 @@ import pytest
 pytest.importorskip("tensorboard")
 pytest.importorskip("werkzeug")
 
-from tensorboard.backend.application import TensorBoardWSGI  # noqa: E402
-from tensorboard.plugins.base_plugin import TBContext  # noqa: E402
-from werkzeug.test import Client  # noqa: E402
+from tensorboard.backend.application import TensorBoardWSGI
+from tensorboard.plugins.base_plugin import TBContext
+from werkzeug.test import Client
 
-from dc_core.store.logdir import write_profile  # noqa: E402
-from dc_core.store.profile import Profile, Series  # noqa: E402
-from dc_core.tensorboard.plugin import DeepContextPlugin  # noqa: E402
-from dc_core.tensorboard.store import ProfileStore  # noqa: E402
-from dc_core.model.tree import tree_from_lists  # noqa: E402
+from dc_core.store.logdir import write_profile
+from dc_core.store.profile import Profile, Series
+from dc_core.tensorboard.plugin import DeepContextPlugin
+from dc_core.tensorboard.store import ProfileStore
+from dc_core.model.tree import tree_from_lists
 
 EVIL = "<img src=x onerror=alert(1)>"
 PREFIX = "/data/plugin/deepcontext"

@@ -53,9 +53,9 @@ def _write_profiles(logdir: Path, src: Path) -> str:
     """Real PyTorch profiles when torch is here (two runs, for the diff), plus
     a run whose names are hostile HTML; returns a word to search for."""
     try:
-        import torch  # noqa: F401
+        import torch
 
-        import dc_torch.demo  # noqa: F401
+        import dc_torch.demo
     except ImportError:
         for run, scale in (("run-a", 1), ("run-b", 2)):
             write_profile(make_profile(src, 0, (5, 8), scale), logdir, run)

@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-import torch  # noqa: E402
+import torch
 
-from dc_core.store.logdir import load_profiles  # noqa: E402
+from dc_core.store.logdir import load_profiles
 
 requires_cuda = pytest.mark.requires_cuda  # skipped without a device by tests/conftest.py
 

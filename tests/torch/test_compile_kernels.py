@@ -194,7 +194,7 @@ def _generated(namespace):
 
 def test_shims_time_each_call_site_in_turn_and_restore_the_originals():
     extern = SimpleNamespace(mm=lambda a, b: a * b, addmm=lambda a: a)
-    fused = lambda x: x + 1  # noqa: E731
+    fused = lambda x: x + 1
     namespace = {"cpp_fused_0": fused, "extern_kernels": extern}
     hub = _FakeHub()
     generated = _generated(namespace)

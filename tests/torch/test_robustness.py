@@ -75,7 +75,7 @@ def test_threads_do_not_corrupt_the_profile(tmp_path):
             while not stop.is_set():
                 with torch.no_grad():
                     other(torch.randn(2, 8))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     worker = threading.Thread(target=background)
