@@ -194,24 +194,18 @@ def view(tree: Tree, name: str = "top-down", kinds: Iterable[str] = ()) -> View:
 
 
 def _flat_view(tree: Tree, kinds: set[str]) -> View:
+    """One row per frame under the root: node ``i + 1`` is ``fids[i]``."""
     totals = flat_totals(tree)
-    out = Tree()
     fids = [f for f in totals.frame_ids() if not kinds or tree.frames[f].kind in kinds]
-    nodes = [out.child(0, tree.frames[f]) for f in fids]
-    columns = {}
-    for side in ("incl", "excl"):
-        per_metric = getattr(totals, side)
-        columns[side] = {}
-        for metric, values in per_metric.items():
-            column = [0] * len(out)
-            column[0] = tree.total(metric) if side == "incl" else 0
-            for node, fid in zip(nodes, fids):
-                column[node] = values[fid]
-            columns[side][metric] = column
-    for metric, column in columns["excl"].items():
+    out = Tree()
+    for fid in fids:
+        out.child(0, tree.frames[fid])
+    excl = {m: [0, *(column[f] for f in fids)] for m, column in totals.excl.items()}
+    incl = {m: [tree.total(m), *(column[f] for f in fids)] for m, column in totals.incl.items()}
+    for metric, column in excl.items():
         out.excl[metric] = list(column)
         out.units[metric] = tree.units.get(metric, "")
-    return View("flat", out, columns["incl"], columns["excl"])
+    return View("flat", out, incl, excl)
 
 
 def bottom_up(tree: Tree, mode: str = "excl", kinds: Iterable[str] = (), max_callers: int = MAX_CALLERS,
