@@ -4,26 +4,30 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from ..export import FORMATS, SUFFIX, exporter
-from ..model.report import default_metric
+from ..export import FORMATS, PER_WINDOW, SUFFIX, exporter, window_exporter
+from ..model.report import METRIC_PREFERENCE, default_metric
+from ..store.profile import Profile
 from .common import CliError, add_read_options, fail, load_logdir
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("export", help="write profiles as Chrome trace, speedscope, pprof or Hatchet JSON")
+    p = subparsers.add_parser("export", help="write profiles as Chrome trace, speedscope, pprof, Hatchet or "
+                              "Thicket JSON")
     p.add_argument("logdir", help="directory holding DeepContext profiles (searched recursively); "
-                   "every profile found is exported to its own file")
+                   "every profile found is exported to its own file (thicket: every run's window, all its "
+                   "ranks together, to one file)")
     p.add_argument("--format", choices=FORMATS, required=True,
-                   help="chrome (chrome://tracing, Perfetto), speedscope, pprof (go tool pprof) or hatchet "
-                        "(GraphFrame.from_literal)")
+                   help="chrome (chrome://tracing, Perfetto), speedscope, pprof (go tool pprof), hatchet "
+                        "(GraphFrame.from_literal) or thicket (one Hatchet literal per rank plus its metadata; "
+                        "dc_core.export.thicket.load(path) gives a thicket.Thicket)")
     p.add_argument("--out", required=True, help="directory for the exported files")
     p.add_argument("--metric", default=None,
                    help="metric drawn as the flame chart's widths (chrome, speedscope), the default sample "
-                        "type (pprof) or Hatchet's default 'time' column: cpu_time_ns, device_time_ns, count, "
-                        "samples, alloc_bytes (default: the profile's main one, device time where there is any, "
-                        "else CPU time)")
+                        "type (pprof) or Hatchet's and Thicket's default 'time' column: cpu_time_ns, "
+                        "device_time_ns, count, samples, alloc_bytes (default: the profile's main one, device "
+                        "time where there is any, else CPU time; thicket: one for all ranks of a window)")
     p.add_argument("--rank", type=int, default=None, metavar="N",
                    help="export only rank N's profiles (default: every rank's)")
     add_read_options(p)
@@ -43,23 +47,68 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return fail(f"cannot create --out {args.out!r}: {exc.strerror}")
-    export = exporter(args.format)
     skipped = [f"skipped {error.file}: {error.message}" for error in errors]
-    exported = 0
+    usable = []
     for profile in profiles:
-        metric = args.metric or default_metric(profile.tree)
-        if args.metric and metric not in profile.tree.excl:
-            skipped.append(f"skipped {profile.source}: it has no metric {metric!r}")
-            continue
-        run_name = profile.run.replace("/", "_").strip(".") or "run"
-        name = f"{run_name}-rank{profile.rank}-steps{profile.steps[0]}-{profile.steps[1] - 1}{SUFFIX[args.format]}"
-        try:
-            (out / name).write_bytes(export(profile, metric))
-        except OSError as exc:
-            skipped.append(f"skipped {profile.source}: cannot write {out / name}: {exc.strerror or exc}")
-            continue
-        print(out / name)
-        exported += 1
+        if args.metric and args.metric not in profile.tree.excl:
+            skipped.append(f"skipped {profile.source}: it has no metric {args.metric!r}")
+        else:
+            usable.append(profile)
+    if args.format in PER_WINDOW:
+        exported = _export_windows(usable, args.format, args.metric, out, skipped)
+    else:
+        exported = _export_each(usable, args.format, args.metric, out, skipped)
     for line in skipped:
         print(line)
     return 0 if profiles and exported == len(profiles) else 1
+
+
+def _export_each(profiles: Sequence[Profile], fmt: str, metric: str | None, out: Path, skipped: list[str]) -> int:
+    """One file per profile; returns how many were written."""
+    export = exporter(fmt)
+    exported = 0
+    for profile in profiles:
+        name = _file_name(profile.run, profile.steps, SUFFIX[fmt], profile.rank)
+        chosen = metric or default_metric(profile.tree)
+        exported += _write(out / name, lambda: export(profile, chosen), [profile], skipped)
+    return exported
+
+
+def _export_windows(profiles: Sequence[Profile], fmt: str, metric: str | None, out: Path,
+                    skipped: list[str]) -> int:
+    """One file per (run, window) holding its ranks; returns how many profiles were written."""
+    export = window_exporter(fmt)
+    windows: dict[tuple[str, tuple[int, int]], list[Profile]] = {}
+    for profile in profiles:
+        windows.setdefault((profile.run, tuple(profile.steps)), []).append(profile)
+    exported = 0
+    for (run_name, steps), ranks in sorted(windows.items()):
+        # One metric for the whole window: every rank's "time" column must mean
+        # the same thing, or Thicket's statistics across ranks compare apples and pears.
+        chosen = metric or min((default_metric(p.tree) for p in ranks), key=_preference)
+        name = _file_name(run_name, steps, SUFFIX[fmt])
+        exported += _write(out / name, lambda: export(ranks, chosen), ranks, skipped)
+    return exported
+
+
+def _preference(metric: str) -> int:
+    return METRIC_PREFERENCE.index(metric) if metric in METRIC_PREFERENCE else len(METRIC_PREFERENCE)
+
+
+def _file_name(run_name: str, steps: tuple[int, int], suffix: str, rank: int | None = None) -> str:
+    """``<run>[-rank<N>]-steps<first>-<last><suffix>``, the run's slashes flattened."""
+    flat = run_name.replace("/", "_").strip(".") or "run"
+    who = "" if rank is None else f"-rank{rank}"
+    return f"{flat}{who}-steps{steps[0]}-{steps[1] - 1}{suffix}"
+
+
+def _write(path: Path, render: Callable[[], bytes], profiles: Sequence[Profile], skipped: list[str]) -> int:
+    """Write ``render()`` to ``path`` and print it; on failure name each profile
+    it held as skipped. Returns how many profiles were written."""
+    try:
+        path.write_bytes(render())
+    except OSError as exc:
+        skipped.extend(f"skipped {p.source}: cannot write {path}: {exc.strerror or exc}" for p in profiles)
+        return 0
+    print(path)
+    return len(profiles)
