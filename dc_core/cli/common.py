@@ -16,7 +16,7 @@ from rich.progress import Progress
 from rich.segment import Segment
 from rich.text import Text
 
-from ..store.logdir import MAX_BYTES_ENV, find_profiles, max_profile_bytes, read_profile
+from ..store.logdir import MAX_BYTES_ENV, ProfileFile, find_profiles, max_profile_bytes, read_profile
 from ..store.profile import Profile, ProfileError
 
 
@@ -137,12 +137,8 @@ def add_read_options(parser: Any) -> None:
                         help=f"skip profile files larger than this (default: {MAX_BYTES_ENV} bytes, else 512 MiB)")
 
 
-def load_logdir(logdir: str, rank: int | None = None, quiet: bool = False,
-                max_bytes: int | None = None) -> tuple[list[Profile], list[ProfileError]]:
-    """Every readable profile under ``logdir`` (optionally one rank) and the errors.
-
-    Args:
-        max_bytes: Files over this size are skipped by name (default: `max_profile_bytes`).
+def list_logdir(logdir: str, rank: int | None = None, max_bytes: int | None = None) -> tuple[list[ProfileFile], int]:
+    """The profile files under ``logdir`` (optionally one rank's) and the size cap.
 
     Raises:
         CliError: the logdir does not exist or holds no DeepContext profile, or
@@ -159,10 +155,16 @@ def load_logdir(logdir: str, rank: int | None = None, quiet: bool = False,
     if not files:
         which = f" for rank {rank}" if rank is not None else ""
         raise CliError(f"no DeepContext profiles{which} under {logdir!r} (expected <run>/plugins/deepcontext/<rank>-<host>/steps-*.pb)")
+    return files, limit
+
+
+def read_files(files: list[ProfileFile], limit: int, quiet: bool = False,
+               where: str = "") -> tuple[list[Profile], list[ProfileError]]:
+    """Read ``files`` with a progress bar on a terminal; bad files are returned as errors."""
     profiles, errors = [], []
     show = not quiet and len(files) > 8 and sys.stderr.isatty()
     if not quiet and len(files) >= MANY_FILES and not show:  # a log, not a terminal: one line says what it is doing
-        print(f"deepcontext: reading {len(files):,} profiles under {logdir}", file=sys.stderr, flush=True)
+        print(f"deepcontext: reading {len(files):,} profiles under {where}", file=sys.stderr, flush=True)
     with Progress(console=Console(stderr=True), transient=True, disable=not show) as progress:
         task = progress.add_task("reading profiles", total=len(files))
         for file in files:
@@ -172,6 +174,20 @@ def load_logdir(logdir: str, rank: int | None = None, quiet: bool = False,
                 errors.append(exc)
             progress.advance(task)
     return profiles, errors
+
+
+def load_logdir(logdir: str, rank: int | None = None, quiet: bool = False,
+                max_bytes: int | None = None) -> tuple[list[Profile], list[ProfileError]]:
+    """Every readable profile under ``logdir`` (optionally one rank) and the errors.
+
+    Args:
+        max_bytes: Files over this size are skipped by name (default: `max_profile_bytes`).
+
+    Raises:
+        CliError: as `list_logdir`.
+    """
+    files, limit = list_logdir(logdir, rank, max_bytes)
+    return read_files(files, limit, quiet, logdir)
 
 
 def fail(message: str) -> int:

@@ -1,4 +1,5 @@
-"""``deepcontext report LOGDIR``: the context tree of every profile, per rank."""
+"""``deepcontext report LOGDIR``: the context tree of every profile, per rank;
+for a window of many ranks, one cross-rank tree and its outlier ranks."""
 
 from __future__ import annotations
 
@@ -16,13 +17,19 @@ from ..export.nested import dumps
 from ..store.profile import Profile
 from ..model.report import (
     Row, default_metric, describe_drops, format_value, metrics_with_values, profile_label, rank_step_stats,
-    rank_top_frames, report_json, tree_rows,
+    rank_top_frames, report_json, steps_text, tree_rows,
 )
 from ..model.kinds import UNITS
 from ..model.views import VIEWS, view
+from ..ensemble import Ensemble, cross_rank
+from ..ensemble.outliers import outliers, time_metric
+from ..ensemble.report import CROSS_RANK_FROM, merged_json
+from ..store.logdir import ProfileFile
 from .common import (
-    CliError, add_read_options, fail, hanging, load_logdir, make_console, middle_truncate, print_about_file,
+    MANY_FILES, CliError, add_read_options, fail, hanging, list_logdir, make_console, middle_truncate,
+    print_about_file, read_files,
 )
+from .ranks import print_cross_rank
 
 KIND_STYLE = {
     "phase": "bold magenta", "python": "cyan", "module": "green", "operator": "yellow",
@@ -46,7 +53,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--depth", type=int, default=None, help="print at most this many levels")
     p.add_argument("--min-percent", type=float, default=None,
                    help="hide nodes under this %% of the window (default 1 in the table, 0 in --json)")
-    p.add_argument("--rank", type=int, default=None, help="only this rank")
+    p.add_argument("--rank", type=int, default=None, help="only this rank (its own tree, however many ranks)")
+    p.add_argument("--ranks", choices=("merged", "all"), default="merged",
+                   help=f"windows of {CROSS_RANK_FROM} or more ranks: one cross-rank tree and the outlier ranks "
+                        "(merged, the default) or every rank's own tree (all)")
     p.add_argument("--metric", default=None, help="cpu_time_ns, device_time_ns, count, samples, alloc_bytes")
     p.add_argument("--limit", type=int, default=60, help="rows per profile")
     p.add_argument("--json", action="store_true",
@@ -62,18 +72,38 @@ def run(args: argparse.Namespace) -> int:
     if args.min_percent is not None and not 0.0 <= args.min_percent <= 100.0:
         return fail("--min-percent must be in [0, 100]")
     try:
-        profiles, errors = load_logdir(args.logdir, args.rank, quiet=args.json, max_bytes=args.max_bytes)
+        files, limit = list_logdir(args.logdir, args.rank, args.max_bytes)
     except CliError as exc:
         return fail(str(exc))
-    known = {m for p in profiles for m in p.tree.excl}
+    windows: dict[tuple[str, tuple[int, int]], list[ProfileFile]] = {}
+    for file in files:
+        windows.setdefault((file.run, file.steps), []).append(file)
+    many = [] if args.rank is not None or args.ranks == "all" else [
+        group for group in windows.values() if len({f.rank for f in group}) >= CROSS_RANK_FROM]
+    merged_files = {id(f) for group in many for f in group}
+    profiles, errors = read_files([f for f in files if id(f) not in merged_files], limit, args.json, args.logdir)
+    merged = []
+    for group in many:
+        if not args.json and len(group) >= MANY_FILES:
+            print(f"deepcontext: merging {len(group):,} ranks of {group[0].run} {steps_text(group[0].steps)}",
+                  file=sys.stderr, flush=True)
+        ensemble, group_errors = cross_rank(group, limit)
+        errors.extend(group_errors)
+        if ensemble.columns:
+            merged.append(ensemble)
+    known = {m for p in profiles for m in p.tree.excl} | {m for e in merged for m in e.incl}
     if args.metric is not None and args.metric not in known and args.metric not in UNITS:
-        have = sorted({m for p in profiles for m in metrics_with_values(p.tree)})
+        have = sorted({m for p in profiles for m in metrics_with_values(p.tree)} | {m for e in merged for m in e.incl})
         return fail(f"--metric {args.metric!r} is not in these profiles; they have: {', '.join(have)}")
+    found = [outliers(e, _merged_metric(e, args.metric)) for e in merged]
     if args.json:
         doc = report_json(profiles, errors, view=args.view, depth=args.depth,
                           min_fraction=(args.min_percent or 0.0) / 100.0, metric=args.metric)
+        if merged:
+            doc["merged"] = [merged_json(e, _merged_metric(e, args.metric), args.depth,
+                                         (args.min_percent or 0.0) / 100.0, o) for e, o in zip(merged, found)]
         sys.stdout.write(dumps(doc) + "\n")  # json's text, without its recursion (trees may be deep)
-        return 0 if profiles else 1
+        return 0 if profiles or merged else 1
     if args.min_percent is None:
         args.min_percent = 1.0
     console = make_console()
@@ -81,9 +111,16 @@ def run(args: argparse.Namespace) -> int:
         print_profile(console, profile, args)
     if len({p.rank for p in profiles}) > 1:
         print_ranks(console, profiles)
+    for ensemble, outlier_ranks in zip(merged, found):
+        print_cross_rank(console, ensemble, _merged_metric(ensemble, args.metric), outlier_ranks, args.depth,
+                         args.min_percent / 100.0, args.limit, KIND_STYLE)
     for error in errors:
         print_about_file(console, Text("skipped ", style="red"), error.file, error.message)
-    return 0 if profiles else 1
+    return 0 if profiles or merged else 1
+
+
+def _merged_metric(ensemble: Ensemble, metric: str | None) -> str:
+    return metric if metric in ensemble.incl else time_metric(ensemble)
 
 
 def print_profile(console: Console, profile: Profile, args: argparse.Namespace) -> None:

@@ -42,3 +42,23 @@ def op_name(name: str) -> str:
     name = _BACKWARD_SUFFIX.sub("", name) if name != "backward" else name
     name = name.rstrip("_") or name
     return _ALIASES.get(name, name)
+
+
+
+#: Collectives: c10d's ops (``c10d::allreduce_``) and the Python functions
+#: that call them (``torch.distributed.all_reduce``), NCCL kernels, XLA's
+#: collective HLOs (``all-reduce.3``, ``all-gather-start``) and JAX's
+#: ``psum``-family primitives. ``aten::gather``/``aten::scatter_`` are not.
+_COLLECTIVE_HLO = re.compile(
+    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start|-done)?(\.\d+)?$")
+_COLLECTIVE_PRIMITIVES = frozenset({"psum", "pmean", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
+                                    "psum_scatter", "reduce_scatter"})
+
+
+def is_collective(kind: str, name: str) -> bool:
+    """Whether a frame is a collective operator or kernel: time under it is
+    time a rank spends communicating or waiting for the other ranks."""
+    if kind not in ("operator", "kernel"):
+        return False
+    return (name.startswith(("c10d::", "torch.distributed.", "nccl", "ncclDevKernel", "ncclKernel"))
+            or bool(_COLLECTIVE_HLO.match(name)) or name in _COLLECTIVE_PRIMITIVES)

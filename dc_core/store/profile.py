@@ -37,6 +37,9 @@ class ProfileError(Exception):
         self.file = str(file)
         self.message = message
 
+    def __reduce__(self):  # picklable across worker processes (the default passes one argument)
+        return (ProfileError, (self.file, self.message))
+
 
 @dataclass
 class Series:

@@ -1,0 +1,222 @@
+"""A node's cost along a run: its value per window, and the nodes whose share
+of the window trends up.
+
+The input is an `Ensemble` of the windows of one rank (one column per
+window). A window's value is normalised per step, since windows may hold
+different step counts; its share is the node's inclusive value over the
+root's, which cancels a host that is uniformly slower in some windows.
+
+A rise is judged with the Mann–Kendall test (two-sided, tie-corrected normal
+approximation with continuity correction) and sized with the Theil–Sen slope:
+both are rank statistics, so one noisy window moves neither, unlike "every
+window above the last" (one dip hides a regression) or a least-squares fit
+(one outlier makes one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .outliers import time_metric  # noqa: F401  (the metric trends are judged in, re-exported)
+
+#: An ancestor is reported beside a rising descendant only if the descendants
+#: already reported explain less than this fraction of its own rise.
+EXPLAINED = 0.5
+
+
+@dataclass(frozen=True)
+class Point:
+    """One window of a node's series."""
+
+    steps: tuple[int, int]  # (start, end_exclusive)
+    value: float  # the node's inclusive metric per step of the window
+    share: float  # the node's inclusive metric over the window's (root's); 0 for an empty window
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A node whose share of the window rises across windows (see `trends`)."""
+
+    node: int
+    s: int  # Mann–Kendall S
+    z: float
+    p: float  # two-sided
+    slope: float  # Theil–Sen slope of the share, per step
+    rise: float  # slope × the steps spanned: share gained from the first window to the last
+    first_rise: int  # index (in step order) of the first window above the baseline, see `first_rise`
+    windows: tuple[tuple[int, int], ...]
+    shares: tuple[float, ...]
+
+
+def mann_kendall(values: Sequence[float]) -> tuple[int, float, float]:
+    """Mann–Kendall trend test of a series in time order.
+
+    Returns:
+        ``(S, z, p)``: S = Σ_{i<j} sign(x_j − x_i); z its normal score with
+        the tie-corrected variance and a continuity correction; p two-sided.
+        A constant series (variance 0) gives ``(0, 0.0, 1.0)``.
+    """
+    s, var = _s_and_var(np.asarray(values, dtype=np.float64)[None, :])
+    z, p = _z_and_p(s, var)
+    return int(s[0]), float(z[0]), float(p[0])
+
+
+def _s_and_var(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """S and Var(S) of every row of ``x`` (rows: series, columns: time)."""
+    rows, n = x.shape
+    s = np.zeros(rows, np.int64)
+    # One lag at a time: rows × (n − k) comparisons each, never the
+    # rows × n × n cube of all pairs at once (500 windows: 250,000 pairs a row).
+    for k in range(1, n):
+        s += np.sign(x[:, k:] - x[:, :-k]).astype(np.int64).sum(axis=1)
+    # Ties: Σ t(t−1)(2t+5) over each row's groups of equal values, from the
+    # lengths of runs in the sorted row (a new run starts each row too).
+    ordered = np.sort(x, axis=1)
+    starts = np.ones_like(ordered, dtype=bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    first = np.flatnonzero(starts.ravel())
+    length = np.diff(np.append(first, rows * n)).astype(np.float64)
+    ties = np.bincount(first // n, weights=length * (length - 1) * (2 * length + 5), minlength=rows)
+    var = (n * (n - 1) * (2 * n + 5) - ties) / 18.0
+    return s, var
+
+
+def _z_and_p(s: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    sd = np.sqrt(np.maximum(var, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 0, (s - np.sign(s)) / np.where(sd > 0, sd, 1.0), 0.0)
+    p = np.array([math.erfc(abs(v) / math.sqrt(2.0)) for v in z])
+    return z, p
+
+
+def theil_sen(x: Sequence[float], y: Sequence[float]) -> float:
+    """Median of the slopes between every pair of points with distinct x (0 if none)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    return float(np.median((y[j] - y[i])[keep] / dx[keep])) if keep.any() else 0.0
+
+
+def first_rise(x: Sequence[float], y: Sequence[float]) -> int:
+    """Index of the first window above the baseline: the least-squares hinge
+    ``y = a + b·max(0, x − x_k)`` (b > 0) over every kink ``k`` names the
+    last window of the flat start; the rise shows from window ``k + 1``.
+    A kink at the first window is a line through every window (a series
+    rising from the start gives 1). Returns 0 when no hinge rises."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(x) < 3:
+        return 0
+    h = np.maximum(0.0, x[None, :] - x[:-2, None])  # kinks at windows 0..n−3: two points at least after it
+    hc = h - h.mean(axis=1, keepdims=True)
+    yc = y - y.mean()
+    sxx, sxy = (hc * hc).sum(axis=1), hc @ yc
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
+    sse = np.where(b > 0, (yc * yc).sum() - b * sxy, np.inf)
+    return int(np.argmin(sse)) + 1 if np.isfinite(sse).any() else 0
+
+
+def window_order(ensemble) -> list[int]:
+    """Columns in step order (a stable sort: merge keeps the order given)."""
+    return sorted(range(len(ensemble.columns)), key=lambda c: ensemble.columns[c].steps)
+
+
+def _shares(ensemble, metric: str, order: list[int], nodes: np.ndarray | slice) -> np.ndarray:
+    """(nodes, windows) shares of the window, 0 where the window is empty or
+    the metric was not recorded."""
+    m = ensemble.incl.get(metric)
+    if m is None:
+        m = np.zeros((len(ensemble), len(ensemble.columns)), np.int64)
+    m = np.asarray(m)[:, order]
+    root = m[0].astype(np.float64)
+    return m[nodes].astype(np.float64) / np.where(root > 0, root, np.inf)
+
+
+def series(ensemble, node: int, metric: str) -> list[Point]:
+    """The node's value per step and share in each window, in step order.
+    A window without the node counts 0 (its column holds 0)."""
+    order = window_order(ensemble)
+    values = ensemble.values(metric, node)
+    shares = _shares(ensemble, metric, order, np.array([node]))[0]
+    out = []
+    for share, c in zip(shares, order):
+        column = ensemble.columns[c]
+        out.append(Point(tuple(column.steps), float(values[c]) / column.step_count, float(share)))
+    return out
+
+
+def trends(ensemble, metric: str, min_share: float = 0.02, alpha: float = 0.01,
+           min_rise: float = 0.0, min_windows: int = 8) -> list[Trend]:
+    """Nodes whose share of the window rises across the windows, largest rise first.
+
+    A node is tested when its share reaches ``min_share`` in some window,
+    all such nodes at once; it rises when Mann–Kendall gives S > 0 with
+    p < ``alpha`` and its Theil–Sen rise (share gained over the steps
+    spanned) is positive and at least ``min_rise``. With 500 windows the
+    test sees drifts of a tenth of a percent; ``min_rise`` keeps those out.
+
+    A rise shows in every ancestor too. Nodes are decided deepest first
+    (``parent[i] < i``, so in reverse index order) and an ancestor is
+    reported only if the rises already reported below it explain less than
+    `EXPLAINED` of its own: the deepest node that explains a rise names
+    it, and an ancestor that also rises for reasons of its own still shows.
+
+    Args:
+        ensemble: The windows of one rank, one column each.
+        metric: The metric shares are taken in (see `outliers.time_metric`).
+        min_share: Share a node must reach in some window to be tested.
+        alpha: Significance level of the two-sided test.
+        min_rise: Least share gained over the windows to report.
+        min_windows: Fewer windows than this give no trends.
+
+    Raises:
+        ValueError: two columns hold the same steps (not one rank's windows).
+    """
+    order = window_order(ensemble)
+    steps = [tuple(ensemble.columns[c].steps) for c in order]
+    if len(set(steps)) != len(steps):
+        raise ValueError("trends need the windows of one rank: several columns hold the same steps")
+    if len(order) < max(min_windows, 3) or metric not in ensemble.incl:
+        return []
+    shares = _shares(ensemble, metric, order, slice(None))
+    tested = np.flatnonzero(shares.max(axis=1) >= min_share)
+    tested = tested[tested > 0]  # the root's share is 1 in every non-empty window
+    if not len(tested):
+        return []
+    s, var = _s_and_var(shares[tested])
+    z, p = _z_and_p(s, var)
+    x = np.array([a for a, _ in steps], np.float64)
+    span = float(x[-1] - x[0])
+    rising: dict[int, Trend] = {}
+    for k in np.flatnonzero((s > 0) & (p < alpha)):
+        node = int(tested[k])
+        slope = theil_sen(x, shares[node])
+        if slope > 0 and slope * span >= min_rise:
+            rising[node] = Trend(node, int(s[k]), float(z[k]), float(p[k]), slope, float(slope * span),
+                                 first_rise(x, shares[node]), tuple(steps),
+                                 tuple(float(v) for v in shares[node]))
+    return sorted(_deepest(ensemble.parent, rising), key=lambda t: (-t.rise, t.p, t.node))
+
+
+def _deepest(parent: Sequence[int], rising: dict[int, Trend]) -> list[Trend]:
+    """The rising nodes not explained by rising nodes below them (see `trends`)."""
+    below = dict.fromkeys(rising, 0.0)  # rise explained by reported nodes under each rising node
+    out = []
+    for node in sorted(rising, reverse=True):
+        trend = rising[node]
+        reported = below[node] < EXPLAINED * trend.rise
+        if reported:
+            out.append(trend)
+        # Hand what this subtree explains to the nearest rising ancestor only,
+        # so nothing is counted twice on the way up.
+        up = parent[node]
+        while up > 0 and up not in rising:
+            up = parent[up]
+        if up > 0:
+            below[up] += trend.rise if reported else below[node]
+    return out
