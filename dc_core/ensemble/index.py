@@ -3,15 +3,15 @@ not read a thousand rank files again.
 
 Beside the profiles (``<run>/plugins/deepcontext/.index/steps-<first>-<last>/``),
 or under the user's cache directory when the logdir is read-only, an index
-holds ``meta.json`` (the merged tree's frames and parents, the columns, the
+holds ``meta.json`` (a checksum line, then the merged tree's frames and parents, the columns, the
 files that could not be read) and one ``<metric>.npy`` per metric: the
 (nodes × ranks) inclusive values, memory-mapped when read, so one node's
 distribution over ranks is one row read.
 
 An index is used only while it matches the files: their names, sizes and
 mtimes are hashed into its signature. One that does not match, or that fails
-any check on reading (it is a file like any other and may be damaged), is
-rebuilt; a failure to write one is logged and costs only the next reader's time.
+any check on reading (a checksum over its JSON and arrays, then every index
+and shape: it is a file like any other and may be damaged), is rebuilt; a failure to write one is logged and costs only the next reader's time.
 """
 
 from __future__ import annotations
@@ -107,9 +107,12 @@ def save_index(place: Path, sign: str, ensemble: Ensemble, errors: list[ProfileE
         place.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=place.parent))
         try:
+            body = json.dumps(meta).encode()
+            digest = hashlib.sha1(body)
             for i, metric in enumerate(ensemble.incl):
                 np.save(tmp / f"{i}.npy", np.ascontiguousarray(ensemble.incl[metric]), allow_pickle=False)
-            (tmp / _META).write_text(json.dumps(meta), encoding="utf-8")
+                digest.update((tmp / f"{i}.npy").read_bytes())
+            (tmp / _META).write_bytes(digest.hexdigest().encode() + b"\n" + body)
             if place.exists():  # a stale index: move it aside, then remove it
                 old = place.with_name(place.name + ".old")
                 shutil.rmtree(old, ignore_errors=True)
@@ -130,11 +133,17 @@ def load_index(place: Path, sign: str) -> tuple[Ensemble, list[ProfileError]] | 
     try:
         with open(place / _META, "rb") as handle:
             raw = handle.read(MAX_META_BYTES + 1)
-        if len(raw) > MAX_META_BYTES:
+        head, _, body = raw.partition(b"\n")
+        if len(raw) > MAX_META_BYTES or len(head) != 40:
             return None
-        meta = json.loads(raw)
+        meta = json.loads(body)
         if not isinstance(meta, dict) or meta.get("version") != INDEX_VERSION or meta.get("signature") != sign:
             return None
+        digest = hashlib.sha1(body)
+        for i in range(len(meta["metrics"])):
+            digest.update((place / f"{i}.npy").read_bytes())
+        if digest.hexdigest().encode() != head:
+            raise ValueError("its checksum does not match its contents")
         return _from_meta(place, meta)
     except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
         if not isinstance(exc, FileNotFoundError):

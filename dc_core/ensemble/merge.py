@@ -58,7 +58,7 @@ class Column:
 class Stats:
     """Per node, a metric's inclusive value across columns (absent = 0)."""
 
-    sum: np.ndarray
+    sum: np.ndarray  # float64
     mean: np.ndarray
     min: np.ndarray
     max: np.ndarray
@@ -139,7 +139,7 @@ class Ensemble:
             if m is None:
                 m = np.zeros((len(self), max(len(self.columns), 1)), np.int64)
             m = np.asarray(m)
-            total = m.sum(axis=1)
+            total = m.sum(axis=1, dtype=np.float64)  # float: a sum over thousands of ranks may pass int64
             mean = total / max(m.shape[1], 1)
             high = m.max(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -159,13 +159,24 @@ class Ensemble:
         (what a views/export function takes)."""
         excl = {}
         for metric in self.incl:
-            total = self.stats(metric).sum.astype(np.int64)
+            total = np.clip(self.stats(metric).sum, _INT64.min, _INT64.max).astype(np.int64)
             own = total.copy()
             if len(self) > 1:
                 np.subtract.at(own, np.asarray(self.parent[1:]), total[1:])
             excl[metric] = own.tolist()
         return Tree(frames=list(self.frames), parent=list(self.parent), frame=list(self.frame), excl=excl,
                     units={m: self.units.get(m, UNITS.get(m, "1")) for m in excl})
+
+
+_INT64 = np.iinfo(np.int64)
+
+
+def _int64(values: list[int]) -> np.ndarray:
+    """``values`` as int64, saturated (a damaged file's sums may not fit)."""
+    try:
+        return np.asarray(values, np.int64)
+    except OverflowError:
+        return np.asarray([min(max(v, _INT64.min), _INT64.max) for v in values], np.int64)
 
 
 class _Builder:
@@ -224,7 +235,7 @@ class _Builder:
             self.units.setdefault(metric, tree.units.get(metric, UNITS.get(metric, "1")))
             self._matrix(metric)
             self._rows(len(self.parent))
-            np.add.at(self.incl[metric][:, col], nodes, np.asarray(tree.inclusive(metric), np.int64))
+            np.add.at(self.incl[metric][:, col], nodes, _int64(tree.inclusive(metric)))
         self.columns.append(Column(profile.run, profile.rank, profile.host, tuple(profile.steps), source,
                                    tuple(profile.step_times_ns), profile.duration_ns))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -108,24 +109,42 @@ def test_index_is_rebuilt_when_a_rank_file_changes(tmp_path):
     assert e.stats("cpu_time_ns").max[mm] == 900 and e.columns[e.stats("cpu_time_ns").argmax[mm]].rank == 3
 
 
-@pytest.mark.parametrize("damage", ["truncate_npy", "bad_json", "wrong_shape", "bad_parent"])
+def read_meta(place):
+    return json.loads((place / "meta.json").read_bytes().split(b"\n", 1)[1])
+
+
+def write_meta(place, meta):
+    """Rewrite meta.json with a checksum that matches: only the structural checks can refuse it."""
+    body = json.dumps(meta).encode()
+    digest = hashlib.sha1(body)
+    for i in range(len(meta["metrics"])):
+        digest.update((place / f"{i}.npy").read_bytes())
+    (place / "meta.json").write_bytes(digest.hexdigest().encode() + b"\n" + body)
+
+
+@pytest.mark.parametrize("damage", ["truncate_npy", "bad_json", "wrong_shape", "flipped_value", "bad_parent"])
 def test_a_damaged_index_is_rebuilt_not_trusted(tmp_path, damage):
     files = write_ranks(tmp_path, [100 + r for r in range(index_mod.INDEX_FROM)])
     good, _ = cross_rank(files)
     place = index_mod.index_dirs(files)[0]
-    meta = json.loads((place / "meta.json").read_text())
+    meta = read_meta(place)
     if damage == "truncate_npy":
         (place / "0.npy").write_bytes((place / "0.npy").read_bytes()[:50])
     elif damage == "bad_json":
         (place / "meta.json").write_text("{" * 10_000)
     elif damage == "wrong_shape":
         np.save(place / "0.npy", np.zeros((3, 3), np.int64))
+        write_meta(place, meta)
+    elif damage == "flipped_value":  # a valid array with one wrong value: only the checksum tells
+        data = bytearray((place / "0.npy").read_bytes())
+        data[-3] ^= 0x10
+        (place / "0.npy").write_bytes(bytes(data))
     else:
         meta["parent"][2] = 5
-        (place / "meta.json").write_text(json.dumps(meta))
+        write_meta(place, meta)
     again, _ = cross_rank(files)
     assert np.array_equal(np.asarray(again.incl["cpu_time_ns"]), good.incl["cpu_time_ns"])
-    assert json.loads((place / "meta.json").read_text())["parent"] == good.parent  # rewritten
+    assert read_meta(place)["parent"] == good.parent  # rewritten
 
 
 def test_index_goes_to_the_cache_when_the_logdir_cannot_take_it(tmp_path, monkeypatch):

@@ -3,7 +3,9 @@ mutated (bit flips, truncation, inserted and deleted bytes, huge declared
 lengths, parent cycles, out-of-range references, odd strings, deep chains,
 huge and negative numbers, bad evidence) and fed to every reader: `decode`,
 the report (table and JSON, every view), each exporter, the processors, the
-analyzer, the CLI commands and the TensorBoard plugin's routes.
+analyzer, the cross-rank merge, the CLI commands and the TensorBoard plugin's
+routes. A damaged cross-rank index (its JSON and its arrays) is rebuilt, never
+trusted.
 
 Each case either gives a result or a *named* error (`ProfileError` naming the
 file; HTTP 4xx naming it, never 500) within `TIME_LIMIT_S`, and its peak
@@ -27,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
@@ -40,7 +43,10 @@ from dc_core.analyzer import analyze, analyze_ranks
 from dc_core.cli import main
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
-from dc_core.store.logdir import write_profile
+from dc_core.ensemble import cross_rank, merge
+from dc_core.ensemble.index import INDEX_FROM, index_dirs
+from dc_core.ensemble.report import merged_json
+from dc_core.store.logdir import find_profiles, write_profile
 from dc_core.model.processors import collapse_recursion, filter_kinds, merge_ranks, prune_small
 from dc_core.store.profile import Profile, ProfileError, decode, encode
 
@@ -50,7 +56,7 @@ TIME_LIMIT_S = 5.0
 MEMORY_LIMIT = 256 << 20
 DEFAULT_CASES = 2000
 #: Share of the cases each test runs: cheap ones more.
-SHARES = {"decode": 0.45, "readers": 0.3, "plugin": 0.175, "cli": 0.075}
+SHARES = {"decode": 0.42, "readers": 0.28, "plugin": 0.175, "cli": 0.075, "index": 0.05}
 
 
 def _cases(test: str) -> int:
@@ -380,6 +386,44 @@ def test_report_exporters_and_analyzer_give_a_result(base, mutations):
         findings = analyze(profile)
         assert all(f["rule"] and f["severity"] in ("critical", "warning", "info") for f in findings)
         analyze_ranks([profile, other])
+        ensemble, _ = merge([profile, other])
+        expected = tree.inclusive(metric)[0] + other.tree.inclusive(metric)[0]
+        assert ensemble.stats(metric).sum[0] == pytest.approx(expected) or expected >= 2**63
+        ensemble.tree()
+        assert dumps(merged_json(ensemble, metric)).startswith('{"run": ')
+
+
+# --- the cross-rank summary index ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def indexed_window(tmp_path_factory):
+    """A window of `INDEX_FROM` ranks, its merged ensemble and its saved index."""
+    root = tmp_path_factory.mktemp("index")
+    for rank in range(INDEX_FROM):
+        write_profile(model_profile(rank, scale=1 + rank % 3), root, "run")
+    files = find_profiles(root)
+    good, _ = cross_rank(files)
+    place = index_dirs(files)[0]
+    saved = {name: (place / name).read_bytes() for name in ("meta.json", "0.npy")}
+    return files, good, place, saved
+
+
+@fuzz("index")
+@given(mutations=st.lists(st.tuples(st.sampled_from(["meta.json", "0.npy"]),
+                                    st.sampled_from(sorted(BYTEWISE)), st.data()), min_size=1, max_size=3))
+def test_a_damaged_index_is_rebuilt_and_never_trusted(indexed_window, mutations):
+    files, good, place, saved = indexed_window
+    damaged = dict(saved)
+    for name, how, data in mutations:
+        damaged[name] = BYTEWISE[how][0](damaged[name], *data.draw(BYTEWISE[how][1]))
+    place.mkdir(parents=True, exist_ok=True)
+    for name, content in damaged.items():
+        (place / name).write_bytes(content)
+    with bounded(f"index {mutations!r:.300}"):
+        again, errors = cross_rank(files)
+    assert not errors and again.parent == good.parent and again.columns == good.columns
+    assert all(np.array_equal(np.asarray(again.incl[m]), good.incl[m]) for m in good.incl)
 
 
 # --- the CLI -----------------------------------------------------------------------
