@@ -8,7 +8,8 @@ work in one MLP, and the others wait for it in their all-reduce, so that step
 times stay equal (synchronous training) while compute does not. One planted
 node regresses from a given window on: its cost grows 6% per window.
 
-Usage from a benchmark::
+Usage: ``python benchmarks/synthetic.py LOGDIR --ranks 1024 [--windows N]``, or
+from a benchmark::
 
     from synthetic import write_run
     write_run(logdir, ranks=1024, windows=1)
@@ -127,3 +128,23 @@ def write_run(logdir: str | Path, ranks: int, windows: int = 1, run: str = "benc
             write_profile(rank_profile(rank, ranks, window, slow_rank=slow_rank, regress_from=regress_from,
                                        seed=seed), logdir, run)
     return ranks * windows
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="write a synthetic run of many ranks and windows")
+    parser.add_argument("logdir")
+    parser.add_argument("--ranks", type=int, default=1024)
+    parser.add_argument("--windows", type=int, default=1)
+    parser.add_argument("--run", default="gpt-ddp")
+    parser.add_argument("--slow-rank", type=int, default=None, help="default: 5/7 of the way through the ranks")
+    parser.add_argument("--regress-from", type=int, default=None, help="window from which a node regresses")
+    args = parser.parse_args()
+    slow = args.ranks * 5 // 7 if args.slow_rank is None else args.slow_rank
+    count = write_run(args.logdir, args.ranks, args.windows, args.run, slow_rank=slow, regress_from=args.regress_from)
+    print(f"{count:,} profiles under {args.logdir}/{args.run}; planted slow rank {slow}")
+
+
+if __name__ == "__main__":
+    main()
