@@ -6,7 +6,8 @@ lines, DDP's all-reduce in backward, an optimizer and a dataloader): about
 2,000 nodes. Ranks differ by seeded noise; one planted slow rank does 4× the
 work in one MLP, and the others wait for it in their all-reduce, so that step
 times stay equal (synchronous training) while compute does not. One planted
-node regresses from a given window on: its cost grows 6% per window.
+node regresses from a given window on: each window adds its original cost
+once more (a cache or a list growing with the run).
 
 Usage: ``python benchmarks/synthetic.py LOGDIR --ranks 1024 [--windows N]``, or
 from a benchmark::
@@ -33,7 +34,7 @@ SLOW_MODULE = "transformer.h.5.mlp"
 SLOW_FACTOR = 4.0
 REGRESS_MODULE = "transformer.h.7.attn"
 REGRESS_OP = "aten::softmax"
-REGRESS_GROWTH = 0.06
+REGRESS_GROWTH = 1.0  # the original cost added per window
 STEPS_PER_WINDOW = 2
 
 
@@ -79,7 +80,7 @@ def rank_profile(rank: int, world: int, window: int = 0, *, slow_rank: int | Non
                         grow = 1.0
                         if (regress_from is not None and window >= regress_from and name == REGRESS_MODULE
                                 and op == REGRESS_OP):
-                            grow = (1 + REGRESS_GROWTH) ** (window - regress_from + 1)
+                            grow = 1 + REGRESS_GROWTH * (window - regress_from + 1)
                         node = tree.child(src, Frame("operator", op, backward=phase == "backward"))
                         cpu = int(40_000 * (2 if phase == "backward" else 1) * scale * grow * noise())
                         kernel = tree.child(node, Frame("kernel", f"cpu_{op[6:]}_kernel", detail="cpu"))

@@ -15,7 +15,7 @@ import logging
 from typing import Any, Callable, Iterable, Mapping
 
 from ..store.profile import Profile
-from . import context, operators, phases, ranks, steps, system
+from . import context, operators, phases, ranks, steps, system, trends
 from ..model.kinds import SEVERITIES
 from .base import Window
 from .thresholds import DEFAULTS, Thresholds
@@ -47,6 +47,7 @@ RULES: dict[str, Callable[[Window], list[dict[str, Any]]]] = {
 RANK_RULES = {
     "load_imbalance": ranks.load_imbalance,
     "memory_growth": ranks.memory_growth_windows,
+    "share_trend": trends.share_trend,
 }
 
 RULE_IDS = tuple(dict.fromkeys([*RULES, *RANK_RULES]))
@@ -81,7 +82,7 @@ def analyze(profile: Profile, overrides: Mapping[str, float] | None = None) -> l
 
 def analyze_ranks(profiles: list[Profile], overrides: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """Findings that compare profiles: load imbalance between the ranks of a
-    window, memory growth across the windows of a rank. Each names its profile
+    window, memory growth and a node's rising share across the windows of a rank. Each names its profile
     in ``evidence`` (``run``, ``rank``, ``steps``); see `attach`."""
     thresholds = Thresholds(overrides)
     found = []

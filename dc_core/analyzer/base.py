@@ -32,6 +32,11 @@ def finding(
     }
 
 
+def located(p: Profile) -> dict[str, Any]:
+    """The evidence naming a finding's profile (see `dc_core.analyzer.attach`)."""
+    return {"run": p.run, "rank": p.rank, "steps": list(p.steps)}
+
+
 def percent(share: float) -> str:
     return f"{100 * share:.1f}%"
 

@@ -1,5 +1,6 @@
 """Rules over several profiles: ``load_imbalance`` across the ranks of one
-window, ``memory_growth`` across the windows of one rank.
+window (robust outlier ranks from `ROBUST_FROM` ranks on, a work ratio below),
+``memory_growth`` across the windows of one rank.
 
 A finding here names its profile in ``evidence`` (``run``, ``rank``,
 ``steps``); `attach` stores it in that profile.
@@ -10,14 +11,13 @@ from __future__ import annotations
 from statistics import median
 from typing import Any, Callable, Iterable
 
-from ..store.profile import Profile
+from ..ensemble import PATH_SEP, merge
+from ..ensemble.outliers import ROBUST_FROM, outliers
+from ..model.opnames import is_collective
 from ..model.tree import Frame
-from .base import Window, finding, ms, percent
+from ..store.profile import Profile
+from .base import Window, finding, located, ms, percent
 from .thresholds import Thresholds
-
-
-def _where(p: Profile) -> dict[str, Any]:
-    return {"run": p.run, "rank": p.rank, "steps": list(p.steps)}
 
 
 class _Paths:
@@ -60,7 +60,9 @@ def _common_work(windows: dict[int, Window], paths: _Paths) -> dict[int, int]:
     nodes: dict[int, dict[int, int]] = {}  # rank -> path id -> node
     for rank, w in windows.items():
         path_of = {n: pid for pid, n in paths.keyed(w).items()}
-        nodes[rank] = {path_of[op]: op for op in w.top_ops}
+        # a collective's time is the wait for the slowest rank: not work every rank shares
+        nodes[rank] = {path_of[op]: op for op in w.top_ops
+                       if not is_collective(w.tree.node_frame(op).kind, w.tree.node_frame(op).name)}
         for pid, op in nodes[rank].items():
             counts.setdefault(pid, {})[rank] = w.tree.value(op, "count")
     common = [pid for pid, per_rank in counts.items()
@@ -128,12 +130,64 @@ def load_imbalance(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any
     for _, by_rank in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if len(by_rank) < 2:
             continue
+        if len(by_rank) >= ROBUST_FROM:
+            found = _outlier_rank(by_rank, t)
+            if found:
+                out.append(found)
+                continue
         windows = {r: Window(p, t) for r, p in by_rank.items()}
         paths = _Paths(windows.values())
-        found = _straggler(windows, paths, t) or _share_difference(windows, t, paths)
+        found = (_straggler(windows, paths, t) if len(by_rank) < ROBUST_FROM else None) \
+            or _share_difference(windows, t, paths)
         if found:
             out.append(found)
     return out
+
+
+def _outlier_rank(by_rank: dict[int, Profile], t: Thresholds) -> dict[str, Any] | None:
+    """With `ROBUST_FROM` ranks or more: the most outlying rank by robust
+    z-score of its step, compute or phase time (`dc_core.ensemble.outliers`),
+    with the node holding its excess and that node's heaviest parts. Time in
+    collectives is not compute, so the ranks waiting for a slow one are not
+    named."""
+    ensemble, _ = merge([by_rank[r] for r in sorted(by_rank)])
+    found = outliers(ensemble, z=t["load_imbalance.z"], min_excess=t["load_imbalance.min_excess"])
+    if not found:
+        return None
+    top = found[0]
+    slow = by_rank[top.rank]
+    frames = [ensemble.node_frame(n) for n in ensemble.path(top.node)]
+    node = _node_by_frames(slow.tree, frames)
+    where = PATH_SEP.join(f.label() for f in frames) or "time outside the profiled context"
+    parts = ", ".join(f"{ensemble.node_frame(k).label()} +{ms(v)}" for k, v in top.explain[:3])
+    others = [o.rank for o in found[1:]]
+    return finding(
+        "load_imbalance", "warning",
+        f"rank {top.rank} is an outlier among {len(by_rank)} ranks: its {top.measure} time per step is "
+        f"{ms(top.value)} against a median of {ms(top.median)} ({top.ratio:.2f}x, robust z {top.z:.1f}); its extra "
+        f"{ms(top.excess)} per step is in {where}" + (f" ({parts})" if parts else "")
+        + (f"; other outlier ranks: {', '.join(map(str, others[:8]))}" if others else ""),
+        "even out the work: check data sharding (sequence lengths per rank), rank-specific work "
+        "(logging or checkpointing on rank 0), and the named node on that rank; the other ranks wait for it "
+        "in their collectives",
+        slow.tree, node,
+        {**located(slow), "measure": top.measure, "ratio": round(top.ratio, 3), "z": round(top.z or 0.0, 2),
+         "value_ns": int(top.value), "median_ns": int(top.median), "wait_ns": int(top.wait),
+         "nodes": [{"path": [ensemble.node_frame(n).label() for n in ensemble.path(k)], "excess_ns": int(v)}
+                   for k, v in top.explain],
+         "outlier_ranks": [o.rank for o in found]},
+    )
+
+
+def _node_by_frames(tree, frames: list[Frame]) -> int:
+    """The node of ``tree`` at this path of frames (0 when it has none)."""
+    node = 0
+    for frame in frames:
+        found = tree.find_child(node, frame)
+        if found is None:
+            return node
+        node = found
+    return node
 
 
 def _straggler(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict[str, Any] | None:
@@ -164,7 +218,7 @@ def _straggler(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict
         "even out the work: check data sharding (sequence lengths per rank), rank-specific work "
         "(logging or checkpointing on rank 0), and the named node on that rank",
         slow.tree, node,
-        {**_where(slow.profile), "measure": measure, "ratio": round(ratio, 3),
+        {**located(slow.profile), "measure": measure, "ratio": round(ratio, 3),
          "step_time_ratio": round(step[rank] / med if med else 0.0, 3),
          **({"work_ratio_per_rank": {str(r): round(v, 3) for r, v in sorted(work.items())}} if work else {}),
          "step_ns": int(step[rank]), "median_step_ns": int(med),
@@ -200,7 +254,7 @@ def _share_difference(windows: dict[int, Window], t: Thresholds, paths: _Paths) 
         f"{percent(low)} on another rank",
         "the ranks do different work here: check data sharding and rank-specific code paths",
         w.tree, node,
-        {**_where(w.profile), "share_per_rank": {str(r): round(per_rank.get(r, 0.0), 4) for r in sorted(windows)}},
+        {**located(w.profile), "share_per_rank": {str(r): round(per_rank.get(r, 0.0), 4) for r in sorted(windows)}},
     )
 
 
@@ -232,7 +286,7 @@ def memory_growth_windows(profiles: list[Profile], t: Thresholds) -> list[dict[s
             "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
             ".detach()), growing lists or caches, hooks that store activations",
             None, -1,
-            {**_where(last), "series": "rss_bytes", "windows": [list(p.steps) for p, _ in points],
+            {**located(last), "series": "rss_bytes", "windows": [list(p.steps) for p, _ in points],
              "median_bytes": [int(m) for m in medians], "growth_bytes": int(growth)},
         ))
     return out

@@ -62,8 +62,19 @@ DEFAULTS: dict[str, float] = {
     # the operators every rank runs equally often: host load stretches both alike), or,
     # doing the same work, its median step takes ratio x the ranks' median step time.
     "load_imbalance.ratio": 1.2,
+    "load_imbalance.z": 3.5,  # robust z-score (median/MAD) of an outlier rank, from 8 ranks on
+    "load_imbalance.min_excess": 0.03,  # ...which must also exceed the median rank by this fraction
     "load_imbalance.share_diff": 0.20,  # relative difference of a node's share
     "load_imbalance.min_share": 0.05,  # a node's share to compare; the shared work's share to weigh work by
+    # A node's share of the window rising across the windows of a rank (>= min_windows):
+    # Mann–Kendall p < alpha, for nodes reaching min_share in some window, reported when the
+    # Theil–Sen rise (share gained from the first window to the last) is >= min_rise; with
+    # hundreds of windows the test alone flags drifts of a tenth of a percent.
+    "share_trend.alpha": 0.01,
+    "share_trend.min_windows": 8,
+    "share_trend.min_share": 0.02,
+    "share_trend.min_rise": 0.01,
+    "share_trend.top": 3,  # rising nodes reported per rank
     "initialization_time.min_s": 60.0,
     "initialization_time.critical_s": 600.0,
 }

@@ -16,12 +16,12 @@ from rich.text import Text
 from ..export.nested import dumps
 from ..store.profile import Profile
 from ..model.report import (
-    Row, default_metric, describe_drops, format_value, metrics_with_values, profile_label, rank_step_stats,
+    REPORT_VERSION, Row, default_metric, describe_drops, format_value, metrics_with_values, profile_label, rank_step_stats,
     rank_top_frames, report_json, steps_text, tree_rows,
 )
 from ..model.kinds import UNITS
 from ..model.views import VIEWS, view
-from ..ensemble import Ensemble, cross_rank
+from ..ensemble import Ensemble, cross_rank, merge
 from ..ensemble.outliers import outliers, time_metric
 from ..ensemble.report import CROSS_RANK_FROM, merged_json
 from ..store.logdir import ProfileFile
@@ -30,6 +30,7 @@ from .common import (
     print_about_file, read_files,
 )
 from .ranks import print_cross_rank
+from .trend import print_trend, trend_json
 
 KIND_STYLE = {
     "phase": "bold magenta", "python": "cyan", "module": "green", "operator": "yellow",
@@ -57,6 +58,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--ranks", choices=("merged", "all"), default="merged",
                    help=f"windows of {CROSS_RANK_FROM} or more ranks: one cross-rank tree and the outlier ranks "
                         "(merged, the default) or every rank's own tree (all)")
+    p.add_argument("--trend", default=None, metavar="PATH|ID|top",
+                   help="instead of the trees: a node's cost per window along the run (its path of labels joined "
+                        "by ' › ' as the report prints them, or its id in --json's \"merged\"/trend output), or "
+                        "'top' for the nodes whose share of the window rises (Mann-Kendall, p < 0.01); "
+                        "for --rank N, else each run's lowest rank")
     p.add_argument("--metric", default=None, help="cpu_time_ns, device_time_ns, count, samples, alloc_bytes")
     p.add_argument("--limit", type=int, default=60, help="rows per profile")
     p.add_argument("--json", action="store_true",
@@ -75,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         files, limit = list_logdir(args.logdir, args.rank, args.max_bytes)
     except CliError as exc:
         return fail(str(exc))
+    if args.trend is not None:
+        return run_trend(args, files, limit)
     windows: dict[tuple[str, tuple[int, int]], list[ProfileFile]] = {}
     for file in files:
         windows.setdefault((file.run, file.steps), []).append(file)
@@ -117,6 +125,37 @@ def run(args: argparse.Namespace) -> int:
     for error in errors:
         print_about_file(console, Text("skipped ", style="red"), error.file, error.message)
     return 0 if profiles or merged else 1
+
+
+def run_trend(args: argparse.Namespace, files: list[ProfileFile], limit: int) -> int:
+    """``--trend``: per run, one rank's windows merged by path, and the series of the node asked for."""
+    by_run: dict[str, dict[int, list[ProfileFile]]] = {}
+    for file in files:
+        by_run.setdefault(file.run, {}).setdefault(file.rank, []).append(file)
+    console = make_console()
+    doc: dict[str, Any] = {"version": REPORT_VERSION, "profiles": [], "errors": [], "trend": []}
+    for run_name, ranks in sorted(by_run.items()):
+        rank = min(ranks)
+        windows = sorted(ranks[rank], key=lambda f: f.steps)
+        ensemble, errors = merge(windows, limit)
+        doc["errors"].extend({"file": e.file, "message": e.message} for e in errors)
+        if not ensemble.columns:
+            continue
+        try:
+            if args.json:
+                doc["trend"].append({"run": run_name, "rank": rank,
+                                     "trend": trend_json(ensemble, args.trend, args.metric)})
+            else:
+                console.print(Text.assemble((run_name, "bold"), f" rank {rank} \u00b7 {len(ensemble.columns)} windows "
+                                            f"from {steps_text(windows[0].steps)} to {steps_text(windows[-1].steps)}"))
+                print_trend(console, ensemble, args.trend, args.metric)
+        except ValueError as exc:
+            return fail(str(exc))
+        for error in errors if not args.json else ():
+            print_about_file(console, Text("skipped ", style="red"), error.file, error.message)
+    if args.json:
+        sys.stdout.write(dumps(doc) + "\n")
+    return 0 if doc["trend"] or not args.json else 1
 
 
 def _merged_metric(ensemble: Ensemble, metric: str | None) -> str:

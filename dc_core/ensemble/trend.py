@@ -7,10 +7,10 @@ different step counts; its share is the node's inclusive value over the
 root's, which cancels a host that is uniformly slower in some windows.
 
 A rise is judged with the Mann–Kendall test (two-sided, tie-corrected normal
-approximation with continuity correction) and sized with the Theil–Sen slope:
-both are rank statistics, so one noisy window moves neither, unlike "every
-window above the last" (one dip hides a regression) or a least-squares fit
-(one outlier makes one).
+approximation with continuity correction) and sized with the Theil–Sen slope
+over the windows since it started (`first_rise`): both are rank statistics,
+so one noisy window moves neither, unlike "every window above the last" (one
+dip hides a regression) or a least-squares fit (one outlier makes one).
 """
 
 from __future__ import annotations
@@ -39,17 +39,21 @@ class Point:
 
 @dataclass(frozen=True)
 class Trend:
-    """A node whose share of the window rises across windows (see `trends`)."""
+    """A node's share of the window across windows, with its trend statistics."""
 
     node: int
     s: int  # Mann–Kendall S
     z: float
     p: float  # two-sided
-    slope: float  # Theil–Sen slope of the share, per step
-    rise: float  # slope × the steps spanned: share gained from the first window to the last
-    first_rise: int  # index (in step order) of the first window above the baseline, see `first_rise`
+    slope: float  # Theil–Sen slope of the share per step, over the windows from the rise's start on
+    rise: float  # slope × the steps those windows span: the share the rise gained
+    first_rise: int  # index (in step order) of the first window above the baseline (`first_rise`); 0: none
     windows: tuple[tuple[int, int], ...]
     shares: tuple[float, ...]
+
+    def rises(self, alpha: float) -> bool:
+        """Whether the share rises: S > 0 at p < ``alpha`` and a positive slope."""
+        return self.s > 0 and self.p < alpha and self.slope > 0
 
 
 def mann_kendall(values: Sequence[float]) -> tuple[int, float, float]:
@@ -102,28 +106,79 @@ def theil_sen(x: Sequence[float], y: Sequence[float]) -> float:
     return float(np.median((y[j] - y[i])[keep] / dx[keep])) if keep.any() else 0.0
 
 
-def first_rise(x: Sequence[float], y: Sequence[float]) -> int:
-    """Index of the first window above the baseline: the least-squares hinge
-    ``y = a + b·max(0, x − x_k)`` (b > 0) over every kink ``k`` names the
-    last window of the flat start; the rise shows from window ``k + 1``.
-    A kink at the first window is a line through every window (a series
-    rising from the start gives 1). Returns 0 when no hinge rises."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    if len(x) < 3:
+#: A window is clearly above the baseline this many robust standard deviations
+#: (1.4826 × MAD) above the baseline's median.
+CLEAR_SIGMAS = 3.0
+#: Fewer baseline windows than this give no robust spread: a rise is not walked back over them.
+MIN_BASELINE = 8
+
+
+def first_rise(y: Sequence[float], x: Sequence[float] | None = None) -> int:
+    """Index of the first window clearly above the baseline, in a series in
+    time order (``x``: the windows' steps; by default their index).
+
+    Every split ``k`` is fitted by least squares with a flat baseline over
+    windows ``0..k`` and a free line over the rest (at least two windows), the
+    rest's mean above the baseline's. A free line fits a ramp and a jump (a
+    new code path) alike, which a continuous hinge does not. Compounding
+    growth is no line, though: its last windows outweigh its first, and the
+    best split comes late. So the rise is walked back from the split while
+    the window before it is clearly above the windows before that
+    (`CLEAR_SIGMAS`, over `MIN_BASELINE` windows or more).
+    A series rising from the start gives 1 (window 0 is its own baseline).
+    Returns 0 when no split rises.
+    """
+    y = np.asarray(y, np.float64)
+    n = len(y)
+    if n < 3:
         return 0
-    h = np.maximum(0.0, x[None, :] - x[:-2, None])  # kinks at windows 0..n−3: two points at least after it
-    hc = h - h.mean(axis=1, keepdims=True)
-    yc = y - y.mean()
-    sxx, sxy = (hc * hc).sum(axis=1), hc @ yc
+    x = np.arange(n, dtype=np.float64) if x is None else np.asarray(x, np.float64)
+    if x[-1] != x[0]:
+        x = (x - x.mean()) / (x[-1] - x[0])  # keep the sums of squares below from cancelling
+    head = np.arange(1, n - 1)  # windows in the baseline: 1..n−2, leaving the line two or more
+    sy, syy = np.cumsum(y)[: n - 2], np.cumsum(y * y)[: n - 2]
+    pre_mean = sy / head
+    pre_sse = syy - sy * pre_mean
+
+    def tail(v: np.ndarray) -> np.ndarray:  # sum over windows k+1.. for each split k
+        return np.cumsum(v[::-1])[::-1][1: n - 1]
+
+    m = (n - head).astype(np.float64)
+    tx, ty, txx, txy, tyy = tail(x), tail(y), tail(x * x), tail(x * y), tail(y * y)
+    vxx, vxy, vyy = txx - tx * tx / m, txy - tx * ty / m, tyy - ty * ty / m
     with np.errstate(divide="ignore", invalid="ignore"):
-        b = np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
-    sse = np.where(b > 0, (yc * yc).sum() - b * sxy, np.inf)
-    return int(np.argmin(sse)) + 1 if np.isfinite(sse).any() else 0
+        post_sse = vyy - np.where(vxx > 0, vxy * vxy / np.where(vxx > 0, vxx, 1.0), 0.0)
+    sse = np.where(ty / m > pre_mean, pre_sse + post_sse, np.inf)
+    if not np.isfinite(sse).any():
+        return 0
+    # A ramp's line also passes through the last flat window, so splitting
+    # before or after that window fits alike (to within its noise): take the
+    # latest split within two residual variances of the best.
+    best = sse.min()
+    tolerance = 2 * best / max(n - 4, 1) + 1e-12 * float((y * y).sum())
+    first = int(np.flatnonzero(sse <= best + tolerance)[-1]) + 1
+    while first - 1 >= MIN_BASELINE and _clearly_above(y[first - 1], y[: first - 1]):
+        first -= 1
+    return first
+
+
+def _clearly_above(value: float, base: np.ndarray) -> bool:
+    level = np.median(base)
+    return value > level + CLEAR_SIGMAS * 1.4826 * np.median(np.abs(base - level))
 
 
 def window_order(ensemble) -> list[int]:
-    """Columns in step order (a stable sort: merge keeps the order given)."""
-    return sorted(range(len(ensemble.columns)), key=lambda c: ensemble.columns[c].steps)
+    """Columns in step order.
+
+    Raises:
+        ValueError: two columns hold the same steps: the ensemble is not the
+            windows of one rank (a trend across ranks means nothing).
+    """
+    order = sorted(range(len(ensemble.columns)), key=lambda c: ensemble.columns[c].steps)
+    steps = [ensemble.columns[c].steps for c in order]
+    if any(a == b for a, b in zip(steps, steps[1:])):
+        raise ValueError("a trend needs the windows of one rank: several profiles hold the same steps")
+    return order
 
 
 def _shares(ensemble, metric: str, order: list[int], nodes: np.ndarray | slice) -> np.ndarray:
@@ -156,9 +211,10 @@ def trends(ensemble, metric: str, min_share: float = 0.02, alpha: float = 0.01,
 
     A node is tested when its share reaches ``min_share`` in some window,
     all such nodes at once; it rises when Mann–Kendall gives S > 0 with
-    p < ``alpha`` and its Theil–Sen rise (share gained over the steps
-    spanned) is positive and at least ``min_rise``. With 500 windows the
-    test sees drifts of a tenth of a percent; ``min_rise`` keeps those out.
+    p < ``alpha`` and its rise (the Theil–Sen slope over the windows from
+    the rise's start on, times the steps they span; see `_trend`) is
+    positive and at least ``min_rise``. With 500 windows the test sees
+    drifts of a tenth of a percent; ``min_rise`` keeps those out.
 
     A rise shows in every ancestor too. Nodes are decided deepest first
     (``parent[i] < i``, so in reverse index order) and an ancestor is
@@ -171,16 +227,14 @@ def trends(ensemble, metric: str, min_share: float = 0.02, alpha: float = 0.01,
         metric: The metric shares are taken in (see `outliers.time_metric`).
         min_share: Share a node must reach in some window to be tested.
         alpha: Significance level of the two-sided test.
-        min_rise: Least share gained over the windows to report.
+        min_rise: Least share the rise gained to report.
         min_windows: Fewer windows than this give no trends.
 
     Raises:
-        ValueError: two columns hold the same steps (not one rank's windows).
+        ValueError: two columns hold the same steps (see `window_order`).
     """
     order = window_order(ensemble)
     steps = [tuple(ensemble.columns[c].steps) for c in order]
-    if len(set(steps)) != len(steps):
-        raise ValueError("trends need the windows of one rank: several columns hold the same steps")
     if len(order) < max(min_windows, 3) or metric not in ensemble.incl:
         return []
     shares = _shares(ensemble, metric, order, slice(None))
@@ -191,16 +245,33 @@ def trends(ensemble, metric: str, min_share: float = 0.02, alpha: float = 0.01,
     s, var = _s_and_var(shares[tested])
     z, p = _z_and_p(s, var)
     x = np.array([a for a, _ in steps], np.float64)
-    span = float(x[-1] - x[0])
     rising: dict[int, Trend] = {}
     for k in np.flatnonzero((s > 0) & (p < alpha)):
         node = int(tested[k])
-        slope = theil_sen(x, shares[node])
-        if slope > 0 and slope * span >= min_rise:
-            rising[node] = Trend(node, int(s[k]), float(z[k]), float(p[k]), slope, float(slope * span),
-                                 first_rise(x, shares[node]), tuple(steps),
-                                 tuple(float(v) for v in shares[node]))
+        trend = _trend(node, int(s[k]), float(z[k]), float(p[k]), x, steps, shares[node])
+        if trend.slope > 0 and trend.rise >= min_rise:
+            rising[node] = trend
     return sorted(_deepest(ensemble.parent, rising), key=lambda t: (-t.rise, t.p, t.node))
+
+
+def trend_of(ensemble, node: int, metric: str) -> Trend:
+    """One node's `Trend`, whether or not it rises (see `Trend.rises`)."""
+    order = window_order(ensemble)
+    steps = [tuple(ensemble.columns[c].steps) for c in order]
+    shares = _shares(ensemble, metric, order, np.array([node]))[0]
+    s, z, p = mann_kendall(shares)
+    return _trend(node, s, z, p, np.array([a for a, _ in steps], np.float64), steps, shares)
+
+
+def _trend(node: int, s: int, z: float, p: float, x: np.ndarray, steps: list, shares: np.ndarray) -> Trend:
+    """Size the rise over the windows from its start on (the last baseline
+    window and after): a regression in the last fifth of a run would
+    otherwise get the flat majority's slope, about 0, from Theil–Sen."""
+    first = first_rise(shares, x) if s > 0 else 0
+    since = max(first - 1, 0)
+    slope = theil_sen(x[since:], shares[since:])
+    rise = float(slope * (x[-1] - x[since])) if len(x) else 0.0
+    return Trend(node, s, z, p, slope, rise, first, tuple(steps), tuple(float(v) for v in shares))
 
 
 def _deepest(parent: Sequence[int], rising: dict[int, Trend]) -> list[Trend]:

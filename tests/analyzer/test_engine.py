@@ -16,6 +16,7 @@ ISSUE_RULES = {
     "hotspot", "backward_imbalance", "dtype_conversion", "layout_conversion", "small_ops", "unfused_norm",
     "host_sync", "optimizer_unfused", "dataloader_bottleneck", "gpu_idle", "step_outlier", "low_gpu_utilization",
     "cpu_bottleneck", "io_bottleneck", "batch_size", "memory_growth", "load_imbalance", "initialization_time",
+    "share_trend",
 }
 
 

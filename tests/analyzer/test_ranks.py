@@ -1,5 +1,7 @@
 """load_imbalance across ranks and memory_growth across windows."""
 
+import pytest
+
 from dc_core.analyzer import analyze_ranks, attach
 
 from tests.analyzer.helpers import MS, line, only, profile, series
@@ -97,3 +99,21 @@ def test_memory_growth_across_windows_quiet_when_flat():
     for p in windows:
         p.system = [series("rss_bytes", [2**30] * 5)]
     assert analyze_ranks(windows) == []
+
+
+def test_many_ranks_name_the_outlier_rank_and_its_nodes_not_the_waiting_ranks():
+    import random
+
+    from tests.core.test_outliers import ddp_rank
+
+    rng = random.Random(11)
+    profiles = [ddp_rank(rank, 9, rng) for rank in range(16)]
+    found = [f for f in analyze_ranks(profiles) if f["rule"] == "load_imbalance"]
+    assert len(found) == 1
+    f = found[0]
+    assert f["severity"] == "warning" and f["evidence"]["rank"] == 9
+    assert f["evidence"]["outlier_ranks"] == [9]  # the 15 ranks waiting in all-reduce are not slow
+    assert f["path"][:3] == ["forward", "train.py:40 train", "blocks.0.mlp"]
+    assert "rank 9 is an outlier among 16 ranks" in f["message"] and "blocks.0.mlp" in f["message"]
+    assert f["path"][-1] == "aten::linear"  # all of the excess is in the one operator
+    assert f["evidence"]["value_ns"] - f["evidence"]["median_ns"] == pytest.approx(500_000, rel=0.05)

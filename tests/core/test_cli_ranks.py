@@ -1,4 +1,5 @@
-"""`deepcontext report` on a window of many ranks: the cross-rank tree and the outliers by default."""
+"""`deepcontext report` on a window of many ranks (the cross-rank tree and the
+outliers by default) and on many windows (``--trend``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import random
 import pytest
 
 from dc_core.cli import main
+from dc_core.model.tree import tree_from_lists
 from dc_core.store.logdir import write_profile
+from dc_core.store.profile import Profile
 from tests.core.test_outliers import ddp_rank
 
 
@@ -63,3 +66,40 @@ def test_few_ranks_keep_todays_report(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "cross-rank" not in out and "step time per rank" in out
+
+
+def write_windows(root, count=12, rise_from=6):
+    """One rank, ``count`` windows of 2 steps; ``aten::cat`` grows from ``rise_from`` on."""
+    rng = random.Random(4)
+    for w in range(count):
+        cat = 50_000 * (1 + max(0, w - rise_from + 1))
+        mm = int(1_000_000 * rng.uniform(0.98, 1.02))
+        tree = tree_from_lists(("forward", ("python:train|train.py:40", f"aten::mm @cpu_time_ns={mm},count=2",
+                                             f"aten::cat @cpu_time_ns={cat},count=2")))
+        write_profile(Profile(tree=tree, steps=(100 * w, 100 * w + 2), step_times_ns=[1, 1]), root, "long")
+
+
+def test_trend_of_a_path_and_the_top_rising_node(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    write_windows(tmp_path)
+    path = "forward › train.py:40 train › aten::cat"
+    assert main(["report", str(tmp_path), "--trend", path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (entry,) = doc["trend"]
+    assert entry["run"] == "long" and entry["rank"] == 0 and doc["profiles"] == []
+    trend = entry["trend"]
+    assert trend["node"]["path"] == path.split(" › ")
+    assert [p["steps"] for p in trend["points"]] == [[100 * w, 100 * w + 2] for w in range(12)]
+    assert [p["value"] for p in trend["points"]] == [25_000.0] * 6 + [25_000.0 * k for k in range(2, 8)]
+    assert trend["mann_kendall"]["p"] < 0.01 and trend["first_rise_step"] == 600
+    assert main(["report", str(tmp_path), "--trend", "top"]) == 0
+    out = capsys.readouterr().out
+    assert "long rank 0 · 12 windows from step" in out and "rising from step 600" in out
+    assert out.count("trend of node") == 1 and "forward › train.py:40 train › aten::cat" in out
+
+
+def test_trend_of_an_unknown_path_names_it(tmp_path, capsys):
+    write_windows(tmp_path)
+    assert main(["report", str(tmp_path), "--trend", "forward › train.py:40 train › aten::ca"]) == 2
+    err = capsys.readouterr().err
+    assert "--trend 'forward › train.py:40 train › aten::ca': no such path" in err and "aten::cat" in err
