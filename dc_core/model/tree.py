@@ -63,8 +63,10 @@ class Tree:
     def __post_init__(self) -> None:
         self._children: list[list[int]] | None = None
         self._incl: dict[str, list[int]] = {}
-        self._frame_ids = {f: i for i, f in enumerate(self.frames)}
+        self._frame_ids: dict[Frame, int] | None = None  # built on first lookup: readers rarely need it
         self._child_of: dict[tuple[int, int], int] | None = None
+        self._ordered: bool | None = None  # parent[i] < i for every node (cached by `topdown`)
+        self._ordered_len = 0
 
     def __len__(self) -> int:
         return len(self.parent)
@@ -74,10 +76,16 @@ class Tree:
         return list(self.excl)
 
     # --- building -------------------------------------------------------
+    def _ids(self) -> dict[Frame, int]:
+        if self._frame_ids is None:
+            self._frame_ids = {f: i for i, f in enumerate(self.frames)}
+        return self._frame_ids
+
     def intern(self, frame: Frame) -> int:
-        index = self._frame_ids.get(frame)
+        ids = self._ids()
+        index = ids.get(frame)
         if index is None:
-            index = self._frame_ids[frame] = len(self.frames)
+            index = ids[frame] = len(self.frames)
             self.frames.append(frame)
         return index
 
@@ -97,7 +105,7 @@ class Tree:
 
     def find_child(self, parent: int, frame: Frame) -> int | None:
         """The node for ``frame`` under ``parent`` if there is one (nothing is inserted)."""
-        fid = self._frame_ids.get(frame)
+        fid = self._ids().get(frame)
         return None if fid is None else self._child_index().get((parent, fid))
 
     def _child_index(self) -> dict[tuple[int, int], int]:
@@ -116,6 +124,7 @@ class Tree:
     def _invalidate(self) -> None:
         self._children = None
         self._incl.clear()
+        self._ordered = None
 
     # --- reading --------------------------------------------------------
     def node_frame(self, node: int) -> Frame:
@@ -150,7 +159,10 @@ class Tree:
     def topdown(self) -> Sequence[int]:
         """Every node after its parent: index order, as trees are built; a
         preorder for one assembled otherwise."""
-        if all(p < i for i, p in enumerate(self.parent) if i):
+        if self._ordered is None or len(self.parent) != self._ordered_len:
+            self._ordered = all(p < i for i, p in enumerate(self.parent) if i)
+            self._ordered_len = len(self.parent)
+        if self._ordered:
             return range(len(self.parent))
         return list(self.preorder())
 

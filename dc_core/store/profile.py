@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from . import profile_pb2
@@ -148,18 +149,20 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
     t = msg.tree
     n = len(t.parent)
     try:
-        if any(f.kind >= len(KINDS) for f in t.frames):
-            raise ValueError("a frame has an unknown kind")
-        if any(max(f.name, f.file, f.detail) >= len(strings) for f in t.frames):
-            raise ValueError("a frame refers outside the string table")
-        frames = [
-            Frame(KINDS[f.kind], strings[f.name], strings[f.file], f.line, strings[f.detail], f.backward)
-            for f in t.frames
-        ]
+        kinds, count = len(KINDS), len(strings)
+        frames = []
+        for f in t.frames:  # one pass: attribute reads on protobuf messages are the cost here
+            kind, name, file, detail = f.kind, f.name, f.file, f.detail
+            if kind >= kinds:
+                raise ValueError("a frame has an unknown kind")
+            if name >= count or file >= count or detail >= count:
+                raise ValueError("a frame refers outside the string table")
+            frames.append(Frame(KINDS[kind], strings[name], strings[file], f.line, strings[detail], f.backward))
         parent = list(t.parent)
-        if n == 0 or len(t.frame) != n or parent[0] != -1:
+        frame = list(t.frame)
+        if n == 0 or len(frame) != n or parent[0] != -1:
             raise ValueError("tree columns are inconsistent")
-        if any(fr >= len(frames) for fr in t.frame):  # uint32: never negative
+        if max(frame) >= len(frames):  # uint32: never negative
             raise ValueError("a node refers outside the frames")
         if not _parents_first(parent):
             raise ValueError("parents do not form a tree")
@@ -173,7 +176,7 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
     tree = Tree(
         frames=frames,
         parent=parent,
-        frame=list(t.frame),
+        frame=frame,
         excl={m.name: list(m.values) for m in t.metrics},
         units={m.name: m.unit for m in t.metrics},
     )
@@ -206,7 +209,10 @@ def _parents_first(parent: list[int]) -> bool:
     tree rooted at node 0" means for a file: no cycle, no second root, every
     node reachable from the root, and index order is a top-down order.
     """
-    return all(0 <= p < i for i, p in enumerate(parent) if i)
+    if len(parent) < 64:
+        return all(0 <= p < i for i, p in enumerate(parent) if i)
+    p = np.asarray(parent[1:], np.int64)
+    return bool(((p >= 0) & (p < np.arange(1, len(parent)))).all())
 
 
 def _finding(f: profile_pb2.Finding, index: int) -> dict[str, Any]:
