@@ -1,11 +1,17 @@
-"""The DeepContext tab on a 100k-node profile: every API response < 300 ms,
-first render < 1.5 s in headless Chromium.
+"""The DeepContext tab on a 100k-node profile: every API response < 240 ms,
+first render < 1.2 s in headless Chromium (the 300 ms and 1.5 s budgets with
+a 20% margin); exits 1, printing OVER, when either is missed.
 
 API timings are taken in-process (TensorBoard's WSGI app, werkzeug Client),
 each route cold (first request after start: the profile is read then) and
-warm (best of 5). First render: a real ``tensorboard --logdir`` and Chromium,
-from navigation to the tree's first rows, with the profile already loaded
-(a warm server, as when TensorBoard stays open during training) and cold.
+warm (best of 5); the budget holds the slowest cold answer. First render: a
+real ``tensorboard --logdir`` and Chromium, with a cold server (the profile
+is read during the render) and a warm one (as when TensorBoard stays open
+during training). The time counted is the tab's: from the moment
+TensorBoard's page asks for the tab's frame (``plugin_entry.html``) to the
+tree's first rows. TensorBoard's own page (a 6 MB script bundle, parsed and
+run before any plugin's frame exists) comes first and takes 1-2 s on a
+2-core machine, whatever the plugin does; it is printed beside, unbudgeted.
 
 Usage: python benchmarks/tensorboard_plugin.py [--nodes N] [--no-browser]
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -25,7 +32,8 @@ from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile, Series
 from dc_core.model.tree import Frame, Tree
 
-BUDGET_API_S, BUDGET_RENDER_S = 0.300, 1.5
+#: The tab's budgets (300 ms per answer, 1.5 s to first rows) less a 20% margin.
+BUDGET_API_S, BUDGET_RENDER_S = 0.240, 1.2
 
 
 def synthetic(nodes: int, seed: int, steps: tuple[int, int]) -> Profile:
@@ -82,13 +90,14 @@ def api_timings(logdir: Path, node_count: int) -> list[tuple[str, float, float]]
     return results
 
 
-def render_timings(logdir: Path) -> tuple[float, float]:
-    """Seconds from navigation to the tree's rows: cold server, then warm."""
+def render_timings(logdir: Path) -> list[tuple[float, float]]:
+    """(seconds to the tree's rows from navigation, of which the tab's: from
+    its frame's request) per page load: a cold server first, then two warm."""
     from playwright.sync_api import sync_playwright
 
     from tests.tensorboard.test_browser import CHROMIUM, CHROMIUM_ARGS, _start_tensorboard
 
-    tmp = Path(tempfile.mkdtemp(prefix="dc-bench-tb-"))
+    tmp = Path(tempfile.mkdtemp(prefix="dc-bench-tb-"))  # TensorBoard's log, removed with it
     proc, url = _start_tensorboard(logdir, tmp)
     try:
         with sync_playwright() as p:
@@ -96,16 +105,20 @@ def render_timings(logdir: Path) -> tuple[float, float]:
             times = []
             for _ in range(3):
                 page = browser.new_page(viewport={"width": 1500, "height": 950})
+                entry = []
+                page.on("request", lambda r: entry.append(time.perf_counter()) if "/plugin_entry.html" in r.url else None)
                 start = time.perf_counter()
                 page.goto(url + "/#deepcontext")
                 page.frame_locator("iframe").locator(".rows .row.kind-row-phase").first.wait_for(timeout=60_000)
-                times.append(time.perf_counter() - start)
+                done = time.perf_counter()
+                times.append((done - start, done - entry[0]))
                 page.close()
             browser.close()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return times[0], min(times[1:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    return times
 
 
 def main() -> int:
@@ -114,22 +127,36 @@ def main() -> int:
     parser.add_argument("--no-browser", action="store_true", help="API timings only")
     args = parser.parse_args()
     logdir = Path(tempfile.mkdtemp(prefix="dc-bench-"))
+    try:
+        return run(logdir, args)
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+
+
+def run(logdir: Path, args: argparse.Namespace) -> int:
+    """Write the profiles, time the routes (and the browser), print; returns the exit status."""
     started = time.perf_counter()
     for seed, steps in ((0, (5, 8)), (1, (8, 11))):
         write_profile(synthetic(args.nodes, seed, steps), logdir, "bench")
     print(f"profiles: 2 windows x {args.nodes} nodes written in {time.perf_counter() - started:.1f} s")
-    worst = 0.0
+    worst = (0.0, "")
     print(f"{'route':<16} {'cold ms':>8} {'warm ms':>8}")
     for route, cold, warm in api_timings(logdir, args.nodes):
-        worst = max(worst, cold)
+        worst = max(worst, (cold, route))
         print(f"{route:<16} {cold * 1e3:8.1f} {warm * 1e3:8.1f}")
-    ok = worst < BUDGET_API_S
-    print(f"slowest API response {worst * 1e3:.0f} ms (budget {BUDGET_API_S * 1e3:.0f} ms): {'ok' if ok else 'OVER'}")
+    ok = worst[0] < BUDGET_API_S
+    print(f"slowest API response {worst[0] * 1e3:.0f} ms ({worst[1]}, cold; budget {BUDGET_API_S * 1e3:.0f} ms): "
+          f"{'ok' if ok else 'OVER'}")
     if not args.no_browser:
-        cold, warm = render_timings(logdir)
-        print(f"first render: {cold:.2f} s with a cold server, {warm:.2f} s warm (budget {BUDGET_RENDER_S} s): "
-              f"{'ok' if warm < BUDGET_RENDER_S else 'OVER'}")
-        ok = ok and warm < BUDGET_RENDER_S
+        (cold_all, cold), *warm_runs = render_timings(logdir)
+        warm_all, warm = min(warm_runs, key=lambda t: t[1])
+        render_ok = max(cold, warm) < BUDGET_RENDER_S
+        print(f"first render (the tab, from its frame's request to the tree's rows): {cold:.2f} s with a cold server, "
+              f"{warm:.2f} s warm (budget {BUDGET_RENDER_S} s): {'ok' if render_ok else 'OVER'}")
+        print(f"  with TensorBoard's own page before it: {cold_all:.2f} s cold, {warm_all:.2f} s warm (not budgeted)")
+        ok = ok and render_ok
+    if not ok:
+        print("OVER BUDGET", file=sys.stderr)
     return 0 if ok else 1
 
 

@@ -6,8 +6,12 @@ All functions take an `Index` and plain values and return JSON-ready data.
 from __future__ import annotations
 
 import heapq
+from operator import attrgetter
 
-from ..model.kinds import CONTEXT_KINDS
+import numpy as np  # a TensorBoard dependency
+
+from ..model.kinds import CONTEXT_KINDS, KINDS
+from .shape import Levels
 from .store import Index
 from .tables import frame_fields, node_row, total
 
@@ -16,19 +20,84 @@ from .tables import frame_fields, node_row, total
 MAX_PATH_ENTRIES = 100_000
 
 
-def _context_ids(index: Index) -> tuple[list[int], list[int]]:
-    """Per node: an id of its context path (the context frames under its
-    phase: Python lines, modules, compiled regions; backward flag ignored) and
-    its phase node (-1 if none).
+def _context_ids(index: Index) -> tuple[np.ndarray, np.ndarray]:
+    """Per node of a context kind: an id of its context path (the context
+    frames under its phase: Python lines, modules, compiled regions; backward
+    flag ignored), 0 for other nodes; and per node its phase node (-1 if none).
 
     Two nodes with the same context id are the same line of model code reached
     in different phases, e.g. a layer forward and the same layer backward.
     """
+    role = _ROLES[index.kind_codes()]
+    cid = _context_frames(index, role)
+    levels = index.levels()
+    if levels.levels is None:
+        ctx, phase = _context_ids_loop(index, cid.tolist(), role.tolist())
+    else:
+        ctx, phase = _context_ids_by_level(index, levels, cid, role)
+    return np.where(role[index.frame_array()] == 1, ctx, 0), phase
+
+
+#: Per kind (in `KINDS` order, then one for a kind outside it): 0 a phase,
+#: 1 a context kind, 2 anything else.
+_ROLES = np.array([0 if k == "phase" else 1 if k in CONTEXT_KINDS else 2 for k in KINDS] + [2], dtype=np.int64)
+
+
+def _context_frames(index: Index, role: np.ndarray) -> np.ndarray:
+    """Per frame id, an id that ignores the backward flag: the frame's own id,
+    or its forward twin's for a backward context frame that has one."""
+    frames = index.tree.frames
+    cid = np.arange(len(frames), dtype=np.int64)
+    backward = np.fromiter(map(attrgetter("backward"), frames), dtype=bool, count=len(frames))
+    flagged = np.flatnonzero(backward & (role == 1)).tolist()
+    if not flagged:  # the usual case: context frames are not flagged, only operators run by autograd
+        return cid
+    key = attrgetter("kind", "name", "file", "line", "detail")
+    wanted = {key(frames[f]): f for f in flagged}
+    for f in np.flatnonzero(~backward & (role == 1)).tolist():
+        twin = wanted.get(key(frames[f]))
+        if twin is not None:
+            cid[twin] = f
+    return cid
+
+
+def _context_ids_by_level(index: Index, levels: Levels, cid: np.ndarray, role: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Context ids (of every node: others carry their context's) a depth level at a time."""
     tree = index.tree
-    frames, frame, parent = tree.frames, tree.frame, tree.parent
-    identity: dict[tuple, int] = {}
-    cid = [identity.setdefault((f.kind, f.name, f.file, f.line, f.detail), len(identity)) for f in frames]
-    role = [0 if f.kind == "phase" else 1 if f.kind in CONTEXT_KINDS else 2 for f in frames]
+    n, frame, parent = len(tree), index.frame_array(), levels.parent
+    ctx, phase = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    width = int(cid.max(initial=0)) + 1
+    known, ids = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)  # key -> context id, sorted by key
+    for nodes in levels.levels:  # parents' ids are final before their children's are made
+        up = parent[nodes]
+        r = role[frame[nodes]]
+        ctx[nodes], phase[nodes] = ctx[up], phase[up]
+        phases = nodes[r == 0]
+        ctx[phases], phase[phases] = 0, phases
+        inner = nodes[r == 1]
+        if not inner.size:
+            continue
+        # The same (context above, frame) pair may recur at another depth (under
+        # an operator, say): ids are looked up across levels, not per level.
+        keys, where = np.unique(ctx[parent[inner]] * width + cid[frame[inner]], return_inverse=True)
+        at = np.searchsorted(known, keys)
+        found = at < len(known)
+        found[found] = known[at[found]] == keys[found]
+        value = np.empty(len(keys), dtype=np.int64)
+        value[found] = ids[at[found]]
+        fresh = ~found
+        value[fresh] = np.arange(len(known) + 1, len(known) + 1 + int(fresh.sum()))
+        ctx[inner] = value[where]
+        known, ids = np.concatenate([known, keys[fresh]]), np.concatenate([ids, value[fresh]])
+        order = np.argsort(known, kind="stable")
+        known, ids = known[order], ids[order]
+    return ctx, phase
+
+
+def _context_ids_loop(index: Index, cid: list[int], role: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """`_context_ids` one node at a time, for trees too deep for level passes."""
+    tree = index.tree
+    frame, parent = tree.frame, tree.parent
     keys: dict[tuple[int, int], int] = {}
     n = len(tree)
     ctx, phase = [0] * n, [-1] * n
@@ -47,17 +116,7 @@ def _context_ids(index: Index) -> tuple[list[int], list[int]]:
             ctx[node], phase[node] = value, phase[p]
         else:
             ctx[node], phase[node] = ctx[p], phase[p]
-    return ctx, phase
-
-
-def _context_members(index: Index) -> dict[int, list[int]]:
-    ctx, _ = index.memo(("context",), lambda: _context_ids(index))
-    frames, frame = index.tree.frames, index.tree.frame
-    out: dict[int, list[int]] = {}
-    for node, key in enumerate(ctx):
-        if key and frames[frame[node]].kind in CONTEXT_KINDS:
-            out.setdefault(key, []).append(node)
-    return out
+    return np.array(ctx, dtype=np.int64), np.array(phase, dtype=np.int64)
 
 
 def phase_split(index: Index, node: int) -> dict | None:
@@ -69,21 +128,23 @@ def phase_split(index: Index, node: int) -> dict | None:
     if context <= 0:
         return None
     ctx, phase = index.memo(("context",), lambda: _context_ids(index))
-    members = index.memo(("context_members",), lambda: _context_members(index))[ctx[context]]
+    members = np.flatnonzero(ctx == ctx[context]).tolist()
+    phase_of = phase[members].tolist()
+    incl = {m: index.incl(m) for m in index.metrics}
     phases: dict[str, dict] = {}
-    for member in members:
-        name = tree.node_frame(phase[member]).name if phase[member] > 0 else "other"
+    for member, at in zip(members, phase_of):
+        name = tree.node_frame(at).name if at > 0 else "other"
         entry = phases.setdefault(name, {"phase": name, "nodes": [], "incl": dict.fromkeys(index.metrics, 0)})
         entry["nodes"].append(member)
-        for m in index.metrics:
-            entry["incl"][m] += index.incl(m)[member]
+        for m, column in incl.items():
+            entry["incl"][m] += column[member]
     return {"context": node_row(index, context)["label"], "context_node": context, "phases": list(phases.values())}
 
 
 def node_details(index: Index, node: int, metric: str) -> dict:
     """Everything the details panel shows about ``node``."""
     tree = index.tree
-    path = [{"id": n, "label": index.labels()[tree.frame[n]], "kind": tree.node_frame(n).kind} for n in tree.path(node)]
+    path = [{"id": n, "label": index.label(tree.frame[n]), "kind": tree.node_frame(n).kind} for n in tree.path(node)]
     findings = [f for f in index.profile.findings if f.get("node", -1) == node]
     return {"node": node_row(index, node), "path": path, "split": phase_split(index, node),
             "findings": findings, "total": total(index, metric)}
@@ -107,7 +168,7 @@ def search(index: Index, query: str, metric: str, limit: int = 50) -> dict:
         budget -= len(path)
         if budget < 0 and matches:  # the rest of the matches are left out, as past ``limit``
             break
-        matches.append({"id": n, "label": index.labels()[frame[n]], "kind": index.tree.node_frame(n).kind,
+        matches.append({"id": n, "label": index.label(frame[n]), "kind": index.tree.node_frame(n).kind,
                         "incl": incl[n], "path": path})
     return {"query": query, "count": len(nodes), "frames": len(fids), "matches": matches,
             "total": total(index, metric)}
@@ -144,6 +205,6 @@ def flame(index: Index, root: int, metric: str, min_fraction: float = 0.002, max
                       "kind": fields["kind"], "backward": fields["backward"]})
         kids = sorted((k for k in index.children(node) if k in chosen), key=lambda k: (incl[k], -k))
         stack.extend((k, node) for k in kids)  # heaviest popped first
-    ancestors = [{"id": n, "label": index.labels()[tree.frame[n]]} for n in tree.path(root)[:-1]]
+    ancestors = [{"id": n, "label": index.label(tree.frame[n])} for n in tree.path(root)[:-1]]
     return {"root": root, "nodes": nodes, "ancestors": ancestors, "total": total(index, metric),
             "truncated": len(chosen) >= max_nodes}

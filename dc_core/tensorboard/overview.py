@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np  # a TensorBoard dependency
+
 from ..model import kinds
 from ..model.report import steps_text, window_label
 from ..store.profile import Profile, ProfileError
+from . import shape
 from .metadata import DATA_VERSION
 from .params import MAX_NODES_PER_REQUEST, NotFound, format_window
 from .store import Index, ProfileStore
@@ -60,13 +63,14 @@ def window(index: Index) -> dict:
         ts, vs = _downsample(s.t_ns, s.values)
         series.append({"name": s.name, "unit": s.unit, "device": s.device,
                        "t_s": [(t - origin) / 1e9 for t in ts], "values": vs})
-    labels, frame, size = index.labels(), index.tree.frame, len(index.tree)
-    present = {index.tree.frames[fid].kind for fid in set(frame[1:])}  # below the root
+    frame, size = index.tree.frame, len(index.tree)
+    used = np.bincount(index.frame_array()[1:], minlength=len(index.tree.frames)) > 0  # below the root
+    present = {kinds.KINDS[c] for c in np.unique(index.kind_codes()[used]).tolist() if c < len(kinds.KINDS)}
     findings = []
     for f in p.findings:
         node = f.get("node", -1)
         findings.append({**f, "node": node if 0 <= node < size else -1,
-                         "label": labels[frame[node]] if 0 < node < size else ""})
+                         "label": index.label(frame[node]) if 0 < node < size else ""})
     return {
         **index.ref.as_dict(), "label": window_label(index.ref.window, p.step_times_ns, p.env),
         "host": p.host, "framework": p.framework, "mode": p.mode, "world_size": p.world_size,
@@ -74,7 +78,7 @@ def window(index: Index) -> dict:
         "init_ns": p.init_ns, "nodes": size, "drops": dict(p.drops), "env": dict(p.env),
         "metrics": [m for m in kinds.METRICS if m in index.metrics],
         "kinds": [k for k in kinds.KINDS if k in present],
-        "totals": {m: index.incl(m)[0] for m in index.metrics},
+        "totals": {m: index.total(m) for m in index.metrics},
         "system": series, "findings": findings,
     }
 
@@ -84,10 +88,12 @@ def rank_summary(profile: Profile) -> dict:
     tree = profile.tree
     totals = {m: sum(col) for m, col in tree.excl.items()}
     phases: dict[str, dict[str, int]] = {}
-    for node, parent in enumerate(tree.parent):
-        if parent == 0 and tree.node_frame(node).kind == "phase":
-            name = tree.node_frame(node).name
-            phases[name] = {m: tree.inclusive(m)[node] for m in tree.excl}
+    under_root = np.flatnonzero(np.asarray(tree.parent, dtype=np.int64) == 0).tolist()
+    top = [node for node in under_root if tree.node_frame(node).kind == "phase"]
+    if top:
+        incl = shape.inclusive(tree)
+        for node in top:
+            phases[tree.node_frame(node).name] = {m: int(column[node]) for m, column in incl.items()}
     steps = profile.step_times_ns
     return {
         "rank": profile.rank, "host": profile.host, "totals": totals, "phases": phases,

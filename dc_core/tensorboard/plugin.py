@@ -17,7 +17,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..store.profile import ProfileError
-from . import browse, diff, overview, params, source, tables
+from . import browse, diff, overview, params, source, spread, tables, windows
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .store import Index, ProfileStore
 
@@ -35,6 +35,7 @@ STATIC_FILES = {
     "format.js": "text/javascript",
     "vocabulary.js": "text/javascript",
     "runs.js": "text/javascript",
+    "spread.js": "text/javascript",
     "style.css": "text/css",
 }
 
@@ -69,6 +70,11 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             "/diff": self._diff,
             "/diff/children": self._diff_children,
             "/ranks": self._ranks,
+            "/allranks": self._all_ranks,
+            "/allranks/children": self._all_ranks_children,
+            "/allranks/node": self._all_ranks_node,
+            "/allranks/locate": self._all_ranks_locate,
+            "/windows": self._windows,
         }
         apps = {path: _json_route(handler) for path, handler in routes.items()}
         apps.update({f"/static/{name}": _static_route(name, kind) for name, kind in STATIC_FILES.items()})
@@ -131,6 +137,45 @@ class DeepContextPlugin(base_plugin.TBPlugin):
     def _ranks(self, args):
         run = params.run_name(params.text(args, "run"))
         return overview.ranks(self.store, run, params.window(args), params.metric(args))
+
+    # --- all ranks of a window, and one rank's windows -----------------
+    def _cross_rank(self, args):
+        return self.store.cross_rank(params.run_name(params.text(args, "run")), params.window(args))
+
+    def _all_ranks(self, args):
+        merged = self._cross_rank(args)
+        answer = spread.spread_hot_path(merged.ensemble, params.metric(args),
+                                        params.number(args, "threshold", 0.05, 0.0, 1.0),
+                                        params.choice(args, "sort", spread.SORTS, "mean"), _limit(args))
+        return {**answer, "errors": merged.errors}  # the rank files left out, by relative name
+
+    def _all_ranks_children(self, args):
+        e = self._cross_rank(args).ensemble
+        return spread.spread_children(e, params.node_list(args, size=len(e)), params.metric(args),
+                                      params.choice(args, "sort", spread.SORTS, "mean"), _limit(args))
+
+    def _all_ranks_node(self, args):
+        e = self._cross_rank(args).ensemble
+        return spread.distribution(e, params.node(args, len(e), default=None), params.metric(args),
+                                   params.integer(args, "bins", spread.MAX_BINS, lo=1, hi=200))
+
+    def _all_ranks_locate(self, args):
+        e = self._cross_rank(args).ensemble
+        frames = spread.ensemble_path(e, params.node(args, len(e), default=None))
+        return spread.locate(self._index(args), frames)
+
+    def _windows(self, args):
+        """The series of a node of (run, rank, window), or with ``from=all``
+        of a node of that window's cross-rank tree, over the rank's windows."""
+        if params.choice(args, "from", ("rank", "all"), "rank") == "all":
+            e = self._cross_rank(args).ensemble
+            frames = spread.ensemble_path(e, params.node(args, len(e), default=None))
+        else:
+            index = self._index(args)
+            frames = index.tree.path_frames(params.node(args, len(index), default=None))
+        ref = params.profile_ref(args)
+        return {"rank": ref.rank, **windows.windows_series(self.store.rank_windows(ref.run, ref.rank).ensemble,
+                                                            frames, params.metric(args))}
 
 
 def _limit(args: Mapping[str, str]) -> int:

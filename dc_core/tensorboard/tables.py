@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import numpy as np  # a TensorBoard dependency
+
 from ..model import views
+from ..model.kinds import KINDS
 from ..model.report import window_label
 from .params import format_window
-from .store import Index
+from .store import Children, Index
 
 SORTS = ("incl", "excl", "name")
 
@@ -21,7 +24,7 @@ def frame_fields(index: Index, fid: int) -> dict:
     frame = index.tree.frames[fid]
     return {
         "kind": frame.kind, "name": frame.name, "file": frame.file, "line": frame.line,
-        "detail": frame.detail, "backward": frame.backward, "label": index.labels()[fid],
+        "detail": frame.detail, "backward": frame.backward, "label": index.label(fid),
     }
 
 
@@ -39,8 +42,8 @@ def node_row(index: Index, node: int) -> dict:
 
 def _sort_key(index: Index, metric: str, sort: str):
     if sort == "name":
-        labels, frame = index.labels(), index.tree.frame
-        return lambda n: (labels[frame[n]].lower(), n)
+        label, frame = index.label, index.tree.frame
+        return lambda n: (label(frame[n]).lower(), n)
     column = index.incl(metric) if sort == "incl" else index.excl(metric)
     return lambda n: (-column[n], n)
 
@@ -59,7 +62,7 @@ def children(index: Index, nodes: Iterable[int], metric: str, sort: str = "incl"
 
 def total(index: Index, metric: str) -> int:
     """The window's total of ``metric`` (the root's inclusive value)."""
-    return index.incl(metric)[0]
+    return index.total(metric)
 
 
 def hot_path(index: Index, start: int, metric: str, threshold: float = 0.05, sort: str = "incl",
@@ -87,11 +90,33 @@ def hot_path(index: Index, start: int, metric: str, threshold: float = 0.05, sor
 
 
 def _nested(index: Index) -> list[bool]:
-    return index.memo(("nested",), lambda: views.nested(index.tree, index.children))
+    def build() -> list[bool]:
+        flags = index.levels().nested(index.frame_array())
+        return flags.tolist() if flags is not None else views.nested(index.tree, index.children)
+
+    return index.memo(("nested",), build)
 
 
 def _flat_totals(index: Index) -> views.FlatTotals:
-    return index.memo(("flat",), lambda: views.flat_totals(index.tree, _nested(index)))
+    """`views.flat_totals`, in numpy for trees `shape.Levels` can handle (the
+    tests hold the two to the same numbers)."""
+    def build() -> views.FlatTotals:
+        levels = index.levels()
+        if levels.levels is None:
+            return views.flat_totals(index.tree, _nested(index))
+        size = len(index.tree.frames)
+        frame = index.frame_array()[1:]  # the root node is no frame of the user's
+        outer = ~np.asarray(_nested(index), dtype=bool)[1:]
+        excl, incl = {}, {}
+        for metric, column in index.tree.excl.items():
+            e = np.zeros(size, dtype=np.int64)
+            np.add.at(e, frame, np.asarray(column, dtype=np.int64)[1:])
+            i = np.zeros(size, dtype=np.int64)
+            np.add.at(i, frame[outer], index.incl_array(metric)[1:][outer])
+            excl[metric], incl[metric] = e.tolist(), i.tolist()
+        return views.FlatTotals(np.bincount(frame, minlength=size).tolist(), excl, incl)
+
+    return index.memo(("flat",), build)
 
 
 def _frame_row(index: Index, fid: int, totals: views.FlatTotals, **extra) -> dict:
@@ -103,17 +128,19 @@ def flat(index: Index, metric: str, sort: str = "excl", kinds: Iterable[str] = (
          offset: int = 0) -> dict:
     """Frames with their totals over the whole window, heaviest first."""
     totals = _flat_totals(index)
-    wanted = set(kinds)
-    frames = index.tree.frames
-    ids = [f for f in totals.frame_ids() if not wanted or frames[f].kind in wanted]
+    ids = np.flatnonzero(np.asarray(totals.nodes) > 0)
+    if kinds:
+        wanted = [KINDS.index(k) for k in kinds if k in KINDS]
+        ids = ids[np.isin(index.kind_codes()[ids], wanted)]
     if sort == "name":
         labels = index.labels()
-        ids.sort(key=lambda f: (labels[f].lower(), f))
+        page = sorted(ids.tolist(), key=lambda f: (labels[f].lower(), f))[offset:offset + limit]
     else:
-        column = getattr(totals, sort).get(metric) or [0] * len(frames)
-        ids.sort(key=lambda f: (-column[f], f))
-    rows = [_frame_row(index, f, totals, nodes=totals.nodes[f], kids=1)
-            for f in ids[offset:offset + limit]]
+        column = getattr(totals, sort).get(metric)
+        if column is not None:  # heaviest first, ties by frame id (lexsort: last key first)
+            ids = ids[np.lexsort((ids, -np.asarray(column, dtype=np.int64)[ids]))]
+        page = ids[offset:offset + limit].tolist()
+    rows = [_frame_row(index, f, totals, nodes=totals.nodes[f], kids=1) for f in page]
     return {"rows": rows, "count": len(ids), "total": total(index, metric)}
 
 
@@ -127,21 +154,13 @@ def bottom_up(index: Index, path: list[int], metric: str, mode: str = "excl", so
     """
     if not path:
         return flat(index, metric, "name" if sort == "name" else mode, kinds, limit)
-    by_frame = index.memo(("by_frame",), lambda: _by_frame(index))
+    by_frame = index.memo(("by_frame",), lambda: Children(index.frame_array(), len(index.tree.frames)))
     rows = [{"id": row.frame, **frame_fields(index, row.frame), "excl": row.values, "incl": row.values,
              "kids": int(row.more), "nodes": row.nodes}
-            for row in views.callers(index.tree, path, mode, _nested(index), lambda f: by_frame.get(f, []))]
+            for row in views.callers(index.tree, path, mode, _nested(index), lambda f: [n for n in by_frame(f) if n])]
     if sort == "name":
         rows.sort(key=lambda r: (r["label"].lower(), r["id"]))
     else:
         rows.sort(key=lambda r: (-r["incl"].get(metric, 0), r["id"]))
     return {"rows": rows[:limit], "count": len(rows), "total": total(index, metric),
             "window": format_window(index.ref.window)}
-
-
-def _by_frame(index: Index) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for node, fid in enumerate(index.tree.frame):
-        if node:
-            out.setdefault(fid, []).append(node)
-    return out

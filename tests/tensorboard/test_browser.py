@@ -72,6 +72,10 @@ def _write_profiles(logdir: Path, src: Path) -> str:
     note = {"rule": "note", "message": "fyi", "suggestion": "", "path": [], "evidence": {}, "node": -1}
     hostile.findings = [{**note, "severity": "info"}, *hostile.findings, {**note, "severity": "critical"}]
     write_profile(hostile, logdir, "zz-hostile")
+    # Three ranks of one window, rank 2's forward aten::mm 5x; rank 2 also has a later window.
+    for rank, scale in ((0, 1), (1, 1), (2, 5)):
+        write_profile(make_profile(src, rank, (5, 8), scale), logdir, "zz-ranks")
+    write_profile(make_profile(src, 2, (8, 10), 2), logdir, "zz-ranks")
     return word
 
 
@@ -235,6 +239,32 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator("select[aria-label=Kinds]").select_option("kernel")
             tab.locator(".row.kind-row-kernel").first.wait_for()
             assert tab.locator(".rows .row .label").all_inner_texts() == ["sgemm"]
+            # All ranks: the window's ranks merged, the spread per node; a node's
+            # distribution; then the rank holding the max, at the same call path.
+            tab.locator("select[aria-label=Run]").select_option("zz-ranks")
+            tab.locator("select[aria-label=Rank] option", has_text="All ranks (3)").wait_for(state="attached")
+            tab.locator("select[aria-label=Rank]").select_option("all")
+            tab.locator(".cell.head", has_text="Max rank").wait_for()
+            assert tab.locator("button[data-tab=flat]").count() == 0  # one rank's views step aside
+            mm = tab.locator(".rows .row", has=tab.locator(".label", has_text="aten::mm")).filter(
+                has_not=tab.locator(".label", has_text="backward")).first
+            mm.wait_for()
+            assert mm.locator(".cell.max-rank").inner_text() == "2"
+            mm.locator(".label").click()
+            tab.locator(".histogram rect.bin").first.wait_for()
+            assert tab.locator(".histogram rect.bin").count() == 3  # three ranks, three bins
+            page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-all-ranks.png"))
+            tab.locator("a.jump-max", has_text="(2)").click()
+            tab.locator(".row.selected .label", has_text="aten::mm").wait_for()
+            assert tab.locator("select[aria-label=Rank]").input_value() == "2"
+            tab.locator(".details tr[data-metric=cpu_time_ns] td", has_text=format_value(1500, "cpu_time_ns")).first.wait_for()
+            # Windows: the selected node's cost in each of rank 2's windows.
+            tab.locator("button[data-tab=windows]").click()
+            tab.locator(".windows tr[data-window]").nth(1).wait_for()
+            page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-windows.png"))
+            cells = [r.split("\t") for r in tab.locator(".windows tr[data-window]").all_inner_texts()]
+            assert [c[:2] for c in cells] == [["steps 5–7", format_value(1500, "cpu_time_ns")],
+                                              ["steps 8–9", format_value(600, "cpu_time_ns")]]
             browser.close()
     finally:
         proc.terminate()

@@ -53,9 +53,15 @@ def test_union_matches_call_paths_and_keeps_a_ids():
     b = index_of(tree_from_lists(("forward", "aten::mm @cpu_time_ns=4", "aten::add @cpu_time_ns=9")), (1, 2))
     union = diff.build_union(a, b)
     mm = a.tree.find("forward", "aten::mm")
-    assert union.values("cpu_time_ns")[0][mm] == 10 and union.values("cpu_time_ns")[1][mm] == 4
+    assert union.values("cpu_time_ns", mm) == (10, 4)
     rows = diff.diff_children(union, [a.tree.find("forward")], "cpu_time_ns")["children"]["1"]
     assert [(r["label"], r["a"], r["b"], r["in_a"]) for r in rows] == [("aten::add", 0, 9, False), ("aten::mm", 10, 4, True)]
+    # A path only B has is len(A) + its id in B, whatever was expanded before.
+    add = b.tree.find("forward", "aten::add")
+    assert rows[0]["id"] == len(a) + add and diff.union_size(union) == len(a) + len(b)
+    assert diff.build_union(a, b).values("cpu_time_ns", len(a) + add) == (0, 9)
+    with pytest.raises(params.NotFound):  # B's forward is A's node 1, not a node of its own
+        diff.diff_children(union, [len(a) + b.tree.find("forward")], "cpu_time_ns")
 
 
 def test_store_reloads_a_rewritten_window(tmp_path):

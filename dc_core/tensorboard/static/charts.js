@@ -106,3 +106,70 @@ export function ranksTable(data, metric, vocab) {
   for (const [which, why] of Object.entries(data.errors || {})) box.appendChild(el("div", { className: "error" }, `${which}: ${why}`));
   return box;
 }
+
+/** Bars of a histogram: `bins` [{ lo, hi, count }] from /allranks/node; `format` writes a value. */
+export function histogram(bins, format) {
+  const box = el("div", { className: "chart-box histogram" });
+  if (!bins.length) return box;
+  const most = Math.max(...bins.map((b) => b.count));
+  const root = frame("ranks per value range", most, (v) => formatNumber(v));
+  const span = (W - PAD.left - PAD.right) / bins.length;
+  const height = H - PAD.top - PAD.bottom;
+  bins.forEach((b, i) => {
+    const h = most ? (b.count / most) * height : 0;
+    const rect = svg("rect", { x: PAD.left + i * span + 1, y: H - PAD.bottom - h, width: Math.max(1, span - 2), height: h, class: "bin" });
+    rect.appendChild(svg("title", {}, `${format(b.lo)} \u2013 ${format(b.hi)}: ${b.count} rank${b.count === 1 ? "" : "s"}`));
+    root.appendChild(rect);
+  });
+  root.appendChild(svg("text", { x: PAD.left, y: H - 6, class: "tick" }, format(bins[0].lo)));
+  root.appendChild(svg("text", { x: W - PAD.right, y: H - 6, class: "tick", "text-anchor": "end" }, format(bins[bins.length - 1].hi)));
+  box.appendChild(root);
+  return box;
+}
+
+/** One cell per rank, darker the larger its value (the largest is darkest). */
+export function rankStrip(values, ranks, format) {
+  const most = Math.max(1e-12, ...values);
+  const cell = W / values.length;
+  const root = svg("svg", { viewBox: `0 0 ${W} 24`, class: "chart strip", role: "img", preserveAspectRatio: "none" });
+  root.appendChild(svg("title", {}, "value per rank"));
+  values.forEach((v, i) => {
+    const rect = svg("rect", { x: i * cell, y: 0, width: cell + 0.2, height: 24, class: "rank-cell", "fill-opacity": (0.08 + 0.92 * (v / most)).toFixed(3) });
+    rect.appendChild(svg("title", {}, `rank ${ranks[i]}: ${format(v)}`));
+    root.appendChild(rect);
+  });
+  return el("div", { className: "chart-box" }, el("div", { className: "muted" }, `ranks ${ranks[0]} \u2013 ${ranks[ranks.length - 1]}`), root);
+}
+
+/** Bars per window: `pick(row)` of each, titled `text(row)`; labels under them when few. */
+function windowBars(rows, title, pick, format, text) {
+  const most = Math.max(0, ...rows.map(pick));
+  const root = frame(title, most, format);
+  const span = (W - PAD.left - PAD.right) / Math.max(rows.length, 1);
+  const height = H - PAD.top - PAD.bottom;
+  rows.forEach((r, i) => {
+    const h = most ? (pick(r) / most) * height : 0;
+    const rect = svg("rect", { x: PAD.left + i * span + 1, y: H - PAD.bottom - h, width: Math.max(1, span - 2), height: h, class: "window-bar" });
+    rect.appendChild(svg("title", {}, text(r)));
+    root.appendChild(rect);
+    if (rows.length <= 12) {
+      root.appendChild(svg("text", { x: PAD.left + (i + 0.5) * span, y: H - 6, class: "tick", "text-anchor": "middle" }, r.label));
+    }
+  });
+  return el("div", { className: "chart-box" }, el("h4", {}, title), root);
+}
+
+/** A node's value per window and its share of each window: two bar charts and a table. */
+export function windowsChart(data, format) {
+  const rows = data.windows;
+  const text = (r) => `${r.label}: ${format(r.value)} (${formatPercent(r.value, r.total)} of the window)`;
+  const table = el("table", { className: "metrics wide" },
+    el("tr", {}, ...["window", "value", "window total", "share"].map((h) => el("th", {}, h))),
+    ...rows.map((r) => el("tr", { dataset: { window: r.window } }, el("td", {}, r.label), el("td", {}, format(r.value)),
+      el("td", {}, format(r.total)), el("td", {}, formatPercent(r.value, r.total)))));
+  return el("div", { className: "windows" },
+    el("div", { className: "charts" },
+      windowBars(rows, "value per window", (r) => r.value, format, text),
+      windowBars(rows, "share of the window", (r) => r.share || 0, (v) => formatPercent(v, 1), text)),
+    table);
+}

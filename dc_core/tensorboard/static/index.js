@@ -2,12 +2,13 @@
 // holds the selection state and shows the selected tab through TABS.
 
 import { DATA_VERSION, Latest, get, linkStylesheet, refParams } from "./api.js";
-import { ranksTable, seriesCharts, stepChart } from "./charts.js";
+import { ranksTable, seriesCharts, stepChart, windowsChart } from "./charts.js";
 import { showDetails, showFindings } from "./details.js";
 import { clear, el, select } from "./dom.js";
 import { drawFlame } from "./flame.js";
 import { formatNumber } from "./format.js";
 import { Listing } from "./runs.js";
+import { showDistribution, spreadParams, spreadView } from "./spread.js";
 import { bottomUpView, diffView, flatView, treeView } from "./views.js";
 import { Vocabulary } from "./vocabulary.js";
 
@@ -16,6 +17,9 @@ const state = {
   sort: "incl", // the column tables are ordered by: incl, excl or name (a header click)
   mode: "incl", // the value bars show and bottom-up counts: incl, or excl (self) (the Value selector)
   percent: false, tab: "tree", query: "", threshold: 0.05, kinds: "all", flameRoot: 0, table: null, overview: null,
+  allRanks: false, // the Rank selector's "All ranks": the tree is the window's ranks merged
+  spreadSort: "mean", // the column the All ranks tree is ordered by: mean, max, imbalance or name
+  selection: null, // the node last picked: { from: "rank" | "all", node }, for the Windows tab
 };
 const ui = {};
 // One ticket counter per panel: an answer to a request since superseded is dropped.
@@ -24,16 +28,18 @@ const latest = { window: new Latest(), view: new Latest(), details: new Latest()
 /**
  * Tab id -> title and the function that builds its content. `show()`
  * resolves to { element, table?, shown? }: `table` becomes `state.table`,
- * `shown()` runs once the element is in the page.
+ * `shown()` runs once the element is in the page. `oneRank` tabs show one
+ * rank's window and are hidden while "All ranks" is chosen.
  */
 const TABS = {
   tree: { title: "Tree", show: showTree },
-  bottomup: { title: "Bottom-up", show: async () => tableContent(await bottomUpView(state)) },
-  flat: { title: "Flat", show: showFlat },
-  flame: { title: "Flame graph", show: showFlame },
-  diff: { title: "Diff", show: showDiff },
+  bottomup: { title: "Bottom-up", show: async () => tableContent(await bottomUpView(state)), oneRank: true },
+  flat: { title: "Flat", show: showFlat, oneRank: true },
+  flame: { title: "Flame graph", show: showFlame, oneRank: true },
+  diff: { title: "Diff", show: showDiff, oneRank: true },
   ranks: { title: "Ranks", show: showRanks },
-  steps: { title: "Steps & system", show: showSteps },
+  windows: { title: "Windows", show: showWindows },
+  steps: { title: "Steps & system", show: showSteps, oneRank: true },
 };
 
 function tableContent(table, ...above) {
@@ -41,7 +47,10 @@ function tableContent(table, ...above) {
 }
 
 async function showTree() {
-  const table = await treeView(state, { onSelect: (row) => showNode(row.id), onSort });
+  const onSelect = (row) => showNode(row.id);
+  const table = state.allRanks
+    ? await spreadView(state, { onSelect, onSort: (key) => { state.spreadSort = key; showTab(); }, onError: fail })
+    : await treeView(state, { onSelect, onSort });
   return { ...tableContent(table), shown: () => { if (table.selected) table.select(table.selected); } };
 }
 
@@ -81,6 +90,20 @@ async function showRanks() {
   return { element: ranksTable(data, state.metric, state.vocab) };
 }
 
+/** The picked node's cost in each window of the rank (`state.ref.rank`). */
+async function showWindows() {
+  const picked = state.selection || { from: "rank", node: 0 };
+  const { ref, metric, vocab } = state;
+  const data = await get("windows", { ...refParams(ref), metric, node: picked.node, from: picked.from });
+  const title = data.path.length ? data.path[data.path.length - 1] : "the whole window";
+  return {
+    element: el("div", {},
+      el("h4", {}, `${title}: ${vocab.label(metric)} per window, rank ${data.rank}`),
+      el("div", { className: "muted" }, data.found ? data.path.join(" \u203a ") : "No window of this rank has this call path."),
+      windowsChart(data, (v) => vocab.format(v, metric))),
+  };
+}
+
 async function showSteps() {
   const o = state.overview;
   return { element: el("div", {}, stepChart(o.step_times_ns, o.steps[0]), seriesCharts(o.system)) };
@@ -94,7 +117,7 @@ function drawToolbar() {
   ui.searchInfo = el("span", { className: "muted search-info" });
   clear(ui.toolbar).append(
     select(runs.names().map((r) => [r, r]), ref.run, (v) => changeRef(runs.pick(v, ref.rank, ref.window)), "Run"),
-    select(runs.ranks(ref.run).map((r) => [r.rank, `${r.rank} (${r.host})`]), ref.rank, (v) => changeRef(runs.pick(ref.run, v, ref.window)), "Rank"),
+    select(rankOptions(), state.allRanks ? "all" : ref.rank, chooseRank, "Rank"),
     select(runs.windowOptions(ref.run, ref.rank), ref.window, (v) => changeRef({ ...ref, window: v }), "Window"),
     select(metrics.map((m) => [m, vocab.label(m)]), state.metric, (v) => { state.metric = v; showTab(); }, "Metric"),
     select([["incl", "Inclusive"], ["excl", "Exclusive"]], state.mode, (v) => { state.mode = v; showTab(); }, "Value"),
@@ -103,21 +126,57 @@ function drawToolbar() {
   );
 }
 
+/** The Rank selector's choices: every rank, and "All ranks" when two or more wrote this window. */
+function rankOptions() {
+  const { ref, runs } = state;
+  const options = runs.ranks(ref.run).map((r) => [r.rank, `${r.rank} (${r.host})`]);
+  const writers = runs.ranks(ref.run).filter((r) => r.windows.includes(ref.window)).length;
+  return writers >= 2 ? [["all", `All ranks (${writers})`], ...options] : options;
+}
+
+function chooseRank(value) {
+  if (value === "all") {
+    state.allRanks = true;
+    if (TABS[state.tab].oneRank) state.tab = "tree";
+    drawToolbar();
+    showTab();
+    return;
+  }
+  state.allRanks = false;
+  changeRef(state.runs.pick(state.ref.run, value, state.ref.window));
+}
+
+/** From "All ranks", open rank `rank`'s tree at the node with the call path of merged node `node`. */
+async function jumpToRank(rank, node) {
+  try {
+    const found = await get("allranks/locate", { ...spreadParams(state), node, rank });
+    state.allRanks = false;
+    state.tab = "tree";
+    await changeRef({ ...state.ref, rank: found.rank });
+    await reveal(found.node);
+  } catch (error) { fail(error); }
+}
+
 function drawTabs() {
-  clear(ui.tabs).append(...Object.entries(TABS).map(([id, { title }]) => el("button", {
+  const shown = Object.entries(TABS).filter(([, tab]) => !(state.allRanks && tab.oneRank));
+  clear(ui.tabs).append(...shown.map(([id, { title }]) => el("button", {
     className: `tab ${state.tab === id ? "active" : ""}`, dataset: { tab: id },
     onclick: () => { state.tab = id; showTab(); },
   }, title)));
 }
 
 function fail(error) {
-  ui.status.appendChild(el("div", { className: "error" }, String(error.message || error)));
+  const text = String(error.message || error);
+  if ([...ui.status.children].some((node) => node.textContent === text)) return; // shown already (a view redrawn)
+  ui.status.appendChild(el("div", { className: "error" }, text));
 }
 
 async function changeRef(ref) {
   state.ref = ref;
   state.flameRoot = 0;
   state.b = null;
+  state.selection = null;
+  if (state.allRanks && rankOptions()[0][0] !== "all") state.allRanks = false; // one rank wrote this window
   await loadWindow();
 }
 
@@ -172,8 +231,14 @@ async function showTab() {
   }
 }
 
-/** The tree tab's table, showing it first if another tab (or nothing) is up. */
+/** The tree tab's table of the selected rank, showing it first if another
+ * tab, the All ranks tree or nothing is up (search and findings are per rank). */
 async function treeTable() {
+  if (state.allRanks) {
+    state.allRanks = false;
+    drawToolbar();
+    state.table = null;
+  }
   if (state.tab !== "tree" || !state.table) {
     state.tab = "tree";
     if (!(await showTab())) return null;
@@ -184,7 +249,11 @@ async function treeTable() {
 function showNode(id) {
   const ticket = latest.details.next();
   const stale = () => latest.details.stale(ticket);
-  showDetails(ui.details, state, id, reveal, stale).catch((error) => { if (!stale()) fail(error); });
+  state.selection = { from: state.allRanks ? "all" : "rank", node: id };
+  const shown = state.allRanks
+    ? showDistribution(ui.details, state, id, jumpToRank, stale)
+    : showDetails(ui.details, state, id, reveal, stale);
+  shown.catch((error) => { if (!stale()) fail(error); });
 }
 
 async function runSearch(query) {
