@@ -512,6 +512,14 @@ def test_plugin_answers_4xx_never_500(plugin_env, base, mutations, query):
                 ("/diff/children", {**ref, "b_run": "run", "b_rank": 0, "b_window": "5-8", "node": 0}),
                 ("/ranks", {"run": "run", "window": "20-21", "metric": "count"})]
     requests += [(route, {**ref, "node": n}) for n in nodes for route in ("/node", "/source")]
+    # the same bytes as rank 2 of the two-rank window 5-7: the merged routes read it too
+    (root / "run" / "plugins" / "deepcontext" / "2-node-a").mkdir(exist_ok=True)
+    (root / "run" / "plugins" / "deepcontext" / "2-node-a" / "steps-5-7.pb").write_bytes(data)
+    merged = {"run": "run", "window": "5-8"}
+    requests += [("/allranks", merged), ("/allranks/children", {**merged, "node": 0}),
+                 ("/allranks/node", {**merged, "node": 1}), ("/allranks/locate", {**merged, "node": 1, "rank": 0}),
+                 ("/windows", {**merged, "rank": 0, "node": 1, "from": "all"}),
+                 ("/windows", {**ref, "node": min(1, size - 1)})]
     with bounded(f"plugin {mutations!r:.300}"):
         for route, query_args in requests:
             response = api.get(route, **query_args)
@@ -519,6 +527,8 @@ def test_plugin_answers_4xx_never_500(plugin_env, base, mutations, query):
             assert response.status_code in (200, 400, 404, 422), (route, response.status_code, body)
             if response.status_code == 422:
                 assert "run/plugins/deepcontext/1-node-a/steps-20-20.pb" in body["error"], (route, body)
+            if route == "/allranks" and not isinstance(profile, Profile):  # the bad rank named, the others merged
+                assert any("2-node-a/steps-5-7.pb" in name for name in body["errors"]), body["errors"]
             if isinstance(profile, Profile) and route != "/source":
                 assert response.status_code == 200, (route, body)
             if route == "/bottomup" and response.status_code == 200 and body["rows"]:
