@@ -82,7 +82,7 @@ class Ensemble:
                  incl: dict[str, np.ndarray], units: dict[str, str]) -> None:
         self.frames, self.parent, self.frame = frames, parent, frame
         self.columns, self.incl, self.units = columns, incl, units
-        self._children: list[list[int]] | None = None
+        self.topology = Tree(frames=frames, parent=parent, frame=frame)  # what and where, without metrics
         self._stats: dict[str, Stats] = {}
 
     def __len__(self) -> int:
@@ -93,24 +93,14 @@ class Ensemble:
         return list(self.incl)
 
     def node_frame(self, node: int) -> Frame:
-        return self.frames[self.frame[node]]
+        return self.topology.node_frame(node)
 
     def children(self, node: int) -> list[int]:
-        if self._children is None:
-            kids: list[list[int]] = [[] for _ in self.parent]
-            for i, p in enumerate(self.parent):
-                if p >= 0:
-                    kids[p].append(i)
-            self._children = kids
-        return self._children[node]
+        return self.topology.children(node)
 
     def path(self, node: int) -> list[int]:
         """Nodes from the root's child down to ``node``."""
-        out = []
-        while node > 0:
-            out.append(node)
-            node = self.parent[node]
-        return out[::-1]
+        return self.topology.path(node)
 
     def label(self, node: int) -> str:
         """The node's path of labels joined by `PATH_SEP`, as the report prints it."""

@@ -47,10 +47,7 @@ export async function spreadView(state, { onSelect, onSort, onError }) {
   const hot = await get("allranks", { ...base, threshold: state.threshold });
   for (const [file, why] of Object.entries(hot.errors || {})) onError(new Error(`${file}: ${why}`));
   total = hot.total;
-  table.setRoots([hot.root]);
-  table.addChildren(hot.children, hot.more);
-  table.selected = String(hot.chain[hot.chain.length - 1]);
-  table.draw();
+  table.showHotPath(hot);
   return table;
 }
 

@@ -39,6 +39,14 @@ export class LazyTable {
     this.draw();
   }
 
+  /** Show a hot-path answer (`root`, `children`, `more`, `chain`): the path opened, its end selected. */
+  showHotPath(hot) {
+    this.setRoots([hot.root]);
+    this.addChildren(hot.children, hot.more);
+    this.selected = String(hot.chain[hot.chain.length - 1]);
+    this.draw();
+  }
+
   _add(row, parentKey, depth) {
     const key = this.keyOf(row, parentKey);
     const old = this.entries.get(key);

@@ -48,10 +48,7 @@ export async function treeView(state, { onSelect, onSort }) {
   });
   const hot = await get("hotpath", { ...base, node: 0, threshold: state.threshold });
   total = hot.total;
-  table.setRoots([hot.root]);
-  table.addChildren(hot.children, hot.more);
-  table.selected = String(hot.chain[hot.chain.length - 1]);
-  table.draw();
+  table.showHotPath(hot);
   return table;
 }
 
