@@ -6,7 +6,8 @@ is the labels of the node's call path (root's child first) and ``node`` its
 index in the profile's tree (-1 when the finding is about the whole window).
 Thresholds live in `thresholds.DEFAULTS`; ``ProfilerConfig.analyzer`` overrides
 them. ``analyze`` sees one window of one rank; ``analyze_ranks`` compares the
-windows and ranks of a run.
+windows and ranks of a run; `stream.analyze_files` does both over a logdir's
+files with one profile in memory at a time (what ``deepcontext analyze`` runs).
 """
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ from __future__ import annotations
 from statistics import median
 from typing import Any, Callable, Iterable
 
-from ..ensemble import PATH_SEP, merge
+from ..ensemble import PATH_SEP, Ensemble, cross_rank, merge
 from ..ensemble.outliers import ROBUST_FROM, outliers
 from ..model.opnames import is_collective
 from ..model.tree import Frame
+from ..store.logdir import ProfileFile, read_profile
 from ..store.profile import Profile
 from .base import Window, finding, located, ms, percent
 from .thresholds import Thresholds
@@ -145,17 +146,33 @@ def load_imbalance(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any
 
 
 def _outlier_rank(by_rank: dict[int, Profile], t: Thresholds) -> dict[str, Any] | None:
+    """`outlier_finding` of ranks already read."""
+    ensemble, _ = merge([by_rank[r] for r in sorted(by_rank)])
+    return outlier_finding(ensemble, t, by_rank.__getitem__)
+
+
+def load_imbalance_files(files: list[ProfileFile], t: Thresholds, max_bytes: int) -> list[dict[str, Any]]:
+    """`load_imbalance` of one window of `ROBUST_FROM` ranks or more, from its
+    files: streamed through the cross-rank index, never all trees in memory;
+    only the outlier rank's file is read whole, to place the finding in it."""
+    ensemble, _ = cross_rank(files, max_bytes)
+    file_of = {f.rank: f for f in files}
+    found = outlier_finding(ensemble, t, lambda rank: read_profile(file_of[rank], max_bytes))
+    return [found] if found else []
+
+
+def outlier_finding(ensemble: Ensemble, t: Thresholds,
+                    profile_of: Callable[[int], Profile]) -> dict[str, Any] | None:
     """With `ROBUST_FROM` ranks or more: the most outlying rank by robust
     z-score of its step, compute or phase time (`dc_core.ensemble.outliers`),
     with the node holding its excess and that node's heaviest parts. Time in
     collectives is not compute, so the ranks waiting for a slow one are not
-    named."""
-    ensemble, _ = merge([by_rank[r] for r in sorted(by_rank)])
+    named. ``profile_of(rank)`` gives the rank's profile the finding is stored in."""
     found = outliers(ensemble, z=t["load_imbalance.z"], min_excess=t["load_imbalance.min_excess"])
     if not found:
         return None
     top = found[0]
-    slow = by_rank[top.rank]
+    slow = profile_of(top.rank)
     frames = [ensemble.node_frame(n) for n in ensemble.path(top.node)]
     node = _node_by_frames(slow.tree, frames)
     where = PATH_SEP.join(f.label() for f in frames) or "time outside the profiled context"
@@ -163,7 +180,7 @@ def _outlier_rank(by_rank: dict[int, Profile], t: Thresholds) -> dict[str, Any] 
     others = [o.rank for o in found[1:]]
     return finding(
         "load_imbalance", "warning",
-        f"rank {top.rank} is an outlier among {len(by_rank)} ranks: its {top.measure} time per step is "
+        f"rank {top.rank} is an outlier among {len(ensemble.columns)} ranks: its {top.measure} time per step is "
         f"{ms(top.value)} against a median of {ms(top.median)} ({top.ratio:.2f}x, robust z {top.z:.1f}); its extra "
         f"{ms(top.excess)} per step is in {where}" + (f" ({parts})" if parts else "")
         + (f"; other outlier ranks: {', '.join(map(str, others[:8]))}" if others else ""),

@@ -6,16 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
 
-from ..analyzer import analyze, analyze_ranks, attach
+from ..analyzer.stream import analyze_files
 from ..record.config import resolve
 from ..store.logdir import rewrite_profile
 from ..model.report import profile_label
 from ..record.validate import check_thresholds
-from .common import CliError, add_read_options, fail, load_logdir, make_console, print_about_file
+from ..store.profile import ProfileError
+from .common import MANY_FILES, CliError, add_read_options, fail, list_logdir, make_console, print_about_file
 from .findings import render_findings
 
 
@@ -56,40 +58,60 @@ def parse_overrides(items: list[str]) -> dict[str, float]:
         raise CliError(f"--set: {str(exc).removeprefix('analyzer.')}") from None
 
 
+@dataclass
+class _Analysed:
+    """What is printed of a profile once its file is rewritten and its tree dropped."""
+
+    source: str
+    run: str
+    rank: int
+    steps: tuple[int, int]
+    label: str
+    findings: list[dict[str, Any]]
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         overrides = {**resolve().analyzer, **parse_overrides(args.overrides)}
-        profiles, errors = load_logdir(args.logdir, quiet=args.json, max_bytes=args.max_bytes)
+        files, limit = list_logdir(args.logdir, max_bytes=args.max_bytes)
     except (CliError, ValueError) as exc:
         return fail(str(exc))
+    if not args.json and len(files) >= MANY_FILES:
+        print(f"deepcontext: analysing {len(files):,} profiles under {args.logdir}", file=sys.stderr, flush=True)
+    done: list[_Analysed] = []
+    errors, unwritten = [], []
     try:
-        for profile in profiles:
-            profile.findings = analyze(profile, overrides)
-        attach(profiles, analyze_ranks(profiles, overrides))
+        for _, result in analyze_files(files, limit, overrides):  # one profile in memory at a time
+            if isinstance(result, ProfileError):
+                errors.append(result)
+                continue
+            if not args.dry_run and (message := _rewrite(result)):
+                unwritten.append(message)
+            done.append(_Analysed(result.source, result.run, result.rank, tuple(result.steps),
+                                  profile_label(result), result.findings))
     except ValueError as exc:  # an unknown threshold name
         return fail(str(exc))
-    unwritten = [] if args.dry_run else [message for p in profiles if (message := _rewrite(p))]
-    status = 0 if profiles and not unwritten else 1
+    status = 0 if done and not unwritten else 1
     for message in unwritten:
         fail(message)
     if args.json:
         doc = [{"file": p.source, "run": p.run, "rank": p.rank, "steps": list(p.steps), "findings": p.findings}
-               for p in profiles]
+               for p in done]
         errors_text = [str(e) for e in errors] + unwritten
         sys.stdout.write(json.dumps({"profiles": doc, "errors": errors_text}) + "\n")
         return status
     console = make_console()
-    for profile in profiles:
-        head = Text(profile.run, style="bold") + f" rank {profile.rank} {profile_label(profile)}"
-        if not profile.findings:
+    for p in done:
+        head = Text(p.run, style="bold") + f" rank {p.rank} {p.label}"
+        if not p.findings:
             console.print(head + ": no findings")
             continue
         console.print(head)
-        render_findings(profile.findings, console)
+        render_findings(p.findings, console)
     for error in errors:
         print_about_file(console, Text("skipped ", style="red"), error.file, error.message)
-    if profiles and not args.dry_run and not unwritten:
-        console.print(f"findings written into {len(profiles)} profile file{'s' if len(profiles) != 1 else ''}")
+    if done and not args.dry_run and not unwritten:
+        console.print(f"findings written into {len(done)} profile file{'s' if len(done) != 1 else ''}")
     return status
 
 

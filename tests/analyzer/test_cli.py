@@ -97,3 +97,19 @@ def test_set_checks_thresholds_as_the_config_does(item, tmp_path, capsys):
     assert main(["analyze", str(tmp_path), "--set", item]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--set" in err and item.partition("=")[0].partition(".")[0] in err
+
+
+def test_analyze_many_ranks_streams_and_stores_the_outlier_in_its_file(tmp_path, capsys):
+    import random
+
+    from tests.core.test_outliers import ddp_rank
+
+    rng = random.Random(3)
+    paths = [write_profile(ddp_rank(rank, 9, rng), tmp_path, "job") for rank in range(16)]
+    assert main(["analyze", str(tmp_path)]) == 0
+    stored = [[f for f in read_profile(p).findings if f["rule"] == "load_imbalance"] for p in paths]
+    assert [len(f) for f in stored] == [0] * 9 + [1] + [0] * 6
+    (f,) = stored[9]
+    assert f["path"][:3] == ["forward", "train.py:40 train", "blocks.0.mlp"] and f["evidence"]["outlier_ranks"] == [9]
+    assert (paths[0].parent.parent / ".index").is_dir()  # read through the cross-rank index, as report does
+    assert "rank 9 is an outlier among 16 ranks" in capsys.readouterr().out
