@@ -8,8 +8,9 @@ from typing import Any, Callable, Sequence
 
 from ..export import FORMATS, PER_WINDOW, SUFFIX, exporter, window_exporter
 from ..model.report import METRIC_PREFERENCE, default_metric
+from ..store.logdir import ProfileFile
 from ..store.profile import Profile
-from .common import CliError, add_read_options, fail, load_logdir
+from .common import CliError, add_read_options, fail, list_logdir, read_files
 
 
 def add_parser(subparsers: Any) -> None:
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     (as ``report`` does); a profile that cannot be exported is named and
     skipped too, and makes the exit status 1; the others are still written."""
     try:
-        profiles, errors = load_logdir(args.logdir, args.rank, max_bytes=args.max_bytes)
+        files, limit = list_logdir(args.logdir, args.rank, max_bytes=args.max_bytes)
     except CliError as exc:
         return fail(str(exc))
     out = Path(args.out)
@@ -47,20 +48,30 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return fail(f"cannot create --out {args.out!r}: {exc.strerror}")
-    skipped = [f"skipped {error.file}: {error.message}" for error in errors]
-    usable = []
-    for profile in profiles:
-        if args.metric and args.metric not in profile.tree.excl:
-            skipped.append(f"skipped {profile.source}: it has no metric {args.metric!r}")
+    skipped: list[str] = []
+    # Read a window (per-window formats) or a file at a time: memory holds one export, not the logdir.
+    groups: dict[tuple, list[ProfileFile]] = {}
+    for file in files:
+        key = (file.run, file.steps) if args.format in PER_WINDOW else (file.path,)
+        groups.setdefault(key, []).append(file)
+    exported = readable = 0
+    for group in groups.values():
+        profiles, errors = read_files(group, limit, quiet=True)
+        readable += len(profiles)
+        skipped.extend(f"skipped {error.file}: {error.message}" for error in errors)
+        usable = []
+        for profile in profiles:
+            if args.metric and args.metric not in profile.tree.excl:
+                skipped.append(f"skipped {profile.source}: it has no metric {args.metric!r}")
+            else:
+                usable.append(profile)
+        if args.format in PER_WINDOW:
+            exported += _export_windows(usable, args.format, args.metric, out, skipped)
         else:
-            usable.append(profile)
-    if args.format in PER_WINDOW:
-        exported = _export_windows(usable, args.format, args.metric, out, skipped)
-    else:
-        exported = _export_each(usable, args.format, args.metric, out, skipped)
+            exported += _export_each(usable, args.format, args.metric, out, skipped)
     for line in skipped:
         print(line)
-    return 0 if profiles and exported == len(profiles) else 1
+    return 0 if readable and exported == readable else 1
 
 
 def _export_each(profiles: Sequence[Profile], fmt: str, metric: str | None, out: Path, skipped: list[str]) -> int:
