@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from synthetic import SLOW_MODULE, write_run  # noqa: E402 - after the path is set
+from synthetic import SLOW_MODULE, write_run  # after the path is set
 
 BUDGET_COLD_S, BUDGET_WARM_S, BUDGET_NODE_S = 2.0, 0.300, 0.300
 PREFIX = "/data/plugin/deepcontext"

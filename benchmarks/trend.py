@@ -28,11 +28,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from synthetic import REGRESS_MODULE, REGRESS_OP, rank_profile  # noqa: E402 - after the path is set
+from synthetic import REGRESS_MODULE, REGRESS_OP, rank_profile  # after the path is set
 
-from dc_core.ensemble import PATH_SEP, merge  # noqa: E402
-from dc_core.ensemble.trend import series, time_metric, trends  # noqa: E402
-from dc_core.store.logdir import find_profiles, write_profile  # noqa: E402
+from dc_core.ensemble import PATH_SEP, merge
+from dc_core.ensemble.outliers import time_metric
+from dc_core.ensemble.trend import series, trends
+from dc_core.store.logdir import find_profiles, write_profile
 
 BUDGET_SERIES_S, BUDGET_TRENDS_S = 2.0, 2.0
 STEP_START, EVERY = 10, 100  # the first window's first step, steps between window starts

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..ensemble import merge
-from ..ensemble.trend import Trend, time_metric, trends
+from ..ensemble.outliers import time_metric
+from ..ensemble.trend import Trend, trends
 from ..model.report import steps_text
 from ..store.profile import Profile
 from .base import finding, located, percent

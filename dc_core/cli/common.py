@@ -176,20 +176,6 @@ def read_files(files: list[ProfileFile], limit: int, quiet: bool = False,
     return profiles, errors
 
 
-def load_logdir(logdir: str, rank: int | None = None, quiet: bool = False,
-                max_bytes: int | None = None) -> tuple[list[Profile], list[ProfileError]]:
-    """Every readable profile under ``logdir`` (optionally one rank) and the errors.
-
-    Args:
-        max_bytes: Files over this size are skipped by name (default: `max_profile_bytes`).
-
-    Raises:
-        CliError: as `list_logdir`.
-    """
-    files, limit = list_logdir(logdir, rank, max_bytes)
-    return read_files(files, limit, quiet, logdir)
-
-
 def fail(message: str) -> int:
     """Print ``error: message`` on stderr as one line (long paths are not
     wrapped) and return the exit status of a user-facing error."""

@@ -22,7 +22,8 @@ from rich.text import Text
 from ..analyzer.thresholds import DEFAULTS
 from ..analyzer.trends import p_text
 from ..ensemble import PATH_SEP
-from ..ensemble.trend import Point, Trend, series, time_metric, trend_of, trends
+from ..ensemble.outliers import time_metric
+from ..ensemble.trend import Point, Trend, series, trend_of, trends
 from ..model.report import format_value, steps_text
 from .common import middle_truncate
 

@@ -21,7 +21,6 @@ from typing import Sequence
 
 import numpy as np
 
-from .outliers import time_metric  # noqa: F401  (the metric trends are judged in, re-exported)
 
 #: An ancestor is reported beside a rising descendant only if the descendants
 #: already reported explain less than this fraction of its own rise.

@@ -147,6 +147,7 @@ def test_reading_many_profiles_says_so_on_stderr_when_not_a_terminal(tmp_path, c
 
     for rank in range(common.MANY_FILES):
         write_profile(make_profile(rank), tmp_path, "big")
-    profiles, errors = common.load_logdir(str(tmp_path))
+    files, limit = common.list_logdir(str(tmp_path))
+    profiles, errors = common.read_files(files, limit, where=str(tmp_path))
     assert len(profiles) == common.MANY_FILES and not errors
     assert f"reading {common.MANY_FILES} profiles under {tmp_path}" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from dc_core.store.logdir import find_profiles, write_profile
 from dc_core.store.profile import Profile
 from dc_core.tensorboard import spread, windows
 from dc_core.tensorboard.params import Ref
-from dc_core.tensorboard.store import Index, ProfileStore
+from dc_core.tensorboard.store import ProfileStore
 from tests.tensorboard.conftest import Api
 
 MM = ["forward", "t.py:3 step", "aten::mm"]
