@@ -74,6 +74,7 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             "/allranks/children": self._all_ranks_children,
             "/allranks/node": self._all_ranks_node,
             "/allranks/locate": self._all_ranks_locate,
+            "/allranks/search": self._all_ranks_search,
             "/windows": self._windows,
         }
         apps = {path: _json_route(handler) for path, handler in routes.items()}
@@ -158,6 +159,10 @@ class DeepContextPlugin(base_plugin.TBPlugin):
         e = self._cross_rank(args).ensemble
         return spread.distribution(e, params.node(args, len(e), default=None), params.metric(args),
                                    params.integer(args, "bins", spread.MAX_BINS, lo=1, hi=200))
+
+    def _all_ranks_search(self, args):
+        return spread.spread_search(self._cross_rank(args).ensemble, params.text(args, "q"), params.metric(args),
+                                    params.integer(args, "limit", 50, lo=1, hi=500))
 
     def _all_ranks_locate(self, args):
         e = self._cross_rank(args).ensemble

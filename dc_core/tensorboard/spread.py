@@ -85,6 +85,21 @@ def spread_hot_path(e: Ensemble, metric: str, threshold: float = 0.05, sort: str
     return result
 
 
+def spread_search(e: Ensemble, query: str, metric: str, limit: int = 50) -> dict:
+    """Nodes of the merged tree whose label, name or file contains ``query``
+    (case-insensitive), largest mean first, each with its node path; the
+    shape of the single-rank ``/search`` answer, so one search box serves both."""
+    needle = query.lower()
+    hit = [needle in f"{f.label()}\n{f.name}\n{f.file}".lower() for f in e.frames]
+    nodes = [n for n in range(1, len(e)) if hit[e.frame[n]]]
+    mean = e.stats(metric).mean
+    nodes.sort(key=lambda n: (-float(mean[n]), n))
+    matches = [{"id": n, "label": e.node_frame(n).label(), "kind": e.node_frame(n).kind, "incl": float(mean[n]),
+                "path": e.path(n)} for n in nodes[:limit]]
+    return {"query": query, "count": len(nodes), "frames": sum(hit[1:]), "matches": matches,
+            "total": float(mean[0])}
+
+
 def distribution(e: Ensemble, node: int, metric: str, bins: int = MAX_BINS) -> dict:
     """``node``'s ``metric`` on every rank: the values (in rank order), a
     histogram of ``min(bins, ranks)`` equal-width bins from the smallest value

@@ -250,6 +250,14 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
                 has_not=tab.locator(".label", has_text="backward")).first
             mm.wait_for()
             assert mm.locator(".cell.max-rank").inner_text() == "2"
+            # Search stays in All ranks: it searches the merged tree.
+            tab.locator("input[type=search]").fill("relu")
+            tab.locator("input[type=search]").press("Enter")
+            tab.locator(".search-info", has_text="1 matching node").wait_for()
+            assert tab.locator("select[aria-label=Rank]").input_value() == "all"
+            assert tab.locator(".row.selected .label").inner_text().startswith("aten::relu")
+            tab.locator("input[type=search]").fill("")
+            tab.locator("input[type=search]").press("Enter")
             mm.locator(".label").click()
             tab.locator(".histogram rect.bin").first.wait_for()
             assert tab.locator(".histogram rect.bin").count() == 3  # three ranks, three bins

@@ -142,6 +142,20 @@ def test_all_ranks_routes_open_the_hot_path_and_show_a_distribution(ranks_api: A
     assert [p["label"] for p in node["path"]] == MM and node["node"]["incl"]["cpu_time_ns"] == 500
 
 
+def test_all_ranks_search_finds_nodes_of_the_merged_tree(ranks_api: Api):
+    hot = ranks_api.json("/allranks", **W, threshold=0.01)
+    rows = {r["label"]: r for rows in hot["children"].values() for r in rows}
+    found = ranks_api.json("/allranks/search", **W, q="NONZERO")
+    # aten::nonzero ran on one rank only: it is in the merged tree, its mean over all three ranks
+    assert found["count"] == 1 and [m["label"] for m in found["matches"]] == ["aten::nonzero"]
+    (match,) = found["matches"]
+    assert match["path"][0] == rows["forward"]["id"] and match["path"][-1] == match["id"]
+    assert match["incl"] == pytest.approx(40 / 3)
+    mm = ranks_api.json("/allranks/search", **W, q="aten::mm")["matches"][0]
+    assert mm["id"] == rows["aten::mm"]["id"] and mm["incl"] == pytest.approx(700 / 3)
+    assert ranks_api.json("/allranks/search", **W, q="no such frame")["matches"] == []
+
+
 def test_windows_route_from_a_rank_node_and_from_an_all_ranks_node(ranks_api: Api):
     hot = ranks_api.json("/allranks", **W, threshold=0.01)
     series = ranks_api.json("/windows", **W, rank=0, node=hot["chain"][-1], **{"from": "all"})

@@ -231,10 +231,11 @@ async function showTab() {
   }
 }
 
-/** The tree tab's table of the selected rank, showing it first if another
- * tab, the All ranks tree or nothing is up (search and findings are per rank). */
-async function treeTable() {
-  if (state.allRanks) {
+/** The tree tab's table, showing it first if another tab or nothing is up:
+ * the selected rank's (leaving All ranks: findings are per rank), or with
+ * `merged` the All ranks tree while it is chosen. */
+async function treeTable(merged = false) {
+  if (state.allRanks && !merged) {
     state.allRanks = false;
     drawToolbar();
     state.table = null;
@@ -258,12 +259,15 @@ function showNode(id) {
 
 async function runSearch(query) {
   state.query = query;
-  const table = await treeTable();
+  // All ranks searches its merged tree; otherwise the selected rank's tree.
+  const merged = state.allRanks;
+  const table = await treeTable(merged);
   if (!table) return;
   const ticket = latest.view.current();
   if (!query) { table.setQuery(""); ui.searchInfo.textContent = ""; return; }
   try {
-    const found = await get("search", { ...refParams(state.ref), q: query, metric: state.metric, limit: 50 });
+    const where = merged ? ["allranks/search", spreadParams(state)] : ["search", refParams(state.ref)];
+    const found = await get(where[0], { ...where[1], q: query, metric: state.metric, limit: 50 });
     if (latest.view.stale(ticket)) return;
     const ancestors = new Set(["0"]);
     for (const m of found.matches.slice(0, 20)) m.path.slice(0, -1).forEach((id) => ancestors.add(String(id)));
