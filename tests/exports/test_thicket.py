@@ -197,3 +197,27 @@ def test_load_names_a_file_it_cannot_read(th, tmp_path, content, message):
     with pytest.raises(thicket_export.ThicketFileError, match=message) as info:
         thicket_export.load(path)
     assert str(path) in str(info.value)
+
+
+def test_the_cross_rank_tree_agrees_with_thicket_node_for_node(th, logdir, window_file):
+    """The report's cross-rank statistics, checked against Thicket's own on
+    the same ranks (Thicket skips a rank without the node; ours counts it 0,
+    so those nodes are compared after ``fillna(0)``)."""
+    from dc_core.ensemble import cross_rank
+    from dc_core.store.logdir import find_profiles
+
+    e, _ = cross_rank([f for f in find_profiles(logdir) if f.steps == (5, 8)])
+    stats = e.stats("cpu_time_ns")
+    tk = thicket_export.load(window_file)
+    tk.dataframe = tk.dataframe.fillna(0)
+    for fn in (th.stats.mean, th.stats.maximum, th.stats.minimum):
+        fn(tk, columns=["time (inc)"])
+    theirs = tk.statsframe.dataframe
+    compared = 0
+    for node in range(1, len(e)):
+        label = e.node_frame(node).label()
+        row = theirs.loc[tk.get_node(label)]
+        assert (stats.mean[node], stats.max[node], stats.min[node]) == pytest.approx(
+            (row["time (inc)_mean"], row["time (inc)_max"], row["time (inc)_min"])), label
+        compared += 1
+    assert compared == len(e) - 1 == 5  # forward, step, mm, dataloader, fetch
