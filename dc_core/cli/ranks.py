@@ -49,7 +49,8 @@ def print_outliers(console: Console, ensemble: Ensemble, found: list[Outlier]) -
     if not found:
         console.print("outlier ranks: none (step, compute and phase times are within the ranks' spread)")
         return
-    table = Table(title="outlier ranks (per step; compute = time outside collectives)", header_style="bold")
+    table = Table(title="outlier ranks (per step; compute = time in operators, collectives left out)",
+                  header_style="bold")
     for head in ("rank", "host", "measure", "value", "median", "ratio", "z", "in collectives"):
         table.add_column(head, justify="left" if head in ("host", "measure") else "right")
     for o in found:

@@ -1,17 +1,18 @@
 """Outlier ranks of a window, and the nodes that explain them.
 
 Per rank (a column of a cross-rank `Ensemble`) and per step: the step time,
-the compute time (the window's time less the time under collectives) and
-each top-level phase's compute time. In synchronous training every rank's
-step lasts as long as the slowest rank's, because the others wait in their
-collectives; so a slow rank shows in compute, and the ranks that wait for it
-show in wait, not in compute: they are not called slow.
+the compute time (the time of its operators, collectives left out: see
+`work`) and each top-level phase's compute time. In synchronous training
+every rank's step lasts as long as the slowest rank's, because the others
+wait for it in or after their collectives; so a slow rank shows in compute,
+and the ranks waiting for it do not: they are not called slow.
 
 A rank is an outlier in a measure when, with `ROBUST_FROM` ranks or more,
 its robust z-score (distance from the ranks' median in units of the median
-absolute deviation, scaled to a normal's sigma) passes ``z`` and it exceeds
-the median by at least ``min_excess``; with fewer ranks, when it is ``ratio``
-times the median (a median of three says little about spread).
+absolute deviation, scaled to a normal's sigma) passes ``z``; with fewer
+ranks, when it is ``ratio`` times the median (a median of three says little
+about spread). Either way its excess must be at least ``min_excess`` of the
+median step.
 """
 
 from __future__ import annotations
@@ -86,21 +87,51 @@ def time_metric(ensemble: Ensemble) -> str:
 
 
 def rank_times(ensemble: Ensemble, metric: str | None = None) -> list[RankTimes]:
-    """Step, compute, wait and per-phase compute per step, per rank."""
+    """Step, compute (`work`), collective and per-phase compute per step, per rank."""
     metric = metric or time_metric(ensemble)
     m = np.asarray(ensemble.incl.get(metric, np.zeros((len(ensemble), len(ensemble.columns)), np.int64)))
     outer, _ = collective_mask(ensemble)
-    top = _top_ancestor(ensemble)
     steps = np.array([c.step_count for c in ensemble.columns], float)
+    done = work(ensemble, m) / steps
     wait = m[outer].sum(axis=0) / steps
-    out = []
     phases = [k for k in ensemble.children(0) if ensemble.node_frame(k).kind == "phase"]
-    phase_wait = {p: m[outer & (top == p)].sum(axis=0) / steps for p in phases}
+    out = []
     for j, col in enumerate(ensemble.columns):
         step = float(np.median(col.step_times_ns)) if col.step_times_ns else m[0, j] / steps[j]
-        out.append(RankTimes(
-            j, col.rank, col.host, step, m[0, j] / steps[j] - wait[j], float(wait[j]),
-            {ensemble.node_frame(p).name: m[p, j] / steps[j] - phase_wait[p][j] for p in phases}))
+        out.append(RankTimes(j, col.rank, col.host, step, float(done[0, j]), float(wait[j]),
+                             {ensemble.node_frame(p).name: float(done[p, j]) for p in phases}))
+    return out
+
+
+def work(ensemble: Ensemble, m: np.ndarray) -> np.ndarray:
+    """Per node and rank, the time of the operators (and kernels) at or under
+    it, collectives left out: the work the rank did there. Not the Python
+    between operators, nor a wait outside any operator's scope: DDP waits
+    for its all-reduce after the backward pass, in no collective's scope, and
+    the ranks waiting for a slow one must not look slow. Inside an operator a
+    node's work is its own time. A tree without operators (a Python-only
+    workload) has its inclusive time, less collectives, as work."""
+    n = len(ensemble)
+    kinds = [ensemble.node_frame(i).kind for i in range(n)]
+    unit = np.array([k in ("operator", "kernel") for k in kinds])
+    outer, under = collective_mask(ensemble)
+    if not unit[~under].any():
+        waits = np.where(outer[:, None], m, 0)
+        for i in range(n - 1, 0, -1):
+            if waits[i].any():
+                waits[ensemble.parent[i]] += waits[i]
+        return m - waits
+    inside = np.zeros(n, bool)  # strictly under an operator or kernel
+    for i in range(1, n):
+        p = ensemble.parent[i]
+        inside[i] = inside[p] or unit[p]
+    counted = unit & ~inside & ~under  # the outermost operators that are not collectives
+    out = np.where(counted[:, None], m, 0).astype(np.int64)
+    for i in range(n - 1, 0, -1):
+        if not inside[i] and out[i].any():
+            out[ensemble.parent[i]] += out[i]
+    keep = inside & ~under
+    out[keep] = m[keep]
     return out
 
 
@@ -124,6 +155,9 @@ def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_
     measures = {"compute": [t.compute for t in times], "step": [t.step for t in times]}
     for name in times[0].phases:
         measures[f"phase {name}"] = [t.phases[name] for t in times]
+    # An excess must matter to the step, not only to its measure: 30 us more
+    # optimizer time is 14% of a short optimizer phase and 0.03% of the step.
+    floor = min_excess * float(np.median([t.step for t in times]))
     best: dict[int, tuple[float, str, float, float, float | None]] = {}
     for measure, values in measures.items():
         x = np.asarray(values, float)
@@ -133,10 +167,10 @@ def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_
         scores = _robust_z(x, med) if len(x) >= ROBUST_FROM else None
         for j in range(len(x)):
             if scores is not None:
-                hit = scores[j] >= z and x[j] >= med * (1 + min_excess)
+                hit = scores[j] >= z and x[j] - med >= floor
                 score = float(scores[j])
             else:
-                hit, score = x[j] >= ratio * med, x[j] / med
+                hit, score = x[j] >= ratio * med and x[j] - med >= floor, x[j] / med
             if hit and (j not in best or score > best[j][0]):
                 best[j] = (score, measure, float(x[j]), med, float(scores[j]) if scores is not None else None)
     ranked = sorted(best.items(), key=lambda kv: -kv[1][0])
@@ -145,27 +179,19 @@ def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_
         return out
     outer, under = collective_mask(ensemble)
     steps = np.array([c.step_count for c in ensemble.columns], float)
-    per_step = _compute(ensemble, np.asarray(ensemble.incl.get(metric)), outer) / steps
+    per_step = work(ensemble, np.asarray(ensemble.incl.get(metric))) / steps
     median_row = np.median(per_step, axis=1)
     for j, (_, measure, value, med, score) in ranked:
-        start = ensemble.find([measure.split(" ", 1)[1]]) if measure.startswith("phase ") else 0
         excess = per_step[:, j] - median_row
+        start = ensemble.find([measure.split(" ", 1)[1]]) if measure.startswith("phase ") else 0
+        if not start:  # the phases split a step: name the one holding the most, even if under half
+            start = max(ensemble.children(0), key=lambda k: excess[k], default=0)
         node = _walk_down(ensemble, excess, under, start or 0)
         kids = [k for k in ensemble.children(node) if not under[k] and excess[k] > 0]
         top = sorted(kids, key=lambda k: -excess[k])[:explain]
         out.append(Outlier(times[j].rank, times[j].host, j, measure, value, med, score, times[j].wait, node,
                            [(k, float(excess[k])) for k in top]))
     return out
-
-
-def _compute(ensemble: Ensemble, m: np.ndarray, outer: np.ndarray) -> np.ndarray:
-    """Inclusive values less the time under collectives: the compute each
-    node holds (a waiting rank's subtree is not made slow by its wait)."""
-    waits = np.where(outer[:, None], m, 0)
-    for i in range(len(ensemble) - 1, 0, -1):
-        if waits[i].any():
-            waits[ensemble.parent[i]] += waits[i]
-    return m - waits
 
 
 def _robust_z(x: np.ndarray, med: float) -> np.ndarray:
