@@ -63,7 +63,7 @@ DEFAULTS: dict[str, float] = {
     # doing the same work, its median step takes ratio x the ranks' median step time.
     "load_imbalance.ratio": 1.2,
     "load_imbalance.z": 3.5,  # robust z-score (median/MAD) of an outlier rank, from 8 ranks on
-    "load_imbalance.min_excess": 0.03,  # ...which must also exceed the median rank by this fraction
+    "load_imbalance.min_excess": 0.03,  # ...and exceed the median rank by this fraction of the median step
     "load_imbalance.share_diff": 0.20,  # relative difference of a node's share
     "load_imbalance.min_share": 0.05,  # a node's share to compare; the shared work's share to weigh work by
     # A node's share of the window rising across the windows of a rank (>= min_windows):
