@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..model.kinds import UNITS
-from ..model.tree import ROOT, Frame, Tree
+from ..model.tree import ROOT, Frame, Tree, fold_paths
 from ..store.logdir import ProfileFile, max_profile_bytes, read_profile
 from ..store.profile import Profile, ProfileError
 
@@ -182,17 +182,16 @@ class _Builder:
         self.units: dict[str, str] = {}
         self.columns: list[Column] = []
 
-    def _rows(self, need: int) -> None:
-        for metric, m in self.incl.items():
-            if m.shape[0] < need:
-                grown = np.zeros((max(need, 2 * m.shape[0]), self.width), np.int64)
-                grown[: m.shape[0]] = m
-                self.incl[metric] = grown
-
-    def _matrix(self, metric: str) -> np.ndarray:
+    def _matrix(self, metric: str, unit: str) -> np.ndarray:
+        """The metric's (rows, columns) values, rows grown (doubling) to cover every merged node."""
+        self.units.setdefault(metric, unit)
         m = self.incl.get(metric)
-        if m is None:
-            m = self.incl[metric] = np.zeros((max(len(self.parent), 64), self.width), np.int64)
+        rows = 0 if m is None else m.shape[0]
+        if rows < len(self.parent):
+            grown = np.zeros((max(len(self.parent), 2 * rows, 64), self.width), np.int64)
+            if m is not None:
+                grown[:rows] = m
+            m = self.incl[metric] = grown
         return m
 
     def map_nodes(self, frames: Sequence[Frame], parent: Sequence[int], frame: Sequence[int]) -> np.ndarray:
@@ -204,45 +203,29 @@ class _Builder:
                 fid = self.frame_ids[f] = len(self.frames)
                 self.frames.append(f)
             fids.append(fid)
-        out = [0] * len(parent)
-        child_of, merged_parent, merged_frame = self.child_of, self.parent, self.frame
-        for i in range(1, len(parent)):
-            key = (out[parent[i]], fids[frame[i]])
-            node = child_of.get(key)
-            if node is None:
-                node = child_of[key] = len(merged_parent)
-                merged_parent.append(key[0])
-                merged_frame.append(key[1])
-            out[i] = node
-        return np.asarray(out, np.int64)
+        return np.asarray(fold_paths(parent, fids, frame, self.parent, self.frame, self.child_of), np.int64)
 
     def add_profile(self, profile: Profile, source: str) -> None:
         tree = profile.tree
         nodes = self.map_nodes(tree.frames, tree.parent, tree.frame)
-        self._rows(len(self.parent))
         col = len(self.columns)
         for metric in tree.excl:
-            self.units.setdefault(metric, tree.units.get(metric, UNITS.get(metric, "1")))
-            self._matrix(metric)
-            self._rows(len(self.parent))
-            np.add.at(self.incl[metric][:, col], nodes, _int64(tree.inclusive(metric)))
+            m = self._matrix(metric, tree.units.get(metric, UNITS.get(metric, "1")))
+            np.add.at(m[:, col], nodes, _int64(tree.inclusive(metric)))
         self.columns.append(Column(profile.run, profile.rank, profile.host, tuple(profile.steps), source,
                                    tuple(profile.step_times_ns), profile.duration_ns))
 
     def add_ensemble(self, part: Ensemble, first_column: int) -> None:
         nodes = self.map_nodes(part.frames, part.parent, part.frame)
-        self._rows(len(self.parent))
         cols = slice(first_column, first_column + len(part.columns))
         for metric, values in part.incl.items():
-            self.units.setdefault(metric, part.units.get(metric, "1"))
-            self._matrix(metric)
-            self._rows(len(self.parent))
-            np.add.at(self.incl[metric][:, cols], nodes, values)
+            np.add.at(self._matrix(metric, part.units.get(metric, "1"))[:, cols], nodes, values)
         self.columns.extend(part.columns)
 
     def build(self) -> Ensemble:
         n = len(self.parent)
-        incl = {metric: m[:n, : len(self.columns)].copy() for metric, m in self.incl.items()}
+        incl = {metric: self._matrix(metric, self.units[metric])[:n, : len(self.columns)].copy()
+                for metric in list(self.incl)}
         return Ensemble(self.frames, self.parent, self.frame, self.columns, incl, self.units)
 
 

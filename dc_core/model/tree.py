@@ -10,7 +10,7 @@ recursion: a call chain may be 100,000 deep.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from .kinds import KINDS, PHASES, UNITS
 
@@ -202,6 +202,33 @@ class Tree:
 
     def total(self, metric: str) -> int:
         return sum(self.excl.get(metric, ()))
+
+
+def fold_paths(parent: Sequence[int], frame_ids: Sequence[int], frame: Sequence[int], out_parent: list[int],
+               out_frame: list[int], child_of: dict[tuple[int, int], int],
+               into_parent: Callable[[int], bool] | None = None) -> list[int]:
+    """Map each node of a tree given by columns (parents first) to a node of
+    the output columns, where one call path is one node.
+
+    A node's key is (its parent's output node, ``frame_ids[frame[node]]``);
+    ``child_of`` maps keys to output nodes, and a new key appends to
+    ``out_parent``/``out_frame`` (all three are extended in place, so several
+    trees can be folded into one). With ``into_parent(node)`` true, a node
+    (not a root child) is merged into its parent's output node. Node 0 maps to 0.
+    """
+    out = [0] * len(parent)
+    for node in range(1, len(parent)):
+        key = (out[parent[node]], frame_ids[frame[node]])
+        if into_parent is not None and key[0] and into_parent(node):
+            out[node] = key[0]
+            continue
+        target = child_of.get(key)
+        if target is None:
+            target = child_of[key] = len(out_parent)
+            out_parent.append(key[0])
+            out_frame.append(key[1])
+        out[node] = target
+    return out
 
 
 def _parse_label(label: str) -> tuple[Frame, dict[str, int]]:

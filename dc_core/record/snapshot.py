@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..collect import symbols
 from ..store.profile import Profile, Series
 from ..model.kinds import KINDS, MONITOR_SERIES
-from ..model.tree import Frame, from_columns
+from ..model.tree import Frame, fold_paths, from_columns
 
 _SCALAR_SERIES = tuple(name for name, (_, per_device) in MONITOR_SERIES.items() if not per_device)
 _PER_DEVICE_SERIES = tuple(name for name, (_, per_device) in MONITOR_SERIES.items() if per_device)
@@ -40,20 +40,9 @@ def merge_equal_siblings(
     dropped, as `from_columns` drops them."""
     unique: dict[Frame, int] = {}
     frame_id = [unique.setdefault(f, len(unique)) for f in frames]
-    new_id = [0] * len(parent)
     new_parent, new_frame = [-1], [frame_id[frame[0]]]
-    node_of: dict[tuple[int, int], int] = {}
-    for node in range(1, len(parent)):
-        key = (new_id[parent[node]], frame_id[frame[node]])
-        if folds_into is not None and key[0] and folds_into(frames[frame[parent[node]]], frames[frame[node]]):
-            new_id[node] = key[0]
-            continue
-        target = node_of.get(key)
-        if target is None:
-            target = node_of[key] = len(new_parent)
-            new_parent.append(key[0])
-            new_frame.append(key[1])
-        new_id[node] = target
+    fold = None if folds_into is None else lambda n: folds_into(frames[frame[parent[n]]], frames[frame[n]])
+    new_id = fold_paths(parent, frame_id, frame, new_parent, new_frame, {}, fold)
     new_metrics = {}
     for name, values in metrics.items():
         if len(values) != len(parent):

@@ -168,3 +168,15 @@ def test_unwritable_index_places_only_cost_time(tmp_path, monkeypatch):
     (tmp_path / "f").write_text("a file where a directory should be")
     e, errors = cross_rank(files)
     assert not errors and len(e.columns) == index_mod.INDEX_FROM
+
+
+def test_a_metric_or_node_only_later_ranks_have_is_zero_on_the_others():
+    first = Profile(tree=tree_from_lists("forward @cpu_time_ns=10"), steps=(5, 7), rank=0)
+    later = Profile(tree=tree_from_lists(("forward @cpu_time_ns=20", "aten::mm @device_time_ns=7")),
+                    steps=(5, 7), rank=1)
+    again = Profile(tree=tree_from_lists(("backward @cpu_time_ns=5",)), steps=(5, 7), rank=2)
+    e, _ = merge([first, later, again])
+    mm, backward = e.find(["forward", "aten::mm"]), e.find("backward")
+    assert e.values("device_time_ns", mm).tolist() == [0, 7, 0]
+    assert e.values("device_time_ns", backward).tolist() == [0, 0, 0]  # grown past the metric's last rank
+    assert e.values("cpu_time_ns", 0).tolist() == [10, 20, 5]
