@@ -88,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
         windows.setdefault((file.run, file.steps), []).append(file)
     many = [] if args.rank is not None or args.ranks == "all" else [
         group for group in windows.values() if len({f.rank for f in group}) >= CROSS_RANK_FROM]
-    merged_files = {id(f) for group in many for f in group}
-    profiles, errors = read_files([f for f in files if id(f) not in merged_files], limit, args.json, args.logdir)
+    merged_files = {f for group in many for f in group}
+    profiles, errors = read_files([f for f in files if f not in merged_files], limit, args.json, args.logdir)
     merged = []
     for group in many:
         if not args.json and len(group) >= MANY_FILES:

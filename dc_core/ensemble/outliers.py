@@ -88,7 +88,11 @@ def time_metric(ensemble: Ensemble) -> str:
 
 def rank_times(ensemble: Ensemble, metric: str | None = None) -> list[RankTimes]:
     """Step, compute (`work`), collective and per-phase compute per step, per rank."""
-    metric = metric or time_metric(ensemble)
+    return _rank_times(ensemble, metric or time_metric(ensemble))[0]
+
+
+def _rank_times(ensemble: Ensemble, metric: str) -> tuple[list[RankTimes], np.ndarray]:
+    """`rank_times`, and the (nodes, ranks) work per step it was taken from."""
     m = np.asarray(ensemble.incl.get(metric, np.zeros((len(ensemble), len(ensemble.columns)), np.int64)))
     outer, _ = collective_mask(ensemble)
     steps = np.array([c.step_count for c in ensemble.columns], float)
@@ -100,7 +104,7 @@ def rank_times(ensemble: Ensemble, metric: str | None = None) -> list[RankTimes]
         step = float(np.median(col.step_times_ns)) if col.step_times_ns else m[0, j] / steps[j]
         out.append(RankTimes(j, col.rank, col.host, step, float(done[0, j]), float(wait[j]),
                              {ensemble.node_frame(p).name: float(done[p, j]) for p in phases}))
-    return out
+    return out, done
 
 
 def work(ensemble: Ensemble, m: np.ndarray) -> np.ndarray:
@@ -149,7 +153,7 @@ def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_
     """The outlier ranks of a cross-rank ensemble, most outlying first (one
     entry per rank: its most outlying measure); see the module docstring."""
     metric = metric or time_metric(ensemble)
-    times = rank_times(ensemble, metric)
+    times, per_step = _rank_times(ensemble, metric)
     if len(times) < 2:
         return []
     measures = {"compute": [t.compute for t in times], "step": [t.step for t in times]}
@@ -177,9 +181,7 @@ def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_
     out = []
     if not ranked:
         return out
-    outer, under = collective_mask(ensemble)
-    steps = np.array([c.step_count for c in ensemble.columns], float)
-    per_step = work(ensemble, np.asarray(ensemble.incl.get(metric))) / steps
+    _, under = collective_mask(ensemble)
     median_row = np.median(per_step, axis=1)
     for j, (_, measure, value, med, score) in ranked:
         excess = per_step[:, j] - median_row
