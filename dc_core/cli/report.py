@@ -25,6 +25,7 @@ from ..ensemble import Ensemble, cross_rank, merge
 from ..ensemble.outliers import outliers, time_metric
 from ..ensemble.report import CROSS_RANK_FROM, merged_json
 from ..store.logdir import ProfileFile
+from ..launch.settings import STEP_SOURCE_ENV
 from .common import (
     MANY_FILES, CliError, add_read_options, fail, hanging, list_logdir, make_console, middle_truncate,
     print_about_file, read_files,
@@ -205,6 +206,9 @@ def print_header(console: Console, profile: Profile) -> None:
     console.rule(title)
     for line in lines[1:]:
         console.print(Text(line), soft_wrap=True)
+    source = profile.env.get(STEP_SOURCE_ENV)
+    if source:  # ``deepcontext run`` found the steps itself: say how
+        console.print(hanging(Text("steps: ", style="dim"), Text(source)))
 
 
 def rows_table(width: int, rows: list[Row], metric: str, self_only: bool = False) -> Table:

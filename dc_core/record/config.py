@@ -232,20 +232,37 @@ def _env(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str]
             raise ValueError(f"{where} is not valid JSON: {exc}") from None
     else:
         where = f"{ENV_VAR} file {shown(raw, 1024)}"
-        text = _read_config_file(Path(raw), where)
-        yaml_file = Path(raw).suffix in (".yaml", ".yml")
-        try:
-            if yaml_file:
-                import yaml
-
-                data = yaml.safe_load(text)
-            else:
-                data = json.loads(text)
-        except Exception as exc:  # yaml and json raise different types (and RecursionError)
-            raise ValueError(f"{where}: cannot parse as {'YAML' if yaml_file else 'JSON'}: {exc}") from None
+        data = _parse_file(Path(raw), where)
     if not isinstance(data, dict):
         raise ValueError(f"{where} must hold an object of config fields, got {type(data).__name__}")
     return data, where
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """The config fields in a JSON or YAML file (``.yaml``/``.yml``).
+
+    Raises:
+        ValueError: naming the file, when it cannot be read or parsed, or
+            holds something other than an object.
+    """
+    where = f"config file {shown(str(path), 1024)}"
+    data = _parse_file(Path(path), where)
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must hold an object of config fields, got {type(data).__name__}")
+    return data
+
+
+def _parse_file(path: Path, where: str) -> Any:
+    text = _read_config_file(path, where)
+    yaml_file = path.suffix in (".yaml", ".yml")
+    try:
+        if yaml_file:
+            import yaml
+
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except Exception as exc:  # yaml and json raise different types (and RecursionError)
+        raise ValueError(f"{where}: cannot parse as {'YAML' if yaml_file else 'JSON'}: {exc}") from None
 
 
 def _read_config_file(path: Path, where: str) -> str:

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -37,13 +38,29 @@ KIND_OPERATOR = kind_id("operator")
 
 logger = logging.getLogger("deepcontext")
 
-_ACTIVE: list["Session"] = []  # the one explicit registry of live sessions
+# The one explicit registry of sessions: those with hooks in (a window open,
+# or unhooking pending), those not closed yet, and who watches windows open.
+_ACTIVE: list["Session"] = []
+_OPEN: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_WATCHERS: list[Callable[[bool], None]] = []
 
 
 def active_sessions() -> list["Session"]:
     """Sessions whose hooks may be in (a window is open, or unhooking is still
     pending), oldest first."""
     return list(_ACTIVE)
+
+
+def open_sessions() -> list["Session"]:
+    """Sessions made and not closed yet (enabled ones), in no order."""
+    return [s for s in list(_OPEN) if not s.closed and not s.disabled]
+
+
+def watch_windows(callback: Callable[[bool], None]) -> None:
+    """Call ``callback(True)`` when a first session opens a window and
+    ``callback(False)`` when none has one any more (``deepcontext run`` writes
+    open windows at SIGTERM only meanwhile). A callback that raises is dropped."""
+    _WATCHERS.append(callback)
 
 
 class Adapter(Protocol):
@@ -139,6 +156,8 @@ class Session:
         self._last_seen = -1
         self._window_t0 = 0
         self._window_unix = 0
+        self.notes: dict[str, str] = {}  # facts for each profile's environment (what defined the steps)
+        _OPEN.add(self)
         self._prepare()
 
     def _prepare(self) -> None:
@@ -366,10 +385,18 @@ class Session:
     def _track(self) -> None:
         """Keep this session in the registry exactly while hooks of its may be in."""
         live = self.window is not None or self._unrestored
+        before = bool(_ACTIVE)
         if live and self not in _ACTIVE:
             _ACTIVE.append(self)
         elif not live and self in _ACTIVE:
             _ACTIVE.remove(self)
+        if bool(_ACTIVE) != before:
+            for watcher in list(_WATCHERS):
+                try:
+                    watcher(bool(_ACTIVE))
+                except Exception:  # a watcher never breaks a window
+                    logger.debug("DeepContext: a window watcher failed", exc_info=True)
+                    _WATCHERS.remove(watcher)
 
     def _close_window(self, end: int) -> None:
         # A window closes whole, unhooked and then written: a Ctrl-C meanwhile
@@ -391,6 +418,7 @@ class Session:
             env[PLANNED_WINDOW_ENV] = f"{self._planned[0]}-{self._planned[1]}"
         if self.adapter is not None and hasattr(self.adapter, "environment"):
             env.update(self.adapter.environment())
+        env.update(self.notes)
         profile = profile_from_snapshot(
             self.collector.snapshot(),
             self.collector.monitor_samples(),

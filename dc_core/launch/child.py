@@ -1,0 +1,220 @@
+"""One profiled process of ``deepcontext run``: hooks the frameworks as they load.
+
+`boot` runs from the injected ``sitecustomize`` before the script. It
+imports no framework: it registers callbacks run right after ``torch``,
+the trainers' modules or ``jax`` load (`imports.AfterImport`), starts the
+time-range fallback and arranges for open windows to be written when the
+process ends. `Launch` is the state those drivers share: which of them found
+the steps first (the others stand down), and what to close at the end.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+from ..record import session as session_mod
+from ..collect.ownfiles import FRAMEWORK_PACKAGES, framework_prefixes, profiler_files
+from .imports import AfterImport
+from .settings import STEP_SOURCE_ENV, RunSettings
+
+logger = logging.getLogger("deepcontext")
+
+#: Modules whose import installs a driver: ``module name -> "package.module:function"``,
+#: each function taking the `Launch` and the imported module.
+DRIVERS = {
+    "torch": "dc_torch.launch:install",
+    "lightning.pytorch.trainer.trainer": "dc_lightning.launch:install",
+    "pytorch_lightning.trainer.trainer": "dc_lightning.launch:install",
+    "transformers.trainer": "dc_hf.launch:install",
+    "jax": "dc_jax.launch:install",
+    "flax.nnx": "dc_jax.launch:install_nnx",
+}
+
+
+class Launch:
+    """What the step drivers of one profiled process share.
+
+    Args:
+        settings: The run's settings.
+
+    Attributes:
+        source: What defined the steps (``"Lightning Trainer"``, ``"jax.jit
+            train_step at train.py:41, from its call 3"``), once a driver claimed them.
+    """
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
+        self.source: str | None = None
+        self.pid = os.getpid()
+        self._closers: list[Callable[[], None]] = []
+        self._ours: list[Any] = []  # sessions of our drivers: not "the user's own"
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._own_roots = _library_roots()
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """Config fields every session of the run takes: its logdir and run."""
+        return {"logdir": self.settings.logdir, "run": self.settings.run}
+
+    def claim(self, source: str) -> bool:
+        """A driver found the steps (``source`` says how): True when they are its
+        to profile; False when another driver claimed them first or the user's
+        own DeepContext session is running (the driver stands down)."""
+        with self._lock:
+            if self.source is not None or os.getpid() != self.pid or self.user_profiling():
+                return False
+            self.source = source
+            return True
+
+    def adopt(self, session: Any, close: Callable[[], None]) -> None:
+        """Our driver's ``session``: ``close`` writes its open window when the process ends."""
+        session.notes[STEP_SOURCE_ENV] = self.source or ""
+        self._ours.append(session)
+        self._closers.append(close)
+
+    def user_profiling(self) -> bool:
+        """Whether a DeepContext session our drivers did not make is open."""
+        return any(s not in self._ours for s in session_mod.open_sessions())
+
+    def own_file(self, filename: str) -> bool:
+        """Whether ``filename`` is the user's code: not the standard library,
+        not an installed package, not the profiler."""
+        if not filename or filename.startswith("<"):
+            return False
+        path = os.path.abspath(filename)
+        return not path.startswith(self._own_roots)
+
+    # --- the end ------------------------------------------------------------------
+    def close_all(self) -> None:
+        """Write every open window: our drivers', then any other session's still in
+        a window (a trainer's that never saw its end); never raises."""
+        if os.getpid() != self.pid:
+            return
+        self._done.set()
+        for close in reversed(self._closers):
+            try:
+                close()
+            except Exception:  # closing is fail-open like the rest
+                logger.debug("DeepContext: closing a driver failed", exc_info=True)
+        for session in session_mod.active_sessions():
+            session.close()
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """SIGTERM with no handler of the script's: write the windows, then end the
+        way SIGTERM would have (killed by the signal)."""
+        self.close_all()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def watch_windows(self, open_now: bool) -> None:
+        """Around open windows only (main thread), SIGTERM writes them before the
+        process dies; outside them, and whenever the script set its own handler,
+        SIGTERM is left alone."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        current = signal.getsignal(signal.SIGTERM)
+        if open_now and current is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        elif not open_now and current == self._on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    # --- no step boundary: a time range ---------------------------------------------
+    def start_fallback(self) -> None:
+        """After ``fallback_after_s`` with no step boundary found, profile by time."""
+        if self.settings.fallback_after_s <= 0:
+            return
+        thread = threading.Thread(target=self._fallback, name="deepcontext-time-range", daemon=True)
+        thread.start()
+
+    def _fallback(self) -> None:
+        wait = self.settings.fallback_after_s
+        if self._done.wait(wait):
+            return
+        if not self.claim(f"a time range: no step boundary in the first {wait:g} s"):
+            return
+        try:
+            loop = _time_loop(self)
+            self.adopt(loop.session, loop.stop)
+            loop.start()
+            duration = loop.session.config.time_range.duration_s
+            self._done.wait(duration)
+            loop.step()  # the window closes: its one "step" is the time range
+            loop.stop()
+        except Exception as exc:  # fail-open: the process runs unprofiled
+            logger.warning("DeepContext could not profile by time range: %r", exc)
+
+
+def _time_loop(launch: Launch) -> Any:
+    """A plain loop of the framework the process imported, set to one time window."""
+    from ..record.config import TimeRange, resolve
+
+    config = resolve(None, **launch.overrides)
+    window = config.time_range or TimeRange(0.0, launch.settings.time_window_s)
+    overrides = {**launch.overrides, "time_range": {"start_after_s": 0.0, "duration_s": window.duration_s}}
+    if "torch" in sys.modules:
+        from dc_torch.loop import Profiler
+
+        return Profiler(None, **overrides)
+    if "jax" in sys.modules:
+        from dc_jax.loop import Profiler as JaxProfiler
+
+        return JaxProfiler(None, **overrides)
+    from ..record.loop import StepLoop
+
+    return StepLoop(None, None, framework="python", default_phase="other", **overrides)
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Path prefixes of code that is not the user's: the interpreter's library,
+    installed packages, the frameworks and the profiler."""
+    import sysconfig
+
+    roots = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots |= {os.path.dirname(p) for p in profiler_files() if os.path.basename(p) == "__init__.py"}
+    for framework in FRAMEWORK_PACKAGES:
+        roots.update(framework_prefixes(framework))
+    return tuple(os.path.abspath(r) + os.sep for r in roots if r)
+
+
+def boot(settings: RunSettings) -> Launch:
+    """Hook this process for the run: drivers on framework imports, the time
+    fallback, windows written at exit. Imports no framework."""
+    launch = Launch(settings)
+    _log_to_run(settings)
+    drivers = {name: _driver(target, launch) for name, target in DRIVERS.items()}
+    AfterImport(drivers).install()
+    session_mod.watch_windows(launch.watch_windows)
+    atexit.register(launch.close_all)
+    launch.start_fallback()
+    return launch
+
+
+def _driver(target: str, launch: Launch) -> Callable[[Any], None]:
+    module_name, _, function = target.partition(":")
+
+    def run(module: Any) -> None:
+        import importlib
+
+        getattr(importlib.import_module(module_name), function)(launch, module)
+
+    return run
+
+
+def _log_to_run(settings: RunSettings) -> None:
+    """The profiler's messages go to the run's log, which ``deepcontext run``
+    prints at the end: the script's own stderr stays as it is."""
+    os.makedirs(settings.log_dir, exist_ok=True)
+    handler = logging.FileHandler(os.path.join(settings.log_dir, f"{os.getpid()}.log"), encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    logger.propagate = False
+    with open(handler.baseFilename, "a", encoding="utf-8") as file:
+        file.write(f"PROCESS {os.getpid()} {' '.join(getattr(sys, 'orig_argv', sys.argv))[:400]}\n")

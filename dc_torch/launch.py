@@ -1,0 +1,100 @@
+"""Plain PyTorch steps for ``deepcontext run``: a step ends at each update of
+the first optimizer that steps.
+
+Installed when ``torch`` is imported, this costs one global optimizer
+pre-hook that returns at once after the first update. At that update the
+optimizer that stepped gets a post-hook of its own, which ends each step:
+gradient accumulation and a second optimizer (a GAN's) still make one step
+per update of the first. Step 0 ends at the first update, before anything
+can be known about the loop, so windows start at step 1 at the earliest.
+
+Torch runs the per-optimizer post-hooks before the global ones, and a window
+opening or closing adds or removes global hooks (the adapter's optimizer
+phase): doing it from the optimizer's own hook keeps torch's loop over the
+global hooks intact.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from dc_torch.loop import Profiler
+
+logger = logging.getLogger("deepcontext")
+
+
+class OptimizerSteps:
+    """Drives a `Profiler` from the updates of the first optimizer that steps."""
+
+    def __init__(self, launch: Any) -> None:
+        self.launch = launch
+        self.loop: Profiler | None = None
+        self.first: Any = None  # handle of the global pre-hook
+        self.post: Any = None  # handle of the optimizer's own post-hook
+        self._seen = False
+        self._started = False
+
+    def install(self) -> None:
+        from torch.optim import optimizer as optimizer_mod
+
+        self.first = optimizer_mod.register_optimizer_step_pre_hook(self._first_update)
+
+    def _first_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        # Inside torch's loop over the global pre-hooks: they must not change here.
+        if self._seen:
+            return
+        self._seen = True
+        try:
+            self._adopt(optimizer)
+        except Exception as exc:  # fail-open: the script runs unprofiled
+            logger.warning("DeepContext could not follow the optimizer's steps (%r); this process runs unprofiled", exc)
+
+    def _adopt(self, optimizer: Any) -> None:
+        launch = self.launch
+        where = _caller(launch)
+        if not launch.claim(f"each {type(optimizer).__name__}.step{where} (the first optimizer to step); "
+                            "step 0 ends at its first update"):
+            return
+        self.loop = Profiler(None, **launch.overrides)
+        launch.adopt(self.loop.session, self.close)
+        if self.loop.session.config.steps.start == 0 and self.loop.session.config.time_range is None:
+            logger.warning("DeepContext: step 0 of a plain PyTorch loop ends at the first optimizer update, "
+                           "before the loop is known; its window starts at step 1")
+        self.loop.current_step = 1
+        self.post = optimizer.register_step_post_hook(self._updated)
+
+    def _updated(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        loop = self.loop
+        if loop is None:
+            return
+        if not self._started:  # the first update ended step 0: step 1 begins
+            self._started = True
+            loop.start()
+        else:
+            loop.step()
+
+    def close(self) -> None:
+        """Write the open window and take the hooks out."""
+        for handle in (self.post, self.first):
+            if handle is not None:
+                handle.remove()
+        self.post = self.first = None
+        if self.loop is not None:
+            self.loop.stop()
+
+
+def _caller(launch: Any) -> str:
+    """`` at train.py:57``: the user's line that called ``step``, when there is one."""
+    frame = sys._getframe(2)
+    while frame is not None and not launch.own_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f" at {frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+
+
+def install(launch: Any, torch: Any) -> None:
+    """``torch`` was imported in a process of ``deepcontext run``: follow its optimizers."""
+    OptimizerSteps(launch).install()

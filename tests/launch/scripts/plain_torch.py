@@ -1,0 +1,49 @@
+"""A plain PyTorch training script that knows nothing of any profiler."""
+
+import argparse
+import sys
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--exit", type=int, default=0)
+    parser.add_argument("--raise-at", type=int, default=-1)
+    parser.add_argument("--loader", choices=("none", "fork", "spawn"), default="none")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 32), torch.randn(16, 8)
+    batches = [(x, y)] * args.steps
+    if args.loader != "none":
+        data = torch.utils.data.TensorDataset(x.repeat(args.steps, 1), y.repeat(args.steps, 1))
+        batches = torch.utils.data.DataLoader(data, batch_size=16, num_workers=1, multiprocessing_context=args.loader)
+    for epoch in range(args.epochs):
+        for step, (x, y) in enumerate(batches):
+            if step == args.raise_at:
+                raise RuntimeError(f"planted failure at step {step}")
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+    print("argv", sys.argv[1:])
+    return args.exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The parts of ``deepcontext run`` that need no framework: which processes are
+profiled, the options, the post-import hooks, the command's errors."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+import types
+
+import pytest
+
+from dc_core.cli.run import child_environment, config_fields, parse_steps, run_name
+from dc_core.launch.imports import AfterImport
+from dc_core.launch.process import chosen
+from dc_core.launch.settings import CLAIMED_ENV, RUN_ENV, RunSettings
+
+PY = "/usr/bin/python3"
+
+
+@pytest.mark.parametrize("argv, environ, why", [
+    ([PY, "train.py"], {}, None),
+    ([PY, "-m", "pkg.train"], {}, None),
+    ([PY, "train.py"], {"RANK": "1", "LOCAL_RANK": "1"}, None),  # a torchrun worker
+    ([PY, "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"], {}, "torchrun agent"),
+    ([PY, "-m", "torch.distributed.run", "train.py"], {}, "torchrun agent"),
+    ([PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6)",
+      "--multiprocessing-fork"], {"RANK": "0"}, "multiprocessing"),
+    ([PY, "-c", "from multiprocessing.forkserver import main; main(1)"], {}, "multiprocessing"),
+    ([PY, "-c", "from multiprocessing.resource_tracker import main;main(5)"], {}, "multiprocessing"),
+    ([PY, "/venv/torch/_inductor/compile_worker/__main__.py"], {}, "compile worker"),
+    ([PY, "train.py"], {CLAIMED_ENV: "41"}, "child of the profiled process 41"),
+])
+def test_which_processes_are_profiled(argv, environ, why):
+    reason = chosen(environ, argv)
+    assert (reason is None) if why is None else (why in reason)
+
+
+def test_steps_option():
+    assert parse_steps("5:3") == {"start": 5, "count": 3}
+    assert parse_steps("2:3:4:2") == {"start": 2, "count": 3, "every": 4, "repeat": 2}
+    for bad in ("5", "a:3", "1:2:3:4:5", "-1:3", ""):
+        with pytest.raises(ValueError, match="--steps must be START:COUNT"):
+            parse_steps(bad)
+
+
+def test_run_name_says_when_and_what():
+    now = datetime.datetime(2026, 12, 1, 9, 30, 12)
+    assert run_name(["python", "scripts/train.py", "--x"], now) == "2026-12-01_09-30-12_train"
+    assert run_name(["python", "-m", "pkg.fit"], now) == "2026-12-01_09-30-12_pkg.fit"
+    assert run_name(["torchrun", "--nproc-per-node", "2", "ddp.py"], now) == "2026-12-01_09-30-12_ddp"
+    assert run_name(["bash", "go.sh"], now) == "2026-12-01_09-30-12_bash"
+    assert run_name(["python", "my run!.py"], now) == "2026-12-01_09-30-12_my-run"
+
+
+def _args(**kw):
+    base = dict(config=None, logdir="out", steps=None, mode=None)
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+def test_options_override_the_config_file_which_overrides_the_environment(tmp_path, monkeypatch):
+    config = tmp_path / "dc.yaml"
+    config.write_text("steps: {start: 7, count: 4}\nmode: comprehensive\ncpu_sampling_hz: 50\n")
+    monkeypatch.setenv("DEEPCONTEXT_CONFIG", '{"cpu_sampling_hz": 10, "system_interval_ms": 0, "steps": {"every": 20}}')
+    fields = config_fields(_args(config=str(config), steps="2:3"), "r1")
+    assert fields["steps"] == {"start": 2, "count": 3, "every": 20}  # merged field by field
+    assert fields["mode"] == "comprehensive" and fields["cpu_sampling_hz"] == 50 and fields["system_interval_ms"] == 0
+    assert fields["run"] == "r1" and fields["logdir"] == str((tmp_path.cwd() / "out").resolve())
+    env = child_environment(RunSettings(logdir="/l", run="r1"), fields, {"PYTHONPATH": "/mine", CLAIMED_ENV: "3"})
+    assert env["PYTHONPATH"].endswith("launch/boot:/mine") and CLAIMED_ENV not in env
+    assert RunSettings.from_env(env) == RunSettings(logdir="/l", run="r1")
+
+
+def test_bad_fields_are_named(tmp_path):
+    config = tmp_path / "dc.json"
+    config.write_text('{"steps": {"count": 0}}')
+    with pytest.raises(ValueError, match="steps.count"):
+        config_fields(_args(config=str(config)), "r")
+    config.write_text('{"mode": "fast"}')
+    with pytest.raises(ValueError, match="mode must be one of"):
+        config_fields(_args(config=str(config)), "r")
+    with pytest.raises(ValueError, match=r"config file .*missing\.json.*cannot read"):
+        config_fields(_args(config=str(tmp_path / "missing.json")), "r")
+    with pytest.raises(ValueError, match=RUN_ENV):
+        RunSettings.from_env({RUN_ENV: '{"logdir": 1}'})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "x", "t.py"], "--steps must be START:COUNT"),
+    (["nothere.py"], "script 'nothere.py' does not exist"),
+    (["ls"], "to run another command put it after --"),
+    ([], "nothing to run"),
+    (["--step-function", "train_step", "t.py"], "--step-function must be MODULE:QUALNAME"),
+])
+def test_the_command_refuses_bad_input_before_running_anything(tmp_path, args, message):
+    (tmp_path / "t.py").write_text("open('ran', 'w').close()\n")
+    done = subprocess.run([sys.executable, "-m", "dc_core", "run", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "deepcontext").exists()
+
+
+def test_a_missing_command_fails_as_a_shell_would(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", "--", "no-such-command-xyz"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 127 and "cannot start 'no-such-command-xyz'" in done.stderr
+
+
+def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):
+    (tmp_path / "watched_pkg").mkdir()
+    (tmp_path / "watched_pkg" / "__init__.py").write_text("VALUE = 1\n")
+    (tmp_path / "watched_pkg" / "sub.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    finder = AfterImport({"watched_pkg.sub": lambda m: seen.append(m.VALUE),
+                          "watched_pkg": lambda m: 1 / 0})  # a failing callback: logged, the import still works
+    finder.install()
+    try:
+        import watched_pkg.sub
+
+        assert seen == [2] and watched_pkg.VALUE == 1
+        assert watched_pkg.sub.__spec__.loader.__class__.__name__ == "SourceFileLoader"
+        assert finder not in sys.meta_path  # gone once every callback ran
+    finally:
+        finder.remove()
+        for name in ("watched_pkg.sub", "watched_pkg"):
+            sys.modules.pop(name, None)

@@ -1,0 +1,185 @@
+"""``deepcontext run`` on plain PyTorch scripts with no DeepContext import, in real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from dc_core.model.report import planned_window
+from dc_core.store.logdir import find_profiles
+
+from .conftest import SCRIPTS, deepcontext_run, plain, run_profiles, script_output
+
+pytestmark = pytest.mark.slow
+
+VENV_PATH = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+
+
+def line_of(script: Path, text: str) -> int:
+    """The line of ``script`` holding ``text`` (first match)."""
+    return next(n for n, line in enumerate(script.read_text().splitlines(), 1) if text in line)
+
+
+def _labels(tree, node):
+    return [f.label() for f in tree.path_frames(node)]
+
+
+def test_a_plain_script_is_profiled_under_its_own_lines(tmp_path):
+    script = str(SCRIPTS / "plain_torch.py")
+    module, main, forward_line, step = (line_of(SCRIPTS / "plain_torch.py", text) for text in (
+        "sys.exit(main())", "model(x), y)", "return self.body(x)", "opt.step()"))
+    done = deepcontext_run(tmp_path, "--steps", "2:3", "--", "python", script, "--epochs", "1", env=VENV_PATH)
+    alone = plain(tmp_path, script, "--epochs", "1")
+    assert done.returncode == 0, done.stderr
+    assert script_output(done.stdout) == alone.stdout  # the script's output, then the report
+    assert done.stderr == alone.stderr == ""
+    [profile] = run_profiles(tmp_path)
+    assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
+    assert "SGD.step at plain_torch.py:" in profile.env["step_source"]
+    tree = profile.tree
+    phases = {tree.node_frame(n).name for n in tree.children(0)}
+    assert {"forward", "backward", "optimizer"} <= phases
+    forward = tree.find("forward", f"plain_torch.py:{module} <module>", f"plain_torch.py:{main} main", "Net (Net)",
+                        f"plain_torch.py:{forward_line} Net.forward", "body (Sequential)", "body.0 (Linear)",
+                        "aten::linear")
+    assert forward is not None, [l for n in range(1, len(tree)) for l in [_labels(tree, n)] if "aten::linear" in l[-1]]
+    assert tree.excl["count"][forward] == 3  # once per step of the window
+    backward = [n for n in range(1, len(tree)) if tree.node_frame(n).backward
+                and "body.0 (Linear)" in _labels(tree, n)]
+    assert backward and _labels(tree, backward[0])[0] == "backward"
+    assert tree.find("optimizer", f"plain_torch.py:{module} <module>", f"plain_torch.py:{step} main") is not None
+    # the report printed after the script names how the steps were found
+    assert f"steps: each SGD.step at plain_torch.py:{step}" in done.stdout
+    assert "deepcontext view out" in done.stdout
+
+
+def test_exit_status_and_exceptions_are_the_scripts(tmp_path):
+    script = str(SCRIPTS / "plain_torch.py")
+    exits = deepcontext_run(tmp_path, "--steps", "2:3", script, "--exit", "3")
+    assert exits.returncode == 3
+    assert [p.steps for p in run_profiles(tmp_path)] == [(2, 5)]
+
+    (tmp_path / "raise").mkdir()
+    raised = deepcontext_run(tmp_path / "raise", "--steps", "2:3", script, "--raise-at", "6")
+    alone = plain(tmp_path, script, "--raise-at", "6")
+    assert raised.returncode == alone.returncode == 1
+    assert raised.stderr == alone.stderr and "RuntimeError: planted failure at step 6" in raised.stderr
+    [window] = run_profiles(tmp_path / "raise")
+    assert window.steps == (2, 5) and len(window.step_times_ns) == 3  # written whole before the failure
+
+
+def _wait_for(proc: subprocess.Popen, text: str) -> str:
+    seen = ""
+    deadline = time.monotonic() + 120
+    while text not in seen:
+        line = proc.stdout.readline()
+        assert line or time.monotonic() < deadline, seen
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"ended before {text!r}: {seen}{proc.stderr.read()}")
+        seen += line
+    return seen
+
+
+def _interrupted(tmp_path: Path, command: list[str], send) -> tuple[int, str, str]:
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        before = _wait_for(proc, "waiting in step 7")
+        send(proc)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, before + out, err
+
+
+def _run(tmp_path: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "dc_core", "run", "--logdir", str(tmp_path / "out"), "--steps", "2:3:4:2",
+            str(SCRIPTS / "signals.py"), *args]
+
+
+def _windows(tmp_path: Path) -> list:
+    return sorted(run_profiles(tmp_path), key=lambda p: p.steps)
+
+
+def test_ctrl_c_in_a_window_writes_it_partial_and_ends_as_the_script_does(tmp_path):
+    ctrl_c = lambda proc: os.killpg(proc.pid, signal.SIGINT)  # the terminal signals the whole group
+    status, out, err = _interrupted(tmp_path, _run(tmp_path), ctrl_c)
+    alone = _interrupted(tmp_path, [sys.executable, str(SCRIPTS / "signals.py")], ctrl_c)
+    assert status == alone[0] == -signal.SIGINT
+    assert err == alone[2] and err.rstrip().endswith("KeyboardInterrupt")
+    first, second = _windows(tmp_path)
+    assert first.steps == (2, 5) and len(first.step_times_ns) == 3
+    assert second.steps == (6, 8) and len(second.step_times_ns) == 1  # step 6 timed, 7 interrupted
+    assert planned_window(second.env) == (6, 9)
+    assert "partial: 1 of 3 planned steps timed" in out
+
+
+def test_sigterm_reaches_the_scripts_own_handler_and_its_status_is_kept(tmp_path):
+    status, out, err = _interrupted(tmp_path, _run(tmp_path, "--own-handler"), lambda p: p.send_signal(signal.SIGTERM))
+    assert status == 7 and "own SIGTERM handler ran" in out
+    first, second = _windows(tmp_path)
+    assert len(first.step_times_ns) == 3 and second.steps == (6, 8)
+
+
+def test_sigterm_without_a_handler_writes_the_open_window_then_ends_by_the_signal(tmp_path):
+    status, out, err = _interrupted(tmp_path, _run(tmp_path), lambda p: p.send_signal(signal.SIGTERM))
+    assert status == -signal.SIGTERM, err
+    assert [p.steps for p in _windows(tmp_path)] == [(2, 5), (6, 8)]
+    assert "killed by signal 15" in out
+
+
+@pytest.mark.parametrize("loader", ["fork", "spawn"])
+def test_dataloader_workers_are_not_profiled(tmp_path, loader):
+    done = deepcontext_run(tmp_path, "--steps", "2:3", str(SCRIPTS / "plain_torch.py"), "--loader", loader)
+    assert done.returncode == 0, done.stderr
+    assert "1 process profiled" in done.stdout
+    [profile] = run_profiles(tmp_path)
+    assert profile.rank == 0 and len(profile.step_times_ns) == 3
+    assert profile.tree.find("dataloader") is not None
+
+
+def test_torchrun_profiles_each_worker_not_the_agent(tmp_path):
+    done = deepcontext_run(tmp_path, "--steps", "2:3", "--", "torchrun", "--nproc-per-node", "2",
+                           str(SCRIPTS / "ddp_script.py"), env={**VENV_PATH, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "rank 0 of 2 done" in done.stdout and "rank 1 of 2 done" in done.stdout
+    assert "2 processes profiled" in done.stdout
+    files = find_profiles(tmp_path / "out")
+    assert sorted(f.rank for f in files) == [0, 1] and {f.steps for f in files} == {(2, 5)}
+    assert len({f.run for f in files}) == 1  # both ranks in the one run of this invocation
+    assert "step time per rank" in done.stdout  # the report compares them
+
+
+def test_the_environments_own_sitecustomize_still_runs(tmp_path):
+    own = tmp_path / "site"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE'] = 'ran'\n")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os, sys\nprint(os.environ.get('OWN_SITECUSTOMIZE'), 'site' in sys.modules)\n"
+                     "print(any('launch/boot' in p for p in sys.path))\n")
+    done = deepcontext_run(tmp_path, "--no-report", str(probe), env={"PYTHONPATH": str(own)})
+    assert done.returncode == 0, done.stderr
+    assert script_output(done.stdout).splitlines() == ["ran True", "False"]  # and our directory is off sys.path
+    assert "1 process profiled" in done.stdout
+
+
+def test_no_step_boundary_falls_back_to_a_time_range(tmp_path):
+    config = tmp_path / "dc.json"
+    config.write_text('{"time_range": {"duration_s": 1.0}}')
+    done = deepcontext_run(tmp_path, "--time-fallback", "1", "--config", str(config), str(SCRIPTS / "no_steps.py"))
+    assert done.returncode == 0, done.stderr
+    [profile] = run_profiles(tmp_path)
+    assert profile.env["step_source"] == "a time range: no step boundary in the first 1 s"
+    assert "steps: a time range" in done.stdout
+    matmul = [n for n in range(1, len(profile.tree)) if profile.tree.node_frame(n).name in ("aten::matmul", "aten::mm")
+              and any("no_steps.py" in l and "crunch" in l for l in _labels(profile.tree, n))]
+    assert matmul, "the script's own line runs the matmul"
