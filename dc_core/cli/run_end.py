@@ -55,6 +55,11 @@ def finish(settings: RunSettings, args: argparse.Namespace, status: int) -> None
                       "PYTHONPATH (not -I or -E)?", soft_wrap=True)
     if not files:
         console.print(f"no profile was written under {escape(str(run_dir))}", soft_wrap=True)
+        if processes and not notes:
+            console.print("[yellow]note:[/] no step window was reached. Steps come from a Lightning or Hugging Face "
+                          "Trainer, each update of a plain PyTorch loop's first optimizer, or the jitted step of a "
+                          "JAX loop (--step-function names it); a process with none of these for --time-fallback "
+                          "seconds is profiled by time. --steps sets the window.", soft_wrap=True)
         return
     if not args.no_report:
         from . import report

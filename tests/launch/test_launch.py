@@ -14,6 +14,7 @@ from dc_core.cli.run import child_environment, config_fields, parse_steps, run_n
 from dc_core.launch.imports import AfterImport
 from dc_core.launch.process import chosen
 from dc_core.launch.settings import CLAIMED_ENV, RUN_ENV, RunSettings
+from dc_core.store.logdir import find_profiles, read_profile
 
 PY = "/usr/bin/python3"
 
@@ -125,3 +126,46 @@ def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):
         finder.remove()
         for name in ("watched_pkg.sub", "watched_pkg"):
             sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("form", ["script", "module"])
+def test_the_program_runs_as_its_own_main_with_its_own_argv(tmp_path, form):
+    (tmp_path / "probe.py").write_text(
+        "import sys\nprint(__name__, sys.argv[1:], sys.argv[0].endswith('probe.py'))\n"
+        "print('to stderr', file=sys.stderr)\nsys.exit(5)\n")
+    target = ["probe.py", "a", "--b"] if form == "script" else ["-m", "probe", "a", "--b"]
+    done = subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", *target], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    alone = subprocess.run([sys.executable, *target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == alone.returncode == 5
+    assert done.stdout.startswith(alone.stdout) and alone.stdout == "__main__ ['a', '--b'] True\n"
+    assert done.stderr == alone.stderr == "to stderr\n"
+    assert "the command exited with status 5 · 1 process profiled" in done.stdout
+
+
+def test_a_process_that_cannot_be_hooked_runs_unprofiled_with_one_warning(tmp_path):
+    from dc_core.cli.run import BOOT_DIR
+
+    (tmp_path / "probe.py").write_text("print('ran')\n")
+    env = {**__import__("os").environ, "PYTHONPATH": BOOT_DIR, RUN_ENV: '{"not": "settings"}'}
+    done = subprocess.run([sys.executable, "probe.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout == "ran\n"
+    assert done.stderr.count("\n") == 1 and "could not hook this process" in done.stderr and RUN_ENV in done.stderr
+
+
+def test_view_opens_the_tab_on_the_logdir_when_the_run_ends(tmp_path, monkeypatch):
+    import dc_core.cli.view as view
+    from dc_core.cli import main
+
+    opened = []
+    monkeypatch.setattr(view, "run", lambda args: opened.append(args.logdir) or 0)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEEPCONTEXT_CONFIG", '{"time_range": {"duration_s": 0.5}}')
+    (tmp_path / "busy.py").write_text("import time\nend = time.monotonic() + 2.5\nwhile time.monotonic() < end:\n"
+                                      "    sum(range(1000))\n")
+    assert main(["run", "--view", "--no-report", "--time-fallback", "0.5", "--logdir", "runs", "busy.py"]) == 0
+    assert opened == [str(tmp_path / "runs")]
+    [profile] = [read_profile(f) for f in find_profiles(tmp_path / "runs")]
+    assert profile.framework == "python" and profile.env["step_source"].startswith("a time range")
+    assert 0.4e9 < profile.step_times_ns[0] < 2.5e9  # the one "step" is the time range
