@@ -35,7 +35,7 @@ def _labels(tree, node):
 def test_a_plain_script_is_profiled_under_its_own_lines(tmp_path):
     script = str(SCRIPTS / "plain_torch.py")
     module, main, forward_line, step = (line_of(SCRIPTS / "plain_torch.py", text) for text in (
-        "sys.exit(main())", "model(x), y)", "return self.body(x)", "opt.step()"))
+        "sys.exit(main())", "loss = nn.functional.mse_loss(model(x), y)", "return self.body(x)", "opt.step()"))
     done = deepcontext_run(tmp_path, "--steps", "2:3", "--", "python", script, "--epochs", "1", env=VENV_PATH)
     alone = plain(tmp_path, script, "--epochs", "1")
     assert done.returncode == 0, done.stderr
@@ -76,6 +76,20 @@ def test_exit_status_and_exceptions_are_the_scripts(tmp_path):
     assert window.steps == (2, 5) and len(window.step_times_ns) == 3  # written whole before the failure
 
 
+def test_accumulation_and_a_second_optimizer_still_make_one_step_per_update(tmp_path):
+    done = deepcontext_run(tmp_path, "--steps", "2:3", str(SCRIPTS / "plain_torch.py"), "--accumulate", "2",
+                           "--critic")
+    assert done.returncode == 0, done.stderr
+    [profile] = run_profiles(tmp_path)
+    assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
+    assert "SGD.step" in profile.env["step_source"]  # the first optimizer to step, not the critic's Adam
+    tree = profile.tree
+    first = [n for n in range(1, len(tree)) if _labels(tree, n)[-2:] == ["body.0 (Linear)", "aten::linear"]]
+    # 3 updates of 2 micro-batches, plus the critic's input computed once per update
+    assert sum(tree.excl["count"][n] for n in first) == 3 * 2 + 3
+    assert tree.find_all(lambda f: f.name == "Adam.step")  # the critic's update is still in the window
+
+
 def _wait_for(proc: subprocess.Popen, text: str) -> str:
     seen = ""
     deadline = time.monotonic() + 120
@@ -93,6 +107,7 @@ def _interrupted(tmp_path: Path, command: list[str], send) -> tuple[int, str, st
                             start_new_session=True)
     try:
         before = _wait_for(proc, "waiting in step 7")
+        time.sleep(1.0)  # into the script's sleep, so that the traceback ends on the same line each time
         send(proc)
         out, err = proc.communicate(timeout=120)
     finally:

@@ -23,10 +23,14 @@ def main() -> int:
     parser.add_argument("--exit", type=int, default=0)
     parser.add_argument("--raise-at", type=int, default=-1)
     parser.add_argument("--loader", choices=("none", "fork", "spawn"), default="none")
+    parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per update")
+    parser.add_argument("--critic", action="store_true", help="a second optimizer, stepped after the first")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    critic = nn.Linear(8, 1)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=0.01)
     x, y = torch.randn(16, 32), torch.randn(16, 8)
     batches = [(x, y)] * args.steps
     if args.loader != "none":
@@ -36,10 +40,17 @@ def main() -> int:
         for step, (x, y) in enumerate(batches):
             if step == args.raise_at:
                 raise RuntimeError(f"planted failure at step {step}")
+            for _ in range(args.accumulate - 1):
+                nn.functional.mse_loss(model(x), y).backward()
             loss = nn.functional.mse_loss(model(x), y)
-            opt.zero_grad()
             loss.backward()
             opt.step()
+            opt.zero_grad()
+            if args.critic:
+                critic_loss = critic(model(x).detach()).square().mean()
+                critic_loss.backward()
+                critic_opt.step()
+                critic_opt.zero_grad()
         print(f"epoch {epoch} loss {loss.item():.4f}")
     print("argv", sys.argv[1:])
     return args.exit
