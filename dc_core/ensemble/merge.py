@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Sequence
@@ -270,6 +269,11 @@ def merge(sources: Sequence[ProfileFile | Profile], max_bytes: int | None = None
         return _merge_serial(sources, limit)
     size = -(-len(sources) // workers)
     chunks = [list(sources[i: i + size]) for i in range(0, len(sources), size)]
+    # Imported here: importing concurrent.futures registers an exit hook, which
+    # fails once the interpreter is shutting down, where a session may still
+    # write its last window (and import the analyzer, which imports this module).
+    from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(len(chunks), mp_context=get_context("fork")) as pool:
         parts = list(pool.map(_merge_serial, chunks, [limit] * len(chunks)))
     builder = _Builder(sum(len(part.columns) for part, _ in parts))

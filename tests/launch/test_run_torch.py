@@ -90,6 +90,18 @@ def test_accumulation_and_a_second_optimizer_still_make_one_step_per_update(tmp_
     assert tree.find_all(lambda f: f.name == "Adam.step")  # the critic's update is still in the window
 
 
+def test_regression_a_window_open_when_the_script_ends_is_written(tmp_path):
+    """The first window written at interpreter exit used to import the analyzer
+    then, which imported concurrent.futures: too late to register its exit hook."""
+    done = deepcontext_run(tmp_path, "--steps", "8:10", str(SCRIPTS / "plain_torch.py"))
+    assert done.returncode == 0, done.stderr
+    [profile] = run_profiles(tmp_path)
+    assert profile.steps == (8, 11) and len(profile.step_times_ns) == 2  # steps 8 and 9 whole, 10 begun
+    assert planned_window(profile.env) == (8, 18)
+    linear = profile.tree.find_all(lambda f: f.name == "aten::linear" and not f.backward)
+    assert sum(profile.tree.excl["count"][n] for n in linear) == 2 * 2  # two Linear layers in steps 8 and 9
+
+
 def _wait_for(proc: subprocess.Popen, text: str) -> str:
     seen = ""
     deadline = time.monotonic() + 120
