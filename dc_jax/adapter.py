@@ -67,12 +67,14 @@ class JaxAdapter:
 
     framework = "jax"
 
-    def __init__(self) -> None:
+    def __init__(self, nnx: NnxScopes | None = None) -> None:
+        """``nnx``: NNX module naming already started (``deepcontext run`` starts it
+        while it looks for the step, which is traced before it is known)."""
         self._dir: str | None = None
         self._session: Any = None
         self._index = ModuleIndex()
         self._flax = ModuleRecorder()
-        self._nnx = NnxScopes()
+        self._nnx = nnx or NnxScopes()
         self._compiles: list[tuple[str, str, float, float, int, tuple[int, ...]]] = []
         self._phases: list[tuple[str, int, int]] = []  # (name, start, end) in monotonic ns
         self._clock0 = (0, 0)  # (wall ns, monotonic ns) when the trace started

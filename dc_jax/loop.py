@@ -31,12 +31,14 @@ class Profiler(StepLoop):
     Args:
         config: What to profile; ``overrides`` replace its fields and
             ``DEEPCONTEXT_CONFIG`` overrides both.
+        adapter: The adapter to drive (default: a new `JaxAdapter`).
     """
 
     adapter: JaxAdapter
 
-    def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
-        super().__init__(JaxAdapter(), config, framework="jax", default_phase="other", **overrides)
+    def __init__(self, config: ProfilerConfig | None = None, *, adapter: JaxAdapter | None = None,
+                 **overrides: Any) -> None:
+        super().__init__(adapter or JaxAdapter(), config, framework="jax", default_phase="other", **overrides)
         self._placed = "rank" in overrides or "world_size" in overrides
 
     def phase(self, name: str) -> ContextManager[Any]:
