@@ -16,6 +16,8 @@ from .common import make_console
 
 #: The first line of each profiled process's log (`dc_core.launch.child`).
 PROCESS_LINE = "PROCESS "
+#: Rows of each tree in the report printed at the end (``deepcontext report`` prints more).
+REPORT_ROWS = 30
 
 
 def read_logs(log_dir: str) -> tuple[int, list[str]]:
@@ -65,15 +67,21 @@ def finish(settings: RunSettings, args: argparse.Namespace, status: int) -> None
         from . import report
         from . import build_parser
 
-        report.run(build_parser().parse_args(["report", str(run_dir)]))
-    shown = os.path.relpath(settings.logdir) if not os.path.relpath(settings.logdir).startswith("..") else settings.logdir
-    console.print(f"{len(files)} profile{'s' if len(files) != 1 else ''} in {escape(str(run_dir))}; open the tab with:",
-                  soft_wrap=True)
-    console.print(f"  deepcontext view {escape(shlex.quote(shown))}", soft_wrap=True)
+        report.run(build_parser().parse_args(["report", str(run_dir), "--limit", str(REPORT_ROWS)]))
+    console.print(f"{len(files)} profile{'s' if len(files) != 1 else ''} in {escape(_shown(run_dir))}; "
+                  "the whole tree, and the tab:", soft_wrap=True)
+    console.print(f"  deepcontext report {escape(shlex.quote(_shown(run_dir)))}", soft_wrap=True)
+    console.print(f"  deepcontext view {escape(shlex.quote(_shown(Path(settings.logdir))))}", soft_wrap=True)
     if args.view:
         from . import view
 
         view.run(argparse.Namespace(logdir=settings.logdir, port=6006, host="127.0.0.1"))
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to here when it is below, else as it is."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 def _python() -> str:

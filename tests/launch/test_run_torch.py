@@ -58,7 +58,8 @@ def test_a_plain_script_is_profiled_under_its_own_lines(tmp_path):
     assert tree.find("optimizer", f"plain_torch.py:{module} <module>", f"plain_torch.py:{step} main") is not None
     # the report printed after the script names how the steps were found
     assert f"steps: each SGD.step at plain_torch.py:{step}" in done.stdout
-    assert "deepcontext view out" in done.stdout
+    run_dir = find_profiles(tmp_path / "out")[0].path.parents[3].name
+    assert f"deepcontext report out/{run_dir}\n  deepcontext view out\n" in done.stdout
 
 
 def test_exit_status_and_exceptions_are_the_scripts(tmp_path):
