@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import logging
 import sys
 from typing import Sequence
@@ -17,6 +16,8 @@ _SUBCOMMANDS = ("run", "report", "analyze", "export", "demo", "view")
 def version() -> str:
     """The installed distribution's version, else the package's ``__version__``
     (a source tree on ``sys.path`` without an install)."""
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("deepcontext")
     except importlib.metadata.PackageNotFoundError:
@@ -25,16 +26,29 @@ def version() -> str:
         return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """``--version``, looked up only when asked (the metadata import is not free)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"deepcontext {version()}")
+        parser.exit()
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only``: just that subcommand (its module alone is
+    imported, so ``deepcontext run`` starts the command sooner)."""
     parser = argparse.ArgumentParser(
         prog="deepcontext",
         description="DeepContext: calling-context profiles of deep-learning training.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    parser.add_argument("--version", action="version", version=f"deepcontext {version()}")
+    parser.add_argument("--version", action=_Version)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in _SUBCOMMANDS:
+    for name in [only] if only in _SUBCOMMANDS else _SUBCOMMANDS:
         try:
             module = importlib.import_module(f"dc_core.cli.{name}")
         except ImportError as exc:
@@ -46,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``deepcontext`` console script and ``python -m dc_core``."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

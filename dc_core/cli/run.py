@@ -27,7 +27,6 @@ from typing import Any
 
 from ..launch.settings import CLAIMED_ENV, RUN_ENV, RunSettings
 from ..record.config import ENV_VAR, MODES, ProfilerConfig, env_overrides, merge, read_file
-from .common import fail
 
 BOOT_DIR = str(Path(__file__).resolve().parents[1] / "launch" / "boot")
 #: Signals a job scheduler or a user sends to end a job: passed on to the command.
@@ -163,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
         if args.time_fallback < 0:
             raise ValueError("--time-fallback must be >= 0 seconds")
     except ValueError as exc:
+        from .common import fail  # rich and the readers, loaded only to say what is wrong
+
         return fail(str(exc))
     settings = RunSettings(logdir=fields["logdir"], run=name, step_function=args.step_function,
                            fallback_after_s=args.time_fallback)

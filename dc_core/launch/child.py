@@ -11,6 +11,7 @@ the steps first (the others stand down), and what to close at the end.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import signal
@@ -18,8 +19,6 @@ import sys
 import threading
 from typing import Any, Callable
 
-from ..record import session as session_mod
-from ..collect.ownfiles import FRAMEWORK_PACKAGES, framework_prefixes, profiler_files
 from .imports import AfterImport
 from .settings import STEP_SOURCE_ENV, RunSettings
 
@@ -56,7 +55,6 @@ class Launch:
         self._ours: list[Any] = []  # sessions of our drivers: not "the user's own"
         self._lock = threading.Lock()
         self._done = threading.Event()
-        self._own_roots = _library_roots()
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -71,7 +69,10 @@ class Launch:
             if self.source is not None or os.getpid() != self.pid or self.user_profiling():
                 return False
             self.source = source
-            return True
+        from ..record import session as session_mod  # imported with the first driver, not at startup
+
+        session_mod.watch_windows(self.watch_windows)
+        return True
 
     def adopt(self, session: Any, close: Callable[[], None]) -> None:
         """Our driver's ``session``: ``close`` writes its open window when the process ends."""
@@ -81,15 +82,15 @@ class Launch:
 
     def user_profiling(self) -> bool:
         """Whether a DeepContext session our drivers did not make is open."""
-        return any(s not in self._ours for s in session_mod.open_sessions())
+        session_mod = sys.modules.get("dc_core.record.session")  # none was made if it is not loaded
+        return session_mod is not None and any(s not in self._ours for s in session_mod.open_sessions())
 
     def own_file(self, filename: str) -> bool:
         """Whether ``filename`` is the user's code: not the standard library,
         not an installed package, not the profiler."""
         if not filename or filename.startswith("<"):
             return False
-        path = os.path.abspath(filename)
-        return not path.startswith(self._own_roots)
+        return not os.path.abspath(filename).startswith(_library_roots())
 
     # --- the end ------------------------------------------------------------------
     def close_all(self) -> None:
@@ -103,7 +104,8 @@ class Launch:
                 close()
             except Exception:  # closing is fail-open like the rest
                 logger.debug("DeepContext: closing a driver failed", exc_info=True)
-        for session in session_mod.active_sessions():
+        session_mod = sys.modules.get("dc_core.record.session")
+        for session in session_mod.active_sessions() if session_mod is not None else ():
             session.close()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -171,10 +173,13 @@ def _time_loop(launch: Launch) -> Any:
     return StepLoop(None, None, framework="python", default_phase="other", **overrides)
 
 
+@functools.cache  # asked per call while a JAX step is sought; packages do not move
 def _library_roots() -> tuple[str, ...]:
     """Path prefixes of code that is not the user's: the interpreter's library,
     installed packages, the frameworks and the profiler."""
     import sysconfig
+
+    from ..collect.ownfiles import FRAMEWORK_PACKAGES, framework_prefixes, profiler_files
 
     roots = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     roots |= {os.path.dirname(p) for p in profiler_files() if os.path.basename(p) == "__init__.py"}
@@ -190,7 +195,6 @@ def boot(settings: RunSettings) -> Launch:
     _log_to_run(settings)
     drivers = {name: _driver(target, launch) for name, target in DRIVERS.items()}
     AfterImport(drivers).install()
-    session_mod.watch_windows(launch.watch_windows)
     atexit.register(launch.close_all)
     launch.start_fallback()
     return launch

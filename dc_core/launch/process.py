@@ -15,7 +15,10 @@ import os
 import sys
 from typing import Mapping, Sequence
 
-from .settings import CLAIMED_ENV
+#: The run's settings (JSON), set by ``deepcontext run`` for every process of the command.
+RUN_ENV = "DEEPCONTEXT_RUN"
+#: Set by the first profiled process for its descendants: they are not profiled themselves.
+CLAIMED_ENV = "DEEPCONTEXT_RUN_PROFILED"
 
 _AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _AGENT_SCRIPTS = ("torchrun",)
@@ -31,6 +34,8 @@ def chosen(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None 
     """
     environ = os.environ if environ is None else environ
     argv = list(getattr(sys, "orig_argv", sys.argv) if argv is None else argv)
+    if not environ.get(RUN_ENV):
+        return "not started by deepcontext run"
     if environ.get(CLAIMED_ENV):
         return f"a child of the profiled process {environ[CLAIMED_ENV]}"
     if any(mark in arg for arg in argv[1:] for mark in _WORKER_MARKS):

@@ -7,10 +7,10 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-#: The run's settings (JSON), set by ``deepcontext run`` for every process of the command.
-RUN_ENV = "DEEPCONTEXT_RUN"
-#: Set by the first profiled process for its descendants: they are not profiled themselves.
-CLAIMED_ENV = "DEEPCONTEXT_RUN_PROFILED"
+from .process import CLAIMED_ENV, RUN_ENV
+
+__all__ = ["CLAIMED_ENV", "RUN_ENV", "STEP_SOURCE_ENV", "RunSettings"]
+
 #: Key of each profile's environment saying what defined its steps.
 STEP_SOURCE_ENV = "step_source"
 

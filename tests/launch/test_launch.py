@@ -31,9 +31,10 @@ PY = "/usr/bin/python3"
     ([PY, "-c", "from multiprocessing.resource_tracker import main;main(5)"], {}, "multiprocessing"),
     ([PY, "/venv/torch/_inductor/compile_worker/__main__.py"], {}, "compile worker"),
     ([PY, "train.py"], {CLAIMED_ENV: "41"}, "child of the profiled process 41"),
+    ([PY, "train.py"], {RUN_ENV: ""}, "not started by deepcontext run"),
 ])
 def test_which_processes_are_profiled(argv, environ, why):
-    reason = chosen(environ, argv)
+    reason = chosen({RUN_ENV: "{}", **environ}, argv)
     assert (reason is None) if why is None else (why in reason)
 
 

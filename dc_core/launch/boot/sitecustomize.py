@@ -25,20 +25,19 @@ def _chain() -> None:
 
 
 def _boot() -> None:
-    import logging
-
     try:
         from dc_core.launch.process import chosen, claim
-        from dc_core.launch.settings import RunSettings
 
-        settings = RunSettings.from_env()
-        if settings is None or chosen() is not None:
+        if chosen() is not None:  # most processes stop here, having imported next to nothing
             return
         claim()
         from dc_core.launch.child import boot
+        from dc_core.launch.settings import RunSettings
 
-        boot(settings)
+        boot(RunSettings.from_env())
     except Exception as exc:  # fail-open: the program runs unprofiled
+        import logging
+
         logging.getLogger("deepcontext").warning("DeepContext could not hook this process (%r); it runs unprofiled", exc)
 
 
