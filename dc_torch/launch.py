@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dc_torch.loop import Profiler
+if TYPE_CHECKING:
+    from dc_torch.loop import Profiler
 
 logger = logging.getLogger("deepcontext")
 
@@ -30,7 +31,7 @@ class OptimizerSteps:
 
     def __init__(self, launch: Any) -> None:
         self.launch = launch
-        self.loop: Profiler | None = None
+        self.loop: "Profiler | None" = None
         self.first: Any = None  # handle of the global pre-hook
         self.post: Any = None  # handle of the optimizer's own post-hook
         self._seen = False
@@ -57,6 +58,8 @@ class OptimizerSteps:
         if not launch.claim(f"each {type(optimizer).__name__}.step{where} (the first optimizer to step); "
                             "step 0 ends at its first update"):
             return
+        from dc_torch.loop import Profiler  # the adapter loads when there are steps to profile
+
         self.loop = Profiler(None, **launch.overrides)
         launch.adopt(self.loop.session, self.close)
         if self.loop.session.config.steps.start == 0 and self.loop.session.config.time_range is None:
