@@ -16,8 +16,9 @@ from .common import make_console
 
 #: The first line of each profiled process's log (`dc_core.launch.child`).
 PROCESS_LINE = "PROCESS "
-#: Rows of each tree in the report printed at the end (``deepcontext report`` prints more).
-REPORT_ROWS = 30
+#: The report printed at the end is a summary: rows of 5% of the window or more,
+#: at most 40 per tree (``deepcontext report`` prints the whole tree).
+REPORT_ROWS, REPORT_MIN_PERCENT = 40, 5.0
 
 
 def read_logs(log_dir: str) -> tuple[int, list[str]]:
@@ -67,7 +68,8 @@ def finish(settings: RunSettings, args: argparse.Namespace, status: int) -> None
         from . import report
         from . import build_parser
 
-        report.run(build_parser().parse_args(["report", str(run_dir), "--limit", str(REPORT_ROWS)]))
+        report.run(build_parser().parse_args(["report", str(run_dir), "--limit", str(REPORT_ROWS),
+                                                       "--min-percent", str(REPORT_MIN_PERCENT)]))
     console.print(f"{len(files)} profile{'s' if len(files) != 1 else ''} in {escape(_shown(run_dir))}; "
                   "the whole tree, and the tab:", soft_wrap=True)
     console.print(f"  deepcontext report {escape(shlex.quote(_shown(run_dir)))}", soft_wrap=True)
