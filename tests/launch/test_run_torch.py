@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 from dc_core.model.report import planned_window
-from dc_core.store.logdir import find_profiles
+from dc_core.store.logdir import find_profiles, read_profile
 
 from .conftest import SCRIPTS, deepcontext_run, plain, run_profiles, script_output
 
@@ -101,6 +101,15 @@ def test_regression_a_window_open_when_the_script_ends_is_written(tmp_path):
     assert planned_window(profile.env) == (8, 18)
     linear = profile.tree.find_all(lambda f: f.name == "aten::linear" and not f.backward)
     assert sum(profile.tree.excl["count"][n] for n in linear) == 2 * 2  # two Linear layers in steps 8 and 9
+
+
+def test_a_script_profiling_itself_keeps_its_profiler_and_nothing_is_added(tmp_path):
+    done = deepcontext_run(tmp_path, str(SCRIPTS / "plain_torch.py"), "--own-profiler")
+    assert done.returncode == 0, done.stderr
+    files = find_profiles(tmp_path)
+    # its own window (steps 1-2), none of the run's default 5-7; in the run's directory, as DEEPCONTEXT_CONFIG says
+    assert [f.steps for f in files] == [(1, 3)] and files[0].path.is_relative_to(tmp_path / "out")
+    assert "step_source" not in read_profile(files[0]).env
 
 
 def _wait_for(proc: subprocess.Popen, text: str) -> str:

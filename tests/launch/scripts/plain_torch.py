@@ -25,6 +25,7 @@ def main() -> int:
     parser.add_argument("--loader", choices=("none", "fork", "spawn"), default="none")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per update")
     parser.add_argument("--critic", action="store_true", help="a second optimizer, stepped after the first")
+    parser.add_argument("--own-profiler", action="store_true", help="the script profiles itself (dc_torch.profile)")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = Net()
@@ -36,6 +37,12 @@ def main() -> int:
     if args.loader != "none":
         data = torch.utils.data.TensorDataset(x.repeat(args.steps, 1), y.repeat(args.steps, 1))
         batches = torch.utils.data.DataLoader(data, batch_size=16, num_workers=1, multiprocessing_context=args.loader)
+    prof = None
+    if args.own_profiler:
+        import dc_torch
+        from dc_core import StepRange
+
+        prof = dc_torch.profile(logdir="own-profiles", steps=StepRange(1, 2)).start()
     for epoch in range(args.epochs):
         for step, (x, y) in enumerate(batches):
             if step == args.raise_at:
@@ -51,7 +58,11 @@ def main() -> int:
                 critic_loss.backward()
                 critic_opt.step()
                 critic_opt.zero_grad()
+            if prof is not None:
+                prof.step()
         print(f"epoch {epoch} loss {loss.item():.4f}")
+    if prof is not None:
+        prof.stop()
     print("argv", sys.argv[1:])
     return args.exit
 
