@@ -54,7 +54,8 @@ class Launch:
         self._closers: list[Callable[[], None]] = []
         self._ours: list[Any] = []  # sessions of our drivers: not "the user's own"
         self._lock = threading.Lock()
-        self._done = threading.Event()
+        self._done = threading.Event()  # the process is ending
+        self._closing = threading.RLock()  # the time-range thread and the end never drive a session at once
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -98,6 +99,10 @@ class Launch:
         a window (a trainer's that never saw its end); never raises."""
         if os.getpid() != self.pid:
             return
+        with self._closing:
+            self._close_all()
+
+    def _close_all(self) -> None:
         self._done.set()
         for close in reversed(self._closers):
             try:
@@ -142,13 +147,17 @@ class Launch:
         if not self.claim(f"a time range: no step boundary in the first {wait:g} s"):
             return
         try:
-            loop = _time_loop(self)
-            self.adopt(loop.session, loop.stop)
-            loop.start()
-            duration = loop.session.config.time_range.duration_s
-            self._done.wait(duration)
-            loop.step()  # the window closes: its one "step" is the time range
-            loop.stop()
+            with self._closing:
+                if self._done.is_set():
+                    return
+                loop = _time_loop(self)
+                self.adopt(loop.session, loop.stop)
+                loop.start()
+            self._done.wait(loop.session.config.time_range.duration_s)
+            with self._closing:  # unless the end came first and closed it
+                if not self._done.is_set():
+                    loop.step()  # the window closes: its one "step" is the time range
+                    loop.stop()
         except Exception as exc:  # fail-open: the process runs unprofiled
             logger.warning("DeepContext could not profile by time range: %r", exc)
 

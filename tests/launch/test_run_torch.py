@@ -125,8 +125,11 @@ def _wait_for(proc: subprocess.Popen, text: str) -> str:
 
 
 def _interrupted(tmp_path: Path, command: list[str], send) -> tuple[int, str, str]:
+    # Ctrl-C works as in a terminal even when this test runs where SIGINT is
+    # ignored (a background job of a shell passes SIG_IGN on to its children).
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         before = _wait_for(proc, "waiting in step 7")
         time.sleep(1.0)  # into the script's sleep, so that the traceback ends on the same line each time

@@ -234,6 +234,8 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-hostile.png"))
             # The flat view filters by a kind from the vocabulary.
             tab.locator("button[data-tab=flat]").click()
+            # all_inner_texts does not wait: on a loaded machine the flat view may not be drawn yet
+            tab.locator("select[aria-label=Kinds] option", has_text="phase").wait_for(state="attached")
             options = tab.locator("select[aria-label=Kinds] option").all_inner_texts()
             assert options == ["all kinds", "python", "module", "operator", "kernel", "phase"]  # those present, in KINDS order
             tab.locator("select[aria-label=Kinds]").select_option("kernel")
