@@ -79,18 +79,6 @@ def test_a_lightning_trainer_gets_the_callback_and_its_steps(tmp_path):
     assert "WARNING" not in run_log(tmp_path)
 
 
-def test_a_lightning_scripts_own_callback_is_kept_alone(tmp_path):
-    pytest.importorskip("lightning")
-    done = deepcontext_run(tmp_path, str(SCRIPTS / "lightning_fit.py"), "--own-callback")
-    assert done.returncode == 0, done.stderr
-    # the run's logdir and run (DEEPCONTEXT_CONFIG) win over the callback's logdir; its steps stay its own
-    name, profile = only_profile(tmp_path)
-    assert name == "steps-1-2.pb" and not (tmp_path / "own-profiles").exists()
-    assert "step_source" not in profile.env  # the script's session, not one the run made
-    assert {("encoder", "Encoder"), ("encoder.layers.0", "Linear")} <= forward_modules(profile.tree)
-    assert "WARNING" not in run_log(tmp_path)
-
-
 def test_a_hugging_face_trainer_gets_the_callback_and_its_steps(tmp_path):
     pytest.importorskip("transformers")
     done = deepcontext_run(tmp_path, "--steps", "2:3", str(SCRIPTS / "hf_train.py"))
@@ -111,13 +99,20 @@ def test_a_hugging_face_trainer_gets_the_callback_and_its_steps(tmp_path):
     assert "WARNING" not in run_log(tmp_path)
 
 
-def test_a_callback_the_hf_script_adds_after_the_trainer_is_kept_alone(tmp_path):
-    pytest.importorskip("transformers")
-    # trainer.add_callback after Trainer(...): the run's callback is in, and stands down when training begins
-    done = deepcontext_run(tmp_path, str(SCRIPTS / "hf_train.py"), "--own-callback")
+@pytest.mark.parametrize("framework, script, module", [
+    # the Lightning script passes DeepContextCallback(...) to its Trainer
+    ("lightning", "lightning_fit.py", ("encoder.layers.0", "Linear")),
+    # the HF script adds it with trainer.add_callback after Trainer(...): the run's callback,
+    # added meanwhile, stands down when training begins
+    ("transformers", "hf_train.py", ("transformer.h.0.attn", "GPT2Attention")),
+])
+def test_a_scripts_own_callback_is_kept_alone(tmp_path, framework, script, module):
+    pytest.importorskip(framework)
+    done = deepcontext_run(tmp_path, str(SCRIPTS / script), "--own-callback")
     assert done.returncode == 0, done.stderr
+    # the run's logdir and run (DEEPCONTEXT_CONFIG) win over the callback's logdir; its steps stay its own
     name, profile = only_profile(tmp_path)
     assert name == "steps-1-2.pb" and not (tmp_path / "own-profiles").exists()
-    assert "step_source" not in profile.env
-    assert ("transformer.h.0.attn", "GPT2Attention") in forward_modules(profile.tree)
+    assert "step_source" not in profile.env  # the script's session, not one the run made
+    assert module in forward_modules(profile.tree)
     assert "WARNING" not in run_log(tmp_path)
