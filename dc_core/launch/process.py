@@ -2,7 +2,7 @@
 
 The command's own Python process and each torchrun worker (a process with
 ``RANK``/``LOCAL_RANK`` that no profiled ancestor started). Not the torchrun
-agent (it only launches), not ``multiprocessing`` children (DataLoader
+agent, nor ``accelerate launch`` or ``deepspeed`` (they only launch), not ``multiprocessing`` children (DataLoader
 workers, pools: spawned or forkserver children are recognised by their
 command line, forked ones inherit a session that disables itself in a new
 pid), and nothing a profiled process starts (compile workers, helpers): the
@@ -20,8 +20,10 @@ RUN_ENV = "DEEPCONTEXT_RUN"
 #: Set by the first profiled process for its descendants: they are not profiled themselves.
 CLAIMED_ENV = "DEEPCONTEXT_RUN_PROFILED"
 
-_AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")
-_AGENT_SCRIPTS = ("torchrun",)
+# Launchers that only start the workers: torchrun, and those built like it.
+_AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
+                  "accelerate.commands.accelerate_cli", "deepspeed.launcher.runner")
+_AGENT_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
 _WORKER_MARKS = ("--multiprocessing-fork", "from multiprocessing.", "compile_worker")
 
 
@@ -41,7 +43,7 @@ def chosen(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None 
     if any(mark in arg for arg in argv[1:] for mark in _WORKER_MARKS):
         return "a multiprocessing or compile worker"
     if _module(argv) in _AGENT_MODULES or (len(argv) > 1 and os.path.basename(argv[1]) in _AGENT_SCRIPTS):
-        return "the torchrun agent (its workers are profiled)"
+        return "a launcher like the torchrun agent (its workers are profiled)"
     return None
 
 

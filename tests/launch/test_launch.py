@@ -25,6 +25,9 @@ PY = "/usr/bin/python3"
     ([PY, "train.py"], {"RANK": "1", "LOCAL_RANK": "1"}, None),  # a torchrun worker
     ([PY, "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"], {}, "torchrun agent"),
     ([PY, "-m", "torch.distributed.run", "train.py"], {}, "torchrun agent"),
+    ([PY, "/venv/bin/accelerate", "launch", "train.py"], {}, "torchrun agent"),
+    ([PY, "-m", "accelerate.commands.launch", "train.py"], {}, "torchrun agent"),
+    ([PY, "/venv/bin/deepspeed", "train.py"], {}, "torchrun agent"),
     ([PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6)",
       "--multiprocessing-fork"], {"RANK": "0"}, "multiprocessing"),
     ([PY, "-c", "from multiprocessing.forkserver import main; main(1)"], {}, "multiprocessing"),

@@ -199,6 +199,17 @@ def test_torchrun_profiles_each_worker_not_the_agent(tmp_path):
     assert "step time per rank" in done.stdout  # the report compares them
 
 
+def test_accelerate_launch_profiles_the_script_not_the_launcher(tmp_path):
+    pytest.importorskip("accelerate")
+    done = deepcontext_run(tmp_path, "--steps", "2:3", "--no-report", "--", "accelerate", "launch", "--cpu",
+                           "--num_processes", "1", str(SCRIPTS / "plain_torch.py"), env=VENV_PATH)
+    assert done.returncode == 0, done.stderr
+    assert "1 process profiled" in done.stdout
+    [log] = (tmp_path / "out").glob("*/.logs/*.log")
+    assert log.read_text().splitlines()[0].endswith("plain_torch.py")  # the worker, started by the launcher
+    assert [p.steps for p in run_profiles(tmp_path)] == [(2, 5)]
+
+
 def test_the_environments_own_sitecustomize_still_runs(tmp_path):
     own = tmp_path / "site"
     own.mkdir()
