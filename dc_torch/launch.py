@@ -43,40 +43,44 @@ class OptimizerSteps:
         self.first = optimizer_mod.register_optimizer_step_pre_hook(self._first_update)
 
     def _first_update(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        # Inside torch's loop over the global pre-hooks: they must not change here.
+        # Inside torch's loop over the global pre-hooks: they must not change here,
+        # so the steps are claimed (which may close the time range's window and
+        # take its global hooks out) in the optimizer's own post-hook.
         if self._seen:
             return
         self._seen = True
         try:
-            self._adopt(optimizer)
+            self.post = optimizer.register_step_post_hook(self._updated)
         except Exception as exc:  # fail-open: the script runs unprofiled
             logger.warning("DeepContext could not follow the optimizer's steps (%r); this process runs unprofiled", exc)
 
-    def _adopt(self, optimizer: Any) -> None:
-        launch = self.launch
-        where = _caller(launch)
-        if not launch.claim(f"each {type(optimizer).__name__}.step{where} (the first optimizer to step); "
-                            "step 0 ends at its first update"):
-            return
-        from dc_torch.loop import Profiler  # the adapter loads when there are steps to profile
-
-        self.loop = Profiler(None, **launch.overrides)
-        launch.adopt(self.loop.session, self.close)
-        if self.loop.session.config.steps.start == 0 and self.loop.session.config.time_range is None:
-            logger.warning("DeepContext: step 0 of a plain PyTorch loop ends at the first optimizer update, "
-                           "before the loop is known; its window starts at step 1")
-        self.loop.current_step = 1
-        self.post = optimizer.register_step_post_hook(self._updated)
-
     def _updated(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         loop = self.loop
-        if loop is None:
-            return
-        if not self._started:  # the first update ended step 0: step 1 begins
-            self._started = True
-            loop.start()
-        else:
+        if loop is not None:
             loop.step()
+        elif not self._started:  # the first update ended step 0: step 1 begins, if the steps are ours
+            self._started = True
+            try:
+                self._adopt(optimizer)
+            except Exception as exc:  # fail-open: the script runs unprofiled
+                logger.warning("DeepContext could not follow the optimizer's steps (%r); this process runs "
+                               "unprofiled", exc)
+
+    def _adopt(self, optimizer: Any) -> None:
+        launch = self.launch
+        if not launch.claim(f"each {type(optimizer).__name__}.step{_caller(launch)} (the first optimizer to "
+                            "step); step 0 ends at its first update"):
+            return  # a trainer or the script's own profiler has them; this hook stays inert until close
+        from dc_torch.loop import Profiler  # the adapter loads when there are steps to profile
+
+        loop = Profiler(None, **launch.overrides)
+        launch.adopt(loop.session, self.close)
+        if loop.session.config.steps.start == 0 and loop.session.config.time_range is None:
+            logger.warning("DeepContext: step 0 of a plain PyTorch loop ends at the first optimizer update, "
+                           "before the loop is known; its window starts at step 1")
+        loop.current_step = 1
+        self.loop = loop
+        loop.start()
 
     def close(self) -> None:
         """Write the open window and take the hooks out."""

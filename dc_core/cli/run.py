@@ -54,6 +54,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--time-fallback", type=float, default=60.0, metavar="SECONDS",
                    help="profile by time when no step boundary is found in this many seconds (default 60; "
                         "0: never)")
+    p.add_argument("--time-window", type=float, default=10.0, metavar="SECONDS",
+                   help="length of that time range (default 10)")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     p.add_argument("--view", action="store_true", help="open the DeepContext tab in TensorBoard at the end")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
@@ -159,14 +161,16 @@ def run(args: argparse.Namespace) -> int:
         fields = config_fields(args, name)
         if args.step_function is not None and ":" not in args.step_function:
             raise ValueError(f"--step-function must be MODULE:QUALNAME, got {args.step_function!r}")
-        if args.time_fallback < 0:
+        if not 0 <= args.time_fallback < 1e9:
             raise ValueError("--time-fallback must be >= 0 seconds")
+        if not 1e-3 <= args.time_window < 1e9:
+            raise ValueError("--time-window must be at least 0.001 seconds")
     except ValueError as exc:
         from .common import fail  # rich and the readers, loaded only to say what is wrong
 
         return fail(str(exc))
     settings = RunSettings(logdir=fields["logdir"], run=name, step_function=args.step_function,
-                           fallback_after_s=args.time_fallback)
+                           fallback_after_s=args.time_fallback, time_window_s=args.time_window)
     status = _run_command(command, child_environment(settings, fields))
     from .run_end import finish
 

@@ -56,6 +56,8 @@ class Launch:
         self._lock = threading.Lock()
         self._done = threading.Event()  # the process is ending
         self._closing = threading.RLock()  # the time-range thread and the end never drive a session at once
+        self._provisional = False  # the steps are the time range's until a driver finds real ones
+        self._interim: Any = None  # the time range's loop while it may still be open
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -65,15 +67,28 @@ class Launch:
     def claim(self, source: str) -> bool:
         """A driver found the steps (``source`` says how): True when they are its
         to profile; False when another driver claimed them first or the user's
-        own DeepContext session is running (the driver stands down)."""
+        own DeepContext session is running (the driver stands down).
+
+        Steps found after the time-range fallback began (a model that loads for
+        minutes, a JAX step known at its third call) are still claimed: the time
+        range's window is written as it stands, and the steps take over. So the
+        caller must be where that window's hooks may come out."""
         with self._lock:
-            if self.source is not None or os.getpid() != self.pid or self.user_profiling():
+            if (self.source is not None and not self._provisional) or os.getpid() != self.pid \
+                    or self.user_profiling():
                 return False
-            self.source = source
+            self.source, self._provisional = source, False
+        with self._closing:
+            interim, self._interim = self._interim, None
+            if interim is not None:
+                interim.stop()
+        self._watch()
+        return True
+
+    def _watch(self) -> None:
         from ..record import session as session_mod  # imported with the first driver, not at startup
 
         session_mod.watch_windows(self.watch_windows)
-        return True
 
     def adopt(self, session: Any, close: Callable[[], None]) -> None:
         """Our driver's ``session``: ``close`` writes its open window when the process ends."""
@@ -144,18 +159,23 @@ class Launch:
         wait = self.settings.fallback_after_s
         if self._done.wait(wait):
             return
-        if not self.claim(f"a time range: no step boundary in the first {wait:g} s"):
-            return
+        source = f"a time range: no step boundary in the first {wait:g} s"
+        with self._lock:
+            if self.source is not None or self.user_profiling():
+                return
+            self.source, self._provisional = source, True
+        self._watch()
         try:
             with self._closing:
-                if self._done.is_set():
+                if self._done.is_set() or not self._provisional:  # the end, or real steps, came first
                     return
-                loop = _time_loop(self)
+                loop = self._interim = _time_loop(self)
                 self.adopt(loop.session, loop.stop)
                 loop.start()
             self._done.wait(loop.session.config.time_range.duration_s)
-            with self._closing:  # unless the end came first and closed it
-                if not self._done.is_set():
+            with self._closing:  # unless the end or real steps came first and closed it
+                if self._interim is loop and not self._done.is_set():
+                    self._interim = None
                     loop.step()  # the window closes: its one "step" is the time range
                     loop.stop()
         except Exception as exc:  # fail-open: the process runs unprofiled
@@ -163,12 +183,11 @@ class Launch:
 
 
 def _time_loop(launch: Launch) -> Any:
-    """A plain loop of the framework the process imported, set to one time window."""
-    from ..record.config import TimeRange, resolve
-
-    config = resolve(None, **launch.overrides)
-    window = config.time_range or TimeRange(0.0, launch.settings.time_window_s)
-    overrides = {**launch.overrides, "time_range": {"start_after_s": 0.0, "duration_s": window.duration_s}}
+    """A plain loop of the framework the process imported, set to one window of
+    ``--time-window`` seconds (the config's ``time_range`` is for step drivers:
+    it makes their windows timed)."""
+    window = {"start_after_s": 0.0, "duration_s": launch.settings.time_window_s}
+    overrides = {**launch.overrides, "time_range": window}
     if "torch" in sys.modules:
         from dc_torch.loop import Profiler
 

@@ -199,6 +199,21 @@ def test_torchrun_profiles_each_worker_not_the_agent(tmp_path):
     assert "step time per rank" in done.stdout  # the report compares them
 
 
+def test_steps_found_after_the_time_fallback_began_take_over(tmp_path):
+    """A model that loads for longer than --time-fallback: the time range's window
+    is written as it stands when the first update comes, then the steps are profiled."""
+    # a window that would outlast the script: the steps cut it short
+    done = deepcontext_run(tmp_path, "--steps", "2:3", "--time-fallback", "1", "--time-window", "60",
+                           str(SCRIPTS / "plain_torch.py"), "--load-s", "3")
+    assert done.returncode == 0, done.stderr
+    loading, steps = sorted(run_profiles(tmp_path), key=lambda p: p.steps)
+    assert loading.env["step_source"] == "a time range: no step boundary in the first 1 s"
+    assert loading.steps == (0, 1) and not loading.step_times_ns  # cut short: its one "step" never ended
+    load_line = line_of(SCRIPTS / "plain_torch.py", "loading = torch.tanh(loading @ loading)")
+    assert loading.tree.find_all(lambda f: f.kind == "python" and f.line == load_line)  # the loading was recorded
+    assert steps.steps == (2, 5) and len(steps.step_times_ns) == 3 and "SGD.step" in steps.env["step_source"]
+
+
 def test_accelerate_launch_profiles_the_script_not_the_launcher(tmp_path):
     pytest.importorskip("accelerate")
     done = deepcontext_run(tmp_path, "--steps", "2:3", "--no-report", "--", "accelerate", "launch", "--cpu",
@@ -224,9 +239,7 @@ def test_the_environments_own_sitecustomize_still_runs(tmp_path):
 
 
 def test_no_step_boundary_falls_back_to_a_time_range(tmp_path):
-    config = tmp_path / "dc.json"
-    config.write_text('{"time_range": {"duration_s": 1.0}}')
-    done = deepcontext_run(tmp_path, "--time-fallback", "1", "--config", str(config), str(SCRIPTS / "no_steps.py"))
+    done = deepcontext_run(tmp_path, "--time-fallback", "1", "--time-window", "1", str(SCRIPTS / "no_steps.py"))
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
     assert profile.env["step_source"] == "a time range: no step boundary in the first 1 s"

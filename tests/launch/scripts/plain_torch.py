@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+import time
 
 import torch
 from torch import nn
@@ -26,8 +27,13 @@ def main() -> int:
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per update")
     parser.add_argument("--critic", action="store_true", help="a second optimizer, stepped after the first")
     parser.add_argument("--own-profiler", action="store_true", help="the script profiles itself (dc_torch.profile)")
+    parser.add_argument("--load-s", type=float, default=0.0, help="seconds of work before training (a slow load)")
     args = parser.parse_args()
     torch.manual_seed(0)
+    loading = torch.randn(64, 64)
+    end = time.monotonic() + args.load_s
+    while time.monotonic() < end:
+        loading = torch.tanh(loading @ loading)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     critic = nn.Linear(8, 1)
