@@ -208,11 +208,7 @@ def _run_command(command: list[str], env: dict[str, str]) -> int:
         previous[sig] = signal.signal(sig, forward)
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
-        while True:
-            try:
-                return child.wait()
-            except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled above
-                continue
+        return child.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -43,8 +43,9 @@ class Launch:
         settings: The run's settings.
 
     Attributes:
-        source: What defined the steps (``"Lightning Trainer"``, ``"jax.jit
-            train_step at train.py:41, from its call 3"``), once a driver claimed them.
+        source: What defined the steps (``"each SGD.step at train.py:57 …"``,
+            ``"each call of jax.jit train_step, called repeatedly at train.py:65; step
+            0 is call 3"``), once a driver claimed them.
     """
 
     def __init__(self, settings: RunSettings) -> None:
@@ -58,13 +59,14 @@ class Launch:
         self._closing = threading.RLock()  # the time-range thread and the end never drive a session at once
         self._provisional = False  # the steps are the time range's until a driver finds real ones
         self._interim: Any = None  # the time range's loop while it may still be open
+        self._watching = False  # SIGTERM is watched from the first claim on
 
     @property
     def overrides(self) -> dict[str, Any]:
         """Config fields every session of the run takes: its logdir and run."""
         return {"logdir": self.settings.logdir, "run": self.settings.run}
 
-    def claim(self, source: str) -> bool:
+    def claim(self, source: str, provisional: bool = False) -> bool:
         """A driver found the steps (``source`` says how): True when they are its
         to profile; False when another driver claimed them first or the user's
         own DeepContext session is running (the driver stands down).
@@ -72,23 +74,23 @@ class Launch:
         Steps found after the time-range fallback began (a model that loads for
         minutes, a JAX step known at its third call) are still claimed: the time
         range's window is written as it stands, and the steps take over. So the
-        caller must be where that window's hooks may come out."""
+        caller must be where that window's hooks may come out. ``provisional``:
+        the fallback's own claim, which real steps may take over."""
         with self._lock:
-            if (self.source is not None and not self._provisional) or os.getpid() != self.pid \
+            if (self.source is not None and (provisional or not self._provisional)) or os.getpid() != self.pid \
                     or self.user_profiling():
                 return False
-            self.source, self._provisional = source, False
+            self.source, self._provisional = source, provisional
         with self._closing:
             interim, self._interim = self._interim, None
             if interim is not None:
                 interim.stop()
-        self._watch()
+        if not self._watching:
+            self._watching = True
+            from ..record import session as session_mod  # imported with the first driver, not at startup
+
+            session_mod.watch_windows(self.watch_windows)
         return True
-
-    def _watch(self) -> None:
-        from ..record import session as session_mod  # imported with the first driver, not at startup
-
-        session_mod.watch_windows(self.watch_windows)
 
     def adopt(self, session: Any, close: Callable[[], None]) -> None:
         """Our driver's ``session``: ``close`` writes its open window when the process ends."""
@@ -159,12 +161,8 @@ class Launch:
         wait = self.settings.fallback_after_s
         if self._done.wait(wait):
             return
-        source = f"a time range: no step boundary in the first {wait:g} s"
-        with self._lock:
-            if self.source is not None or self.user_profiling():
-                return
-            self.source, self._provisional = source, True
-        self._watch()
+        if not self.claim(f"a time range: no step boundary in the first {wait:g} s", provisional=True):
+            return
         try:
             with self._closing:
                 if self._done.is_set() or not self._provisional:  # the end, or real steps, came first
