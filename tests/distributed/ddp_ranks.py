@@ -1,5 +1,5 @@
 """Run by test_ddp.py: plain PyTorch DDP on N CPU processes (gloo), each profiled
-with ``dc_torch.profile``; one rank runs its MLP 8 times, so the others
+with ``dc_torch.profile``; one rank runs its MLP 32 times, so the others
 wait for it in DDP's all-reduce.
 
 Usage: ddp_ranks.py ROOT_DIR RANKS SLOW_RANK
@@ -38,7 +38,7 @@ def worker(rank: int, world: int, slow: int, root: str, init: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(Block(8 if rank == slow else 1), nn.Linear(128, 1)))
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(Block(32 if rank == slow else 1), nn.Linear(128, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(256, 128)
     with dc_torch.profile(logdir=root, run="ddp", steps={"start": 2, "count": 3}, rank=rank,
