@@ -82,9 +82,7 @@ class Launch:
                 return False
             self.source, self._provisional = source, provisional
         with self._closing:
-            interim, self._interim = self._interim, None
-            if interim is not None:
-                interim.stop()
+            self._end_time_range()
         if not self._watching:
             self._watching = True
             from ..record import session as session_mod  # imported with the first driver, not at startup
@@ -121,6 +119,7 @@ class Launch:
 
     def _close_all(self) -> None:
         self._done.set()
+        self._end_time_range()
         for close in reversed(self._closers):
             try:
                 close()
@@ -129,6 +128,19 @@ class Launch:
         session_mod = sys.modules.get("dc_core.record.session")
         for session in session_mod.active_sessions() if session_mod is not None else ():
             session.close()
+
+    def _end_time_range(self) -> None:
+        """Write the time range's window if it is still open: cut short (steps
+        were found, or the process ends), its one step is the time until now."""
+        interim, self._interim = self._interim, None
+        if interim is None:
+            return
+        try:
+            interim.session.cut_time_range()
+            interim.step()
+            interim.stop()
+        except Exception:  # fail-open: whatever it holds is lost, the process goes on
+            logger.warning("DeepContext could not write the time range's window", exc_info=True)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         """SIGTERM with no handler of the script's: write the windows, then end the

@@ -254,6 +254,11 @@ class Session:
         if self._schedule.should_close(step, now, self._window_t0):
             self._close_window(step + 1)
 
+    def cut_time_range(self) -> None:
+        """Close an open time-range window at the next step end, before its
+        duration is up (the process ends, or a step driver takes over)."""
+        self._schedule.cut()
+
     def phase(self, name: str) -> Any:
         """Context manager marking work as phase ``name`` (e.g. "optimizer")."""
         if self.window is None or self.disabled:

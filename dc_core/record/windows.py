@@ -17,6 +17,7 @@ class WindowSchedule:
         self.time_range = time_range
         self.start_ns = start_ns
         self._time_window_done = False
+        self._cut = False  # the open time range ends at the next step end, however long it ran
         self._current: tuple[int, int] | None = None
         self._next_start = steps.start  # cheap first test for the hot path
 
@@ -54,7 +55,7 @@ class WindowSchedule:
         if self._current is None:
             return True
         if self.time_range is not None:
-            if (now - opened_ns) / 1e9 >= self.time_range.duration_s:
+            if self._cut or (now - opened_ns) / 1e9 >= self.time_range.duration_s:
                 self._time_window_done = True
                 self._current = None
                 return True
@@ -64,6 +65,10 @@ class WindowSchedule:
             self._advance(step + 1)
             return True
         return False
+
+    def cut(self) -> None:
+        """End the open time range at the next step end, before its duration."""
+        self._cut = self.time_range is not None and self._current is not None
 
     def _advance(self, step: int) -> None:
         """Move the fast pre-check to the first step at or after ``step`` inside a window."""

@@ -42,3 +42,20 @@ def test_time_range_with_fake_clock():
     schedule = WindowSchedule(StepRange(), TimeRange(start_after_s=2.5, duration_s=2.0), 0)
     assert drive(schedule, 12) == [(3, 5)]  # opens at 3 s, closes once 2 s have passed
     assert not schedule.may_open(11)  # a time range profiles once
+
+
+def test_a_cut_time_range_closes_at_the_next_step_end():
+    schedule = WindowSchedule(StepRange(), TimeRange(start_after_s=0, duration_s=600), 0)
+    schedule.cut()  # nothing open yet: nothing to cut
+    assert schedule.open_at(0, 0) == (0, 1)
+    assert not schedule.should_close(0, 10**9, 0)
+    schedule.cut()
+    assert schedule.should_close(1, 2 * 10**9, 0)  # 2 s of a 600 s range
+    assert not schedule.may_open(2)  # and it does not open again
+
+
+def test_a_step_range_is_not_cut():
+    schedule = WindowSchedule(StepRange(start=0, count=3), None, 0)
+    assert schedule.open_at(0, 0) == (0, 3)
+    schedule.cut()
+    assert not schedule.should_close(0, 0, 0) and schedule.should_close(2, 0, 0)

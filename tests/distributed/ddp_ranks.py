@@ -1,6 +1,9 @@
 """Run by test_ddp.py: plain PyTorch DDP on N CPU processes (gloo), each profiled
-with ``dc_torch.profile``; one rank runs its MLP 32 times, so the others
-wait for it in DDP's all-reduce.
+with ``dc_torch.profile``; one rank runs its MLP 16 times on a batch 16 times
+larger, so the others wait for it in DDP's all-reduce. The others' work is
+kept small on purpose: with 9 processes on 2 cores, every op that is
+preempted gains milliseconds of wall time, so the ranks must not overlap
+much for the slow one to stand far above that noise.
 
 Usage: ddp_ranks.py ROOT_DIR RANKS SLOW_RANK
 """
@@ -38,9 +41,9 @@ def worker(rank: int, world: int, slow: int, root: str, init: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(Block(32 if rank == slow else 1), nn.Linear(128, 1)))
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(Block(16 if rank == slow else 1), nn.Linear(128, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(256, 128)
+    x = torch.randn(256 if rank == slow else 16, 128)
     with dc_torch.profile(logdir=root, run="ddp", steps={"start": 2, "count": 3}, rank=rank,
                           cpu_sampling_hz=0, system_interval_ms=0) as prof:
         for _ in range(6):

@@ -54,9 +54,10 @@ RANKS_SCRIPT = Path(__file__).with_name("ddp_ranks.py")
 
 @pytest.mark.slow
 def test_nine_real_ranks_name_the_slow_one_not_those_waiting_for_it(tmp_path):
-    """Plain DDP on 9 CPU processes (gloo), rank 5 running its MLP 32 times: the
-    others wait for it after their backward pass, outside any collective's
-    scope, which must not make them look slow: rank 5 is the top outlier."""
+    """Plain DDP on 9 CPU processes (gloo), rank 5 running its MLP 16 times on
+    a batch 16 times larger: the others wait for it after their backward
+    pass, outside any collective's scope, which must not make them look
+    slow: rank 5 is the top outlier."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     env.pop("DEEPCONTEXT_CONFIG", None)
     done = subprocess.run([sys.executable, str(RANKS_SCRIPT), str(tmp_path), "9", "5"], env=env,

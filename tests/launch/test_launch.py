@@ -165,11 +165,11 @@ def test_view_opens_the_tab_on_the_logdir_when_the_run_ends(tmp_path, monkeypatc
     opened = []
     monkeypatch.setattr(view, "run", lambda args: opened.append(args.logdir) or 0)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "busy.py").write_text("import time\nend = time.monotonic() + 2.5\nwhile time.monotonic() < end:\n"
+    (tmp_path / "busy.py").write_text("import time\nend = time.monotonic() + 4\nwhile time.monotonic() < end:\n"
                                       "    sum(range(1000))\n")
     assert main(["run", "--view", "--no-report", "--time-fallback", "0.5", "--time-window", "0.5", "--logdir", "runs",
                  "busy.py"]) == 0
     assert opened == [str(tmp_path / "runs")]
     [profile] = [read_profile(f) for f in find_profiles(tmp_path / "runs")]
     assert profile.framework == "python" and profile.env["step_source"].startswith("a time range")
-    assert 0.4e9 < profile.step_times_ns[0] < 2.5e9  # the one "step" is the time range
+    assert 0.4e9 < profile.step_times_ns[0] < 4e9  # the one "step" is the time range

@@ -208,7 +208,8 @@ def test_steps_found_after_the_time_fallback_began_take_over(tmp_path):
     assert done.returncode == 0, done.stderr
     loading, steps = sorted(run_profiles(tmp_path), key=lambda p: p.steps)
     assert loading.env["step_source"] == "a time range: no step boundary in the first 1 s"
-    assert loading.steps == (0, 1) and not loading.step_times_ns  # cut short: its one "step" never ended
+    # cut short by the first update: its one "step" is the loading, from 1 s in until the steps were found
+    assert loading.steps == (0, 1) and len(loading.step_times_ns) == 1 and 0.5e9 < loading.step_times_ns[0] < 20e9
     load_line = line_of(SCRIPTS / "plain_torch.py", "loading = torch.tanh(loading @ loading)")
     assert loading.tree.find_all(lambda f: f.kind == "python" and f.line == load_line)  # the loading was recorded
     assert steps.steps == (2, 5) and len(steps.step_times_ns) == 3 and "SGD.step" in steps.env["step_source"]
@@ -236,6 +237,15 @@ def test_the_environments_own_sitecustomize_still_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     assert script_output(done.stdout).splitlines() == ["ran True", "False"]  # and our directory is off sys.path
     assert "1 process profiled" in done.stdout
+
+
+def test_a_time_range_cut_short_by_the_end_of_the_process_is_its_one_step(tmp_path):
+    done = deepcontext_run(tmp_path, "--time-fallback", "0.5", "--time-window", "600", str(SCRIPTS / "no_steps.py"))
+    assert done.returncode == 0, done.stderr
+    [profile] = run_profiles(tmp_path)
+    assert profile.env["step_source"] == "a time range: no step boundary in the first 0.5 s"
+    # the script works for 3.5 s: the range opens after 0.5 s (later on a loaded host) and ends with the process
+    assert profile.steps == (0, 1) and len(profile.step_times_ns) == 1 and 0.2e9 < profile.step_times_ns[0] < 3.5e9
 
 
 def test_no_step_boundary_falls_back_to_a_time_range(tmp_path):
