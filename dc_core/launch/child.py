@@ -130,8 +130,8 @@ class Launch:
             session.close()
 
     def _end_time_range(self) -> None:
-        """Write the time range's window if it is still open: cut short (steps
-        were found, or the process ends), its one step is the time until now."""
+        """Write the time range's window if it is still open; its one step is
+        the time until now (cut short when steps were found or the process ends)."""
         interim, self._interim = self._interim, None
         if interim is None:
             return
@@ -183,11 +183,8 @@ class Launch:
                 self.adopt(loop.session, loop.stop)
                 loop.start()
             self._done.wait(loop.session.config.time_range.duration_s)
-            with self._closing:  # unless the end or real steps came first and closed it
-                if self._interim is loop and not self._done.is_set():
-                    self._interim = None
-                    loop.step()  # the window closes: its one "step" is the time range
-                    loop.stop()
+            with self._closing:  # a no-op when the end or real steps came first and closed it
+                self._end_time_range()  # its one "step" is the time range
         except Exception as exc:  # fail-open: the process runs unprofiled
             logger.warning("DeepContext could not profile by time range: %r", exc)
 
