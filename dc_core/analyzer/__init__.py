@@ -8,14 +8,19 @@ Thresholds live in `thresholds.DEFAULTS`; ``ProfilerConfig.analyzer`` overrides
 them. ``analyze`` sees one window of one rank; ``analyze_ranks`` compares the
 windows and ranks of a run; `stream.analyze_files` does both over a logdir's
 files with one profile in memory at a time (what ``deepcontext analyze`` runs).
+
+A profiling session does not analyse on the training thread: it writes each
+window marked pending (`store.profile.mark_pending`, with its threshold
+overrides), and `findings_of` analyses such a profile where it is read (the report, the tab).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Callable, Iterable, Mapping
 
-from ..store.profile import Profile
+from ..store.profile import OVERRIDES_ENV, PENDING, PENDING_ENV, Profile
 from . import context, operators, phases, ranks, steps, system, trends
 from ..model.kinds import SEVERITIES
 from .base import Window
@@ -53,7 +58,32 @@ RANK_RULES = {
 
 RULE_IDS = tuple(dict.fromkeys([*RULES, *RANK_RULES]))
 
-__all__ = ["DEFAULTS", "RULE_IDS", "SEVERITIES", "Thresholds", "analyze", "analyze_ranks", "attach", "sort_findings"]
+__all__ = ["DEFAULTS", "RULE_IDS", "SEVERITIES", "Thresholds", "analyze", "analyze_ranks", "attach", "findings_of",
+           "sort_findings"]
+
+def pending_overrides(profile: Profile) -> Mapping[str, float] | None:
+    """The overrides a pending profile was written with (None: defaults); drops
+    the marker, since whoever asks analyses it now."""
+    profile.env.pop(PENDING_ENV, None)
+    stored = profile.env.pop(OVERRIDES_ENV, None)
+    if not stored:
+        return None
+    try:
+        overrides = json.loads(stored)
+        Thresholds(overrides)  # a damaged or foreign file: checked like any override
+        return overrides
+    except (ValueError, TypeError, AttributeError):
+        logger.warning("DeepContext: %s has unreadable analyzer overrides; default thresholds used",
+                       profile.source or "a profile")
+        return None
+
+
+def findings_of(profile: Profile) -> list[dict[str, Any]]:
+    """``profile.findings``, analysed first when the profile was written pending
+    (memoised in the profile; the file is left as it is)."""
+    if profile.env.get(PENDING_ENV) == PENDING:
+        profile.findings = analyze(profile, pending_overrides(profile))
+    return profile.findings
 
 
 def sort_findings(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from ..ensemble.outliers import ROBUST_FROM
 from ..store.logdir import ProfileFile, read_profile
 from ..store.profile import Profile, ProfileError
-from . import RANK_RULES, _guarded, analyze, sort_findings
+from . import RANK_RULES, _guarded, analyze, pending_overrides, sort_findings
 from .ranks import load_imbalance_files
 from .thresholds import Thresholds
 
@@ -73,6 +73,7 @@ def analyze_files(files: Sequence[ProfileFile], limit: int, overrides: Mapping[s
         except ProfileError as exc:
             yield file, exc
             continue
+        stored = pending_overrides(profile)  # what the session was told, unless overridden here
         profile.findings = sort_findings(
-            analyze(profile, overrides) + named.get((profile.run, profile.rank, tuple(profile.steps)), []))
+            analyze(profile, overrides or stored) + named.get((profile.run, profile.rank, tuple(profile.steps)), []))
         yield file, profile

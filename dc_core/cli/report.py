@@ -179,11 +179,12 @@ def print_profile(console: Console, profile: Profile, args: argparse.Namespace) 
         console.print(rows_table(console.width, rows, metric, self_only=args.view == "bottom-up"))
     for reason in describe_drops(profile.drops):
         console.print(hanging(Text("dropped: ", style="yellow"), Text(reason)))
-    if profile.findings:
-        try:
-            from .findings import render_findings
-        except ImportError:
-            return
+    try:
+        from ..analyzer import findings_of
+        from .findings import render_findings
+    except ImportError:
+        return
+    if findings_of(profile):
         render_findings(profile.findings, console)
 
 

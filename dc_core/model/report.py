@@ -141,7 +141,7 @@ def profile_json(profile: Profile, view: str = "top-down", depth: int | None = N
         "steps": [profile.steps[0], profile.steps[1]],  # half-open: [5, 8] is steps 5–7
         "step_times_ns": list(profile.step_times_ns),
         "tree": node_json(shown, 0, depth, min_fraction, metric),
-        "findings": [{k: v for k, v in f.items() if k != "node"} for f in profile.findings],
+        "findings": [{k: v for k, v in f.items() if k != "node"} for f in _findings(profile)],
     }
 
 
@@ -240,3 +240,13 @@ def rank_top_frames(profiles: Sequence[Profile], metric: str, limit: int = 8) ->
     frames = {f for table in per_rank.values() for f in table if f.kind in ("operator", "module", "kernel")}
     ranked = sorted(frames, key=lambda f: -max(per_rank[r].get(f, 0) for r in ranks))[:limit]
     return ranks, [(f, [per_rank[r].get(f, 0) for r in ranks]) for f in ranked]
+
+
+def _findings(profile: Profile) -> list[dict[str, Any]]:
+    """The profile's findings, analysed here when it was written pending."""
+    try:
+        from ..analyzer import findings_of
+    except ImportError:  # pragma: no cover - the analyzer ships with dc_core
+        return profile.findings
+    return findings_of(profile)
+

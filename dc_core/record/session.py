@@ -28,6 +28,7 @@ from ..model.report import PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
 from ..store.logdir import write_profile
+from ..store.profile import mark_pending
 from ..collect.ownfiles import skip_profiler_files
 from .snapshot import profile_from_snapshot
 from ..model.kinds import kind_id
@@ -441,7 +442,9 @@ class Session:
             init_ns=(self._first_step_ns - self._created_ns) if self._first_step_ns else -1,
             world_size=self.world_size,
         )
-        _analyze(profile, self.config)
+        # Analysis is left to whoever reads the window (`analyzer.findings_of`):
+        # it costs milliseconds, which the training thread would pay here.
+        mark_pending(profile, dict(self.config.analyzer))
         try:
             path = write_profile(profile, self.config.logdir, self.config.run)
         except OSError as exc:
@@ -475,15 +478,3 @@ class Session:
             logger.debug("DeepContext could not save the partial window", exc_info=True)
         finally:
             self._track()
-
-
-def _analyze(profile: Any, config: ProfilerConfig) -> None:
-    """Attach findings when the analyzer is present; analysis never blocks writing."""
-    try:
-        from ..analyzer import analyze
-    except ImportError:
-        return
-    try:
-        profile.findings = analyze(profile, config.analyzer)
-    except Exception:
-        logger.warning("DeepContext analyzer failed; the profile is written without findings", exc_info=True)

@@ -28,6 +28,10 @@ SCHEMA_VERSION = 1
 #: and JSON encoders recurse (TensorBoard's response cleaner as well).
 MAX_EVIDENCE_DEPTH = 32
 
+#: Environment keys of a profile written without its findings: the marker, and
+#: the threshold overrides (JSON) its analysis must use (`analyzer.findings_of`).
+PENDING_ENV, OVERRIDES_ENV = "analysis", "analyzer_overrides"
+PENDING = "pending"
 
 
 class ProfileError(Exception):
@@ -40,6 +44,14 @@ class ProfileError(Exception):
 
     def __reduce__(self):  # picklable across worker processes (the default passes one argument)
         return (ProfileError, (self.file, self.message))
+
+
+def mark_pending(profile: "Profile", overrides: dict[str, float] | None = None) -> None:
+    """Mark ``profile`` as written without its findings, to be analysed where it
+    is read with ``overrides`` (so a window closes without paying for it)."""
+    profile.env[PENDING_ENV] = PENDING
+    if overrides:
+        profile.env[OVERRIDES_ENV] = json.dumps(dict(overrides), sort_keys=True)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from operator import attrgetter
 
 import numpy as np  # a TensorBoard dependency
 
+from ..analyzer import findings_of
 from ..model.kinds import CONTEXT_KINDS, KINDS
 from .shape import Levels
 from .store import Index
@@ -145,7 +146,7 @@ def node_details(index: Index, node: int, metric: str) -> dict:
     """Everything the details panel shows about ``node``."""
     tree = index.tree
     path = [{"id": n, "label": index.label(tree.frame[n]), "kind": tree.node_frame(n).kind} for n in tree.path(node)]
-    findings = [f for f in index.profile.findings if f.get("node", -1) == node]
+    findings = [f for f in findings_of(index.profile) if f.get("node", -1) == node]
     return {"node": node_row(index, node), "path": path, "split": phase_split(index, node),
             "findings": findings, "total": total(index, metric)}
 

@@ -7,6 +7,7 @@ import statistics
 
 import numpy as np  # a TensorBoard dependency
 
+from ..analyzer import findings_of
 from ..model import kinds
 from ..model.report import steps_text, window_label
 from ..store.profile import Profile, ProfileError
@@ -67,7 +68,7 @@ def window(index: Index) -> dict:
     used = np.bincount(index.frame_array()[1:], minlength=len(index.tree.frames)) > 0  # below the root
     present = {kinds.KINDS[c] for c in np.unique(index.kind_codes()[used]).tolist() if c < len(kinds.KINDS)}
     findings = []
-    for f in p.findings:
+    for f in findings_of(p):
         node = f.get("node", -1)
         findings.append({**f, "node": node if 0 <= node < size else -1,
                          "label": index.label(frame[node]) if 0 < node < size else ""})

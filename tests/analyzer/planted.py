@@ -1,7 +1,8 @@
 """Training loops with one planted problem each, profiled with dc_torch.
 
 Each ``run_*`` trains a few steps inside ``dc_torch.profile`` and returns the
-profiles written (one window, steps 2-4 unless said otherwise).
+profiles written (one window, steps 2-4 unless said otherwise), with the
+findings a reader of each file gets (the session leaves them to its readers).
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ from torch import nn
 
 import dc_torch
 from dc_core.record.config import StepRange
+from dc_core.analyzer import findings_of
 from dc_core.store.logdir import read_profile
 
 WINDOW = StepRange(start=2, count=3)
 
 
 def _profiles(prof):
-    return [read_profile(path) for path in prof.written]
+    profiles = [read_profile(path) for path in prof.written]
+    for profile in profiles:
+        findings_of(profile)
+    return profiles
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """End to end with dc_torch: planted problems are found at the right place,
-the healthy loop stays quiet. Findings are the ones the session stored in the
-profile when the window was written."""
+the healthy loop stays quiet. Findings are the ones a reader of the file gets:
+the session marks each window pending, with its thresholds."""
 
 from __future__ import annotations
 
