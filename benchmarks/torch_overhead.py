@@ -13,7 +13,10 @@ unprofiled median), which shows how noisy the machine was.
 
     python benchmarks/torch_overhead.py [--workload gpt|launch] [--steps 12] [--rounds 3]
 
-Besides the median ratio, the p90 of step times over the unprofiled p90. The
+Besides the median ratio, the p90 of step times over the unprofiled p90. A
+window's open and close happen at step boundaries (the step call before its
+first step, the one after its last): they are timed apart and printed per
+window, not mixed into the steps the window times. The
 last row registers a global RecordFunction callback that does nothing: the
 cost torch itself adds to every op once any callback listens, which no
 profiler on this path (DeepContext's or torch.profiler) can go below.
@@ -22,6 +25,7 @@ profiler on this path (DeepContext's or torch.profiler) can go below.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import tempfile
 import time
@@ -64,14 +68,30 @@ WORKLOADS = {"gpt": make_workload, "launch": launch_bound_workload}
 _step = train_step  # the workload's step function (main sets it)
 
 
-def _timed(steps: int, batches: list, model, optimizer, step_hook: Callable[[], None]) -> list[float]:
+#: Seconds each window's open and close took, per configuration (main fills it).
+_edges: dict[str, list[float]] = {}
+#: Where `_timed` appends each step's process CPU time (all threads), when set.
+_cpu_sink: list[float] | None = None
+
+
+def _timed(steps: int, batches: list, model, optimizer, step_hook: Callable[[], None],
+           edge: list[float] | None = None) -> list[float]:
+    """Step times; with ``edge``, the last step's hook (a window's close) is
+    timed apart and appended there."""
     times = []
     for i in range(steps):
         x, y = batches[i % len(batches)]
-        start = time.perf_counter()
+        cpu, start = time.process_time(), time.perf_counter()
         _step(model, optimizer, x, y)
+        hook, cpu_hook = time.perf_counter(), time.process_time()
         step_hook()
-        times.append(time.perf_counter() - start)
+        end, cpu_end = time.perf_counter(), time.process_time()
+        if edge is not None and i == steps - 1:
+            edge.append(end - hook)
+            end, cpu_end = hook, cpu_hook
+        times.append(end - start)
+        if _cpu_sink is not None:
+            _cpu_sink.append(cpu_end - cpu)
     return times
 
 
@@ -102,16 +122,25 @@ def run_config(name: str, steps: int, logdir: str, batches: list, model, optimiz
     mode = "comprehensive" if name.startswith("comprehensive") else "lightweight"
     window = StepRange(start=10**9, count=1) if name == "outside a window" else StepRange(start=1, count=steps)
     capture = "python" if "python capture" in name else "auto"
+    edges = None if name == "outside a window" else _edges.setdefault(name, [])
     return profiled(Profiler(logdir=logdir, steps=window, mode=mode, capture=capture), steps, batches, model,
-                    optimizer)
+                    optimizer, edges)
 
 
-def profiled(profiler: Profiler, steps: int, batches: list, model, optimizer) -> list[float]:
-    """Step times of ``steps`` steps under ``profiler``, after one warm-up step."""
+def profiled(profiler: Profiler, steps: int, batches: list, model, optimizer,
+             edges: list[float] | None = None) -> list[float]:
+    """Step times of ``steps`` steps under ``profiler``, after one warm-up step
+    (whose hook opens a window of steps 1..``steps``); with ``edges``, the
+    window's open and close time is appended there, apart from the steps."""
+    opened: list[float] = []
     profiler.start()
     try:
-        _timed(1, batches, model, optimizer, profiler.step)
-        return _timed(steps, batches, model, optimizer, profiler.step)
+        _timed(1, batches, model, optimizer, profiler.step, opened)
+        closed: list[float] = []
+        times = _timed(steps, batches, model, optimizer, profiler.step, closed)
+        if edges is not None:
+            edges.append(opened[0] + closed[0])
+        return times
     finally:
         profiler.stop()
 
@@ -140,19 +169,30 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model, optimizer, batch = WORKLOADS[args.workload]()
     batches = [batch() for _ in range(4)]
     samples: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    cpu: dict[str, list[float]] = {name: [] for name in CONFIGS}
     rounds: dict[str, list[float]] = {name: [] for name in CONFIGS}  # per-round medians
+    global _cpu_sink
     with tempfile.TemporaryDirectory() as logdir:
         _timed(3, batches, model, optimizer, lambda: None)  # warm up allocator and caches
-        for _ in range(args.rounds):
-            for name in CONFIGS:
+        order = list(CONFIGS)
+        for r in range(args.rounds):
+            random.Random(r).shuffle(order)  # a drift in the machine's speed favours no configuration
+            for name in order:
+                _cpu_sink = []
                 times = run_config(name, args.steps, logdir, batches, model, optimizer)
                 samples[name] += times
+                cpu[name] += _cpu_sink[-len(times):]  # the measured steps, not the warm-up
                 rounds[name].append(statistics.median(times))
+        _cpu_sink = None
     base = statistics.median(samples["unprofiled"])
     base_p90 = _p90(samples["unprofiled"])
+    base_cpu = statistics.median(cpu["unprofiled"])
     ratios = {}
     print(f"{args.workload} step on CPU, 1 thread: {len(samples['unprofiled'])} steps per configuration")
-    print(f"{'configuration':45s} {'median ms':>10s} {'ratio':>7s} {'per round':>13s} {'p90 ratio':>9s} {'target':>7s}")
+    print("ratio: median wall-clock step over the unprofiled one; cpu: the same of the process's CPU time "
+          "(all its threads), which other processes on the machine do not inflate")
+    print(f"{'configuration':45s} {'median ms':>10s} {'ratio':>7s} {'per round':>13s} {'p90 ratio':>9s} "
+          f"{'cpu':>6s} {'target':>7s}")
     for name in CONFIGS:
         median = statistics.median(samples[name])
         ratios[name] = median / base
@@ -161,7 +201,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         target = TARGETS.get(name)
         mark = "" if target is None else (f"≤{target:.2f}" + (" ok" if ratios[name] <= target else " MISS"))
         p90 = _p90(samples[name]) / base_p90
-        print(f"{name:45s} {median * 1e3:10.2f} {ratios[name]:7.3f} {spread:>13s} {p90:9.3f} {mark:>7s}")
+        cpu_ratio = statistics.median(cpu[name]) / base_cpu
+        print(f"{name:45s} {median * 1e3:10.2f} {ratios[name]:7.3f} {spread:>13s} {p90:9.3f} {cpu_ratio:6.3f} "
+              f"{mark:>7s}")
+    for name, edges in _edges.items():
+        ms = statistics.median(edges) * 1e3
+        print(f"{name}: window open + close {ms:.2f} ms per window ({ms / (base * 1e3):.1%} of one step)")
     light, plain = ratios["lightweight window"], ratios["torch.profiler() plain"]
     print(f"lightweight window / torch.profiler(): {light / plain:.3f} ({'ahead' if light <= plain else 'behind'})")
     return ratios

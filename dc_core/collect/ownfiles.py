@@ -31,20 +31,25 @@ FRAMEWORK_PACKAGES: dict[str, tuple[str, ...]] = {
 MODEL_SUBPACKAGES = ("demos",)
 
 
-def profiler_files() -> list[str]:
+def profiler_files() -> tuple[str, ...]:
     """Every module file of DeepContext's packages except demo workloads,
     which are user code as far as the profile is concerned."""
+    # Our console script; Python records the main script's path made absolute.
+    launcher = Path(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else None
+    if launcher is not None and launcher.name == "deepcontext":
+        return (*_package_files(), str(launcher))
+    return _package_files()
+
+
+@functools.cache  # walking the packages costs milliseconds, at a window's first step
+def _package_files() -> tuple[str, ...]:
     root = Path(__file__).resolve().parents[2]
     files = []
     for package in _PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
             if "demo" not in path.relative_to(root / package).parts[0]:
                 files.append(str(path))
-    # Our console script; Python records the main script's path made absolute.
-    launcher = Path(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else None
-    if launcher is not None and launcher.name == "deepcontext":
-        files.append(str(launcher))
-    return files
+    return tuple(files)
 
 
 def skip_profiler_files(collector: Any, extra: tuple[str, ...] = ()) -> None:
