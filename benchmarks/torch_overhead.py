@@ -37,6 +37,7 @@ from dc_core.record.config import StepRange
 from dc_torch import Profiler
 from dc_torch.demo import make_workload, train_step
 
+#: The GPT step's targets; the launch-bound loop's is torch.profiler()'s ratio (the last line).
 TARGETS = {"outside a window": 1.01, "lightweight window": 1.05, "comprehensive window": 1.3}
 
 
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ratios[name] = median / base
         per_round = [m / u for m, u in zip(rounds[name], rounds["unprofiled"])]
         spread = f"{min(per_round):.3f}-{max(per_round):.3f}"
-        target = TARGETS.get(name)
+        target = TARGETS.get(name) if args.workload == "gpt" else None  # the launch loop's target is the peer
         mark = "" if target is None else (f"≤{target:.2f}" + (" ok" if ratios[name] <= target else " MISS"))
         p90 = _p90(samples[name]) / base_p90
         cpu_ratio = statistics.median(cpu[name]) / base_cpu
