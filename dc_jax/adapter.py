@@ -116,7 +116,7 @@ class JaxAdapter:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # the collector's sampler covers Python, far cheaper
         directory = tempfile.mkdtemp(prefix="deepcontext-jax-")
-        self._clock0 = (time.time_ns(), time.monotonic_ns())
+        self._clock0 = _clock_pair()
         try:
             jax.profiler.start_trace(directory, profiler_options=options)
         except RuntimeError as exc:
@@ -344,3 +344,20 @@ def _unregister(listener: Any) -> None:
             unregister(listener)
         except (ValueError, AssertionError):
             pass
+
+
+def _clock_pair(tries: int = 5) -> tuple[int, int]:
+    """(wall ns, monotonic ns) read at one instant: the phases' monotonic spans
+    are placed on the trace's wall clock through this pair, and a phase can be
+    microseconds long. Of a few reads, the one whose wall read sat between the
+    closest monotonic reads wins (a thread preempted between two reads on a
+    busy host would otherwise shift every phase by the preemption)."""
+    best = (1 << 62, 0, 0)
+    for _ in range(tries):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        after = time.monotonic_ns()
+        if after - before < best[0]:
+            best = (after - before, wall, (before + after) // 2)
+    return best[1], best[2]
+
