@@ -128,6 +128,9 @@ class Launch:
         session_mod = sys.modules.get("dc_core.record.session")
         for session in session_mod.active_sessions() if session_mod is not None else ():
             session.close()
+        writer_mod = sys.modules.get("dc_core.store.writer")
+        if writer_mod is not None:  # windows closed before, still being written (SIGTERM ends us next)
+            writer_mod.flush_all()
 
     def _end_time_range(self) -> None:
         """Write the time range's window if it is still open; its one step is

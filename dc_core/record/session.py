@@ -27,8 +27,9 @@ from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
 from ..model.report import PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
-from ..store.logdir import write_profile
-from ..store.profile import mark_pending
+from ..store.logdir import profile_path
+from ..store.profile import encode, mark_pending
+from ..store.writer import ProfileWriter
 from ..collect.ownfiles import skip_profiler_files
 from .snapshot import profile_from_snapshot
 from ..model.kinds import kind_id
@@ -137,7 +138,8 @@ class Session:
         self.clock = clock
         self.disabled = not self.config.enabled
         self.closed = False
-        self.written: list[Path] = []
+        self.written: list[Path] = []  # once on disk (`close` waits for the writes under way)
+        self._writer: ProfileWriter | None = None
         self.window: tuple[int, int] | None = None  # (start, end_exclusive) while open
         self._skipped_until = 0  # steps of a skipped window are not opened again
         self._warned_skip = False
@@ -313,6 +315,9 @@ class Session:
                 logger.debug("DeepContext: a mode of a failed window was not on its stack at close")
             self._unrestored = False  # nothing more can be done: what is left stays inert
             self._track()
+            if self._writer is not None and ours:
+                with deferred_interrupts():  # the last window's file is on disk when close returns
+                    self._writer.close()
             if ours and not self.disabled and not self.written and not self._warned_skip:
                 logger.warning(self._nothing_written())
 
@@ -418,7 +423,7 @@ class Session:
                 self._write((start, max(end, start + 1)))
                 self.collector.reset()
 
-    def _write(self, steps: tuple[int, int]) -> Path | None:
+    def _write(self, steps: tuple[int, int]) -> None:
         env = environment(self.framework, self.config.mode)
         if self.config.time_range is None and self._planned is not None:
             env[PLANNED_WINDOW_ENV] = f"{self._planned[0]}-{self._planned[1]}"
@@ -445,17 +450,26 @@ class Session:
         # Analysis is left to whoever reads the window (`analyzer.findings_of`):
         # it costs milliseconds, which the training thread would pay here.
         mark_pending(profile, dict(self.config.analyzer))
+        path = profile_path(self.config.logdir, self.config.run, profile.rank, profile.host, profile.steps)
         try:
-            path = write_profile(profile, self.config.logdir, self.config.run)
+            path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            # Every later window would fail the same way: stop paying for them.
-            logger.warning("DeepContext could not write its profile under %s (%s); profiling stops",
-                           self.config.logdir, exc)
-            self.disabled = True
-            return None
+            self._write_failed(path, exc)
+            return
+        # The file itself is written off this thread (`store.writer`); `close` waits for it.
+        if self._writer is None:
+            self._writer = ProfileWriter(self._written, self._write_failed)
+        self._writer.submit(encode(profile), path)
+
+    def _written(self, path: Path) -> None:
         self.written.append(path)
         logger.info("DeepContext wrote %s", path)
-        return path
+
+    def _write_failed(self, path: Path, exc: OSError) -> None:
+        # Every later window would fail the same way: stop paying for them.
+        logger.warning("DeepContext could not write its profile under %s (%s); profiling stops",
+                       self.config.logdir, exc)
+        self.disabled = True
 
     # --- failure ---------------------------------------------------------------
     def fail(self, exc: BaseException, where: str) -> None:

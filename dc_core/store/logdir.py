@@ -33,7 +33,7 @@ MAX_BYTES_ENV = "DEEPCONTEXT_MAX_PROFILE_BYTES"
 DEFAULT_MAX_BYTES = 512 << 20
 #: A temporary this much older than a fresh write is a killed writer's: a live
 #: writer creates, writes, fsyncs and renames its temporary within one
-#: `write_profile` call (the profile is encoded before the temporary exists),
+#: `write_atomic` call (the profile is encoded before the temporary exists),
 #: and every write moves the temporary's mtime forward.
 STALE_TEMP_S = 3600.0
 # ASCII digits only: "²".isdigit() is True, but int("²") raises.
@@ -64,8 +64,12 @@ def write_profile(profile: Profile, logdir: str | Path, run: str | None = None) 
 def rewrite_profile(profile: Profile, path: str | Path) -> Path:
     """Encode ``profile`` and atomically replace the file at ``path`` with it
     (``analyze`` stores findings back where it found a profile this way)."""
-    path = Path(path)
-    data = encode(profile)
+    return write_atomic(encode(profile), Path(path))
+
+
+def write_atomic(data: bytes, path: Path) -> Path:
+    """Atomically replace the file at ``path`` (its directory exists) with
+    ``data``: a temporary beside it, fsync, rename. Returns ``path``."""
     mode = _file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
