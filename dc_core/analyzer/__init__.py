@@ -11,7 +11,8 @@ files with one profile in memory at a time (what ``deepcontext analyze`` runs).
 
 A profiling session does not analyse on the training thread: it writes each
 window marked pending (`store.profile.mark_pending`, with its threshold
-overrides), and `findings_of` analyses such a profile where it is read (the report, the tab).
+overrides), and `findings_of` analyses such a profile where it is read (the
+report, its JSON, the tab).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ RULE_IDS = tuple(dict.fromkeys([*RULES, *RANK_RULES]))
 
 __all__ = ["DEFAULTS", "RULE_IDS", "SEVERITIES", "Thresholds", "analyze", "analyze_ranks", "attach", "findings_of",
            "sort_findings"]
+
 
 def pending_overrides(profile: Profile) -> Mapping[str, float] | None:
     """The overrides a pending profile was written with (None: defaults); drops

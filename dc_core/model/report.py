@@ -249,4 +249,3 @@ def _findings(profile: Profile) -> list[dict[str, Any]]:
     except ImportError:  # pragma: no cover - the analyzer ships with dc_core
         return profile.findings
     return findings_of(profile)
-
