@@ -91,7 +91,7 @@ class NameCache {
     Recent& r = recent_[(reinterpret_cast<uintptr_t>(name) >> 3) & (kSlots - 1)];
     if (r.ptr == name) {
       const Known& k = known_[r.known];
-      if (k.backward == backward && k.text == name) return k;
+      if (k.backward == backward && same_text(k.text, name)) return k;
     }
     // Open addressing: two names sharing a slot would otherwise evict each
     // other on every call (aten::copy_ and a backward record did, each eviction
@@ -100,7 +100,7 @@ class NameCache {
     size_t i = h & (kSlots - 1);
     for (; known_[i].hash != 0; i = (i + 1) & (kSlots - 1)) {
       const Known& k = known_[i];
-      if (k.hash == h && k.backward == backward && k.text == name) break;
+      if (k.hash == h && k.backward == backward && same_text(k.text, name)) break;
     }
     Known& k = known_[i];
     if (k.hash == 0) {
@@ -141,6 +141,14 @@ class NameCache {
     const char* ptr = nullptr;
     size_t known = 0;
   };
+  // Inline, stopping at the first difference: std::string's compare calls
+  // strlen and memcmp out of line on every operator (half a percent of a step).
+  static bool same_text(const std::string& known, const char* name) {
+    for (const char* k = known.c_str();; ++k, ++name) {
+      if (*k != *name) return false;
+      if (*k == '\0') return true;
+    }
+  }
   static uint64_t fnv(const char* s, bool backward) {
     uint64_t h = backward ? 0x84222325cbf29ce4ull : 1469598103934665603ull;
     for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
