@@ -82,9 +82,15 @@ def pending_overrides(profile: Profile) -> Mapping[str, float] | None:
 
 def findings_of(profile: Profile) -> list[dict[str, Any]]:
     """``profile.findings``, analysed first when the profile was written pending
-    (memoised in the profile; the file is left as it is)."""
+    (memoised in the profile; the file is left as it is). A failing analysis
+    leaves the profile without findings, never its reader without the profile."""
     if profile.env.get(PENDING_ENV) == PENDING:
-        profile.findings = analyze(profile, pending_overrides(profile))
+        try:
+            profile.findings = analyze(profile, pending_overrides(profile))
+        except Exception:
+            logger.warning("DeepContext analyzer failed on %s; shown without findings",
+                           profile.source or "a profile", exc_info=True)
+            profile.findings = []
     return profile.findings
 
 

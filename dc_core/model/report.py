@@ -244,8 +244,6 @@ def rank_top_frames(profiles: Sequence[Profile], metric: str, limit: int = 8) ->
 
 def _findings(profile: Profile) -> list[dict[str, Any]]:
     """The profile's findings, analysed here when it was written pending."""
-    try:
-        from ..analyzer import findings_of
-    except ImportError:  # pragma: no cover - the analyzer ships with dc_core
-        return profile.findings
+    from ..analyzer import findings_of  # here: the analyzer imports this module
+
     return findings_of(profile)

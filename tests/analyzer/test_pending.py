@@ -87,3 +87,17 @@ def test_damaged_overrides_fall_back_to_the_defaults_with_a_warning(caplog):
     back = decode(encode(p), "w.pb")
     assert "dataloader_bottleneck" in [f["rule"] for f in findings_of(back)]
     assert "w.pb has unreadable analyzer overrides" in caplog.text
+
+
+def test_an_analysis_that_fails_leaves_the_profile_readable_without_findings(tmp_path, monkeypatch, capsys, caplog):
+    path = _loader_bound(tmp_path, monkeypatch)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(analyzer, "analyze", broken)
+    assert findings_of(read_profile(path)) == []
+    assert "analyzer failed on" in caplog.text and path in caplog.text
+    assert main(["report", str(tmp_path), "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["profiles"]
+    assert doc["findings"] == [] and doc["steps"] == [0, 2]
