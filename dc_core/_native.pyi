@@ -125,13 +125,39 @@ class Collector:
         outermost frame)."""
     def exit(self) -> int:
         """Close this thread's innermost scope; returns its inclusive elapsed
-        ns. With no open scope it returns -1 and does nothing."""
+        ns. With no open scope it returns -1 and does nothing.
+
+        *Time between scopes.* Within an open scope S, the time from the end
+        of one scope opened inside S's subtree (not inside an open operator)
+        to the start of the next is the Python code that ran between the two
+        calls. It is billed, as ``cpu_time_ns``, to the deepest node both
+        scopes' *contexts* (the node their own ``frames`` hang from: ``base``
+        plus the captured Python frames) descend from, below S; where they
+        share none below S (calls from two lines of the outermost function),
+        to the outermost node below S of the earlier one's context (the code
+        returning from it), else of the later one's (on the way to it). S's
+        first stretch (to its first scope) goes to that scope's outermost node
+        below S, its last stretch (after its last scope) to the last one's.
+        Either way it counts as S's nested time, so S keeps as its own only
+        what no scope inside it locates (a scope with no call below it). For
+        ``S → f.py:3 g → a`` then ``S → f.py:3 g → b`` the time between ``a``
+        and ``b`` lands on ``f.py:3 g``; every ns of S is billed once.
+        """
     def top(self) -> int:
         """Node of this thread's innermost open scope, or 0 (root)."""
     def depth(self) -> int:
         """Number of open scopes on this thread."""
     def unwind(self, depth: int) -> None:
         """Close scopes until ``depth()`` == ``depth`` (used after exceptions)."""
+    def lend(self, thread: int, start_ns: int, end_ns: int) -> None:
+        """Thread ``thread`` (its ``threading.get_ident()``) waited from
+        ``start_ns`` to ``end_ns`` (``now_ns`` clock) for work the calling
+        thread recorded (a backward pass run from a thread the step joins):
+        that span leaves its time, so the wall time is billed once, where the
+        work was. It is taken at that thread's next scope or operator boundary
+        out of its time between recorded things (or its closing scope's last
+        stretch), never out of what it recorded itself. A thread not seen, or
+        with no open scope, is left as it is; at most 64 spans wait per thread."""
 
     # --- CPU sampler ----------------------------------------------------
     def start_sampler(self, hz: float, native: bool = False) -> None:
@@ -204,10 +230,12 @@ class Collector:
 
     # --- native operator capture (native collector only; the reference has none) ---
     def capture_start(self, backward_frame: int, nested: bool, context_code: Any, namer: Any,
-                      gil_free: bool = True) -> bool:
+                      gil_free: bool = True, unscoped_frame: int = -1) -> bool:
         """Start recording operators reported through ``capture_api()`` from any
         thread. Backward functions mirror their forward context under the root's
-        child of ``backward_frame``; ``nested`` records every operator (else the
+        child of ``backward_frame``; operators of a thread with no open scope
+        hang under the root's child of ``unscoped_frame`` (-1: the root itself);
+        ``nested`` records every operator (else the
         outermost of each call from Python); frames of code object
         ``context_code`` name a module by their first local through
         ``namer(module, outermost_module) -> frame id``. Returns whether frames

@@ -122,7 +122,8 @@ class NativeCapture:
         self.failure: str | None = None  # the error that stopped the last window's callback, if any
 
     def start(self, collector: Any, backward_frame: int, nested: bool, namer: Any,
-              flops: int = NO_METRIC, alloc: int = NO_METRIC, marks: bool = False) -> None:
+              flops: int = NO_METRIC, alloc: int = NO_METRIC, marks: bool = False,
+              unscoped_frame: int = NO_FRAME) -> None:
         """Register the callback for one window.
 
         Args:
@@ -135,13 +136,15 @@ class NativeCapture:
             flops: metric id for matmul FLOPs from input shapes (``NO_METRIC``: not taken).
             alloc: metric id for bytes of fresh outputs (``NO_METRIC``: not taken).
             marks: open a ``dc#<node>`` record per recorded op, for Kineto correlation.
+            unscoped_frame: the phase frame operators of a thread in no scope hang
+                under (a thread of the user's own, outside the steps).
         """
         context = torch.nn.Module._wrapped_call_impl.__code__
         gil_free = os.environ.get("DEEPCONTEXT_FRAME_WALK", "") != "gil"
         if self.extension.active() or collector.capturing():
             raise BusyError("operator capture is already on")
         try:
-            self.gil_free = collector.capture_start(backward_frame, nested, context, namer, gil_free)
+            self.gil_free = collector.capture_start(backward_frame, nested, context, namer, gil_free, unscoped_frame)
         except RuntimeError as exc:
             if "another collector is capturing" in str(exc):  # the collector's own words (capture.cc)
                 raise BusyError(str(exc)) from exc

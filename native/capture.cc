@@ -15,6 +15,12 @@ std::atomic<uint64_t> g_generation{0};
 std::atomic<Collector*> g_capturing{nullptr};
 
 constexpr uint64_t kNestedTag = 0x6e65737465642121ull;
+constexpr uint64_t kAnchorTag = uint64_t{1} << 62;  // a backward key that is a context, not a forward op
+constexpr int64_t kEngineOp = -2;  // a cached path: the op is autograd's engine's (see context_node)
+// The profiler's own time resolving new call paths (a cold window's first
+// operators take the GIL and name their modules in Python): billed under the
+// scope as an operator of ours, not to the user's line the next op is on.
+constexpr const char kOwnFrame[] = "deepcontext::call_paths";
 
 inline uint64_t finish(uint64_t h) {
   h ^= h >> 31;
@@ -108,7 +114,7 @@ bool Collector::walk_matches_public_api() {
 }
 
 bool Collector::capture_start(int64_t backward_frame, bool nested, PyObject* context_code,
-                              PyObject* namer, bool allow_gil_free) {
+                              PyObject* namer, bool allow_gil_free, int64_t unscoped_frame) {
   Collector* expected = nullptr;
   if (!g_capturing.compare_exchange_strong(expected, this) && expected != this)
     throw std::runtime_error("another collector is capturing operators");
@@ -117,6 +123,9 @@ bool Collector::capture_start(int64_t backward_frame, bool nested, PyObject* con
     DC_HOT_LOCK;
     backward_frame_ = valid_frame(backward_frame) ? backward_frame : -1;
     backward_root_ = -1;  // made on the first backward function, so a window without one has no such node
+    unscoped_frame_ = valid_frame(unscoped_frame) ? unscoped_frame : -1;
+    own_frame_ = frames_.intern(KIND_OPERATOR, kOwnFrame, "", 0, "", 0);
+    unscoped_root_.store(unscoped_frame_ >= 0 ? -1 : 0);  // likewise
     nested_ = nested;
     seqs_.clear();
     module_frames_.clear();
@@ -194,10 +203,13 @@ OpThread::Open* open_slot(OpThread& t, bool region) {
 }
 
 // Starts the timing of a recorded slot; last, so the lookup is not billed to it.
-int64_t begin(OpThread& t, OpThread::Open& o, int64_t node) {
+int64_t begin(OpThread& t, OpThread::Open& o, int64_t node, bool inside) {
   o.node = node;
   o.child_ns = 0;
   o.py_depth = t.scopes != nullptr ? static_cast<int64_t>(t.scopes->stack.size()) : 0;
+  o.inside = inside && o.py_depth > 0;
+  o.own_ns = t.resolved_ns;
+  t.resolved_ns = 0;
   if (!o.region) publish(t, t.depth);
   o.start_ns = now_ns();
   return node;
@@ -244,7 +256,8 @@ int64_t Collector::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t
     if (node < 0) return -1;
   }
   if (seq >= 0) seqs_.put(thread, seq, node);
-  return begin(t, o, node);
+  // Inner ops hang from their outer op; the others from the innermost scope.
+  return begin(t, o, node, outer < 0);
 }
 
 int64_t Collector::context_node(OpThread& t, int64_t frame) {
@@ -253,6 +266,14 @@ int64_t Collector::context_node(OpThread& t, int64_t frame) {
   if (sc != nullptr && !sc->stack.empty()) {
     parent = sc->stack.back().node;
     min_depth = sc->stack.back().user_depth;
+  } else {
+    parent = unscoped_root_.load(std::memory_order_relaxed);
+    if (parent < 0) {
+      DC_HOT_LOCK;
+      if (!capturing_.load(std::memory_order_relaxed)) return -1;
+      parent = tree_.child(0, unscoped_frame_);
+      unscoped_root_.store(parent, std::memory_order_relaxed);
+    }
   }
   // The cache key is the whole walk (with the scope's depth and the op): the
   // kept part below the scope is what the node depends on, and on a hit (the
@@ -274,17 +295,37 @@ int64_t Collector::context_node(OpThread& t, int64_t frame) {
     h = static_cast<uint64_t>(min_depth);
   }
   const uint64_t a = finish((h ^ static_cast<uint64_t>(n)) ^ op);
-  if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(parent))) return *hit;
+  // In the backward phase an op autograd's engine runs between functions goes
+  // where the function before it was (the gradients it accumulates are that
+  // function's): a parameter's AccumulateGrad does the same (backward_enter).
+  const Scope* scope = sc != nullptr && !sc->stack.empty() ? &sc->stack.back() : nullptr;
+  const bool backward = scope != nullptr && scope->node == t.backward_root;
+  const int64_t after = backward && scope->last_inside ? scope->last_context : parent;
+  if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(parent)))
+    return *hit == kEngineOp ? anchored(t, after, frame) : *hit;
+  const int64_t miss_start = now_ns();
   if (n > 0 && !walked) n = walk_frames(t.ts, reinterpret_cast<PyCodeObject*>(context_code_), t.walk, kMaxWalk);
   if (n < 0) n = 0;
   int keep = n - static_cast<int>(min_depth);
   if (keep < 0) keep = 0;
-  int64_t node = resolve_path(t, keep, parent, frame);
-  if (node >= 0) t.paths.insert(a, static_cast<uint64_t>(parent), node);
+  int64_t node = resolve_path(t, keep, parent, frame, backward);
+  if (node >= 0 || node == kEngineOp) t.paths.insert(a, static_cast<uint64_t>(parent), node);
+  if (node == kEngineOp) node = anchored(t, after, frame);
+  t.resolved_ns = node >= 0 ? now_ns() - miss_start : 0;
   return node;
 }
 
-int64_t Collector::resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame) {
+int64_t Collector::anchored(OpThread& t, int64_t at, int64_t frame) {
+  const uint64_t key = static_cast<uint64_t>(at) | kAnchorTag;
+  if (const int64_t* hit = t.backs.find(key, static_cast<uint64_t>(frame))) return *hit;
+  DC_HOT_LOCK;
+  if (!capturing_.load(std::memory_order_relaxed) || !tree_.valid_node(at)) return -1;
+  const int64_t node = tree_.child(at, frame);
+  t.backs.insert(key, static_cast<uint64_t>(frame), node);
+  return node;
+}
+
+int64_t Collector::resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame, bool engine) {
   if (_Py_IsFinalizing()) return -1;
   const bool held = PyGILState_Check() != 0;
   PyGILState_STATE g = PyGILState_UNLOCKED;
@@ -310,7 +351,9 @@ int64_t Collector::resolve_path(OpThread& t, int keep, int64_t parent, int64_t f
         PyStack::Resolved r = pystack_.resolve_code(f.code, lasti_of(f, gil_free_));
         if (!r.skip) node = tree_.child(node, r.frame);
       }
-      node = tree_.child(node, frame);
+      // No frame of its own below the scope, in the backward phase: autograd's
+      // engine runs it between functions (accumulating a gradient).
+      node = engine && node == parent ? kEngineOp : tree_.child(node, frame);
     }
   }
   if (!held) PyGILState_Release(g);
@@ -376,13 +419,24 @@ int64_t Collector::backward_enter(int64_t frame, int64_t seq, uint64_t forward_t
   OpThread::Open& o = *slot;
   if (t.busy || t.suspended > 0 || (!nested_ && innermost_op(t, d) >= 0)) return -1;
   const int64_t forward = seq >= 0 ? seqs_.get(forward_thread, seq) : -1;
+  // A function no forward op made (a parameter's AccumulateGrad) runs as soon
+  // as the function that computed its gradient ends (the engine's ready queue
+  // puts it first): it goes where that one was.
+  int64_t anchor = -1;
+  if (seq < 0 && t.scopes != nullptr && !t.scopes->stack.empty()) {
+    const Scope& s = t.scopes->stack.back();
+    if (s.node == t.backward_root && s.last_inside && s.last_context != s.node) anchor = s.last_context;
+  }
+  const uint64_t key = anchor >= 0 ? (static_cast<uint64_t>(anchor) | kAnchorTag)
+                                   : static_cast<uint64_t>(forward);
   int64_t node;
-  if (const int64_t* hit = t.backs.find(static_cast<uint64_t>(forward), static_cast<uint64_t>(frame))) {
+  if (const int64_t* hit = t.backs.find(key, static_cast<uint64_t>(frame))) {
     node = *hit;
   } else {
     DC_HOT_LOCK;
     if (!capturing_.load(std::memory_order_relaxed) || !valid_frame(frame)) return -1;
     if (backward_root_ < 0) backward_root_ = backward_frame_ >= 0 ? tree_.child(0, backward_frame_) : 0;
+    t.backward_root = backward_root_;
     if (forward >= 0 && tree_.valid_node(forward)) {
       // backward phase -> the forward op's context -> forward op [backward],
       // detail: the autograd node, so a composite call's nodes get their rows.
@@ -391,12 +445,18 @@ int64_t Collector::backward_enter(int64_t frame, int64_t seq, uint64_t forward_t
       int64_t fid = frames_.intern_ids(
           Frame{KIND_OPERATOR, fwd.name, fwd.file, fwd.line, bwd.name, FLAG_BACKWARD});
       node = tree_.child(tree_.mirror(tree_.parent(forward), backward_root_), fid);
+    } else if (anchor >= 0 && tree_.valid_node(anchor)) {
+      node = tree_.child(anchor, frame);
     } else {
       node = tree_.child(backward_root_, frame);  // made outside this window
     }
-    t.backs.insert(static_cast<uint64_t>(forward), static_cast<uint64_t>(frame), node);
+    t.backs.insert(key, static_cast<uint64_t>(frame), node);
   }
-  return begin(t, o, node);
+  // Backward functions hang below the backward phase: inside the scope when
+  // that is the phase the thread is in.
+  const bool inside = t.scopes != nullptr && !t.scopes->stack.empty() &&
+                      t.scopes->stack.back().node == t.backward_root;
+  return begin(t, o, node, inside);
 }
 
 void Collector::op_exit(int64_t metric, int64_t value) {
@@ -407,22 +467,45 @@ void Collector::op_exit(int64_t metric, int64_t value) {
   if (d >= kMaxOpDepth) return;
   const OpThread::Open& o = t.open[d];
   if (o.node < 0) return;
-  const int64_t elapsed = now_ns() - o.start_ns;
+  const int64_t end = now_ns();
+  const int64_t elapsed = end - o.start_ns;
+  const int outer = innermost_recorded(t, d);
+  // Not inside another recorded op or region: the scope it was entered in
+  // takes its time, and the Python time since the last thing recorded there.
+  Scope* scope = nullptr;
+  if (outer < 0 && t.scopes != nullptr && o.py_depth > 0 &&
+      static_cast<int64_t>(t.scopes->stack.size()) >= o.py_depth)
+    scope = &t.scopes->stack[static_cast<size_t>(o.py_depth - 1)];
   {
     DC_HOT_LOCK;
     if (!capturing_.load(std::memory_order_relaxed)) return;
     tree_.add(o.node, METRIC_CPU_TIME, elapsed - o.child_ns);
     tree_.add(o.node, METRIC_COUNT, 1);
     if (metric >= 0 && value != 0 && tree_.valid_metric(metric)) tree_.add(o.node, metric, value);
+    if (scope != nullptr) {
+      const int64_t context = tree_.parent(o.node);
+      if (o.own_ns > 0) {
+        tree_.add(tree_.child(scope->node, own_frame_), METRIC_CPU_TIME, o.own_ns);
+        scope->child_ns += o.own_ns;
+      }
+      bill_between(t.scopes, *scope, context, o.inside, o.start_ns - o.own_ns);
+      scope->child_ns += elapsed;
+      scope->last_ns = end;
+      scope->last_context = context;
+      scope->last_inside = o.inside;
+    }
   }
-  const int outer = innermost_recorded(t, d);
-  if (outer >= 0) {
-    t.open[outer].child_ns += elapsed;
-  } else if (t.scopes != nullptr && o.py_depth > 0 &&
-             static_cast<int64_t>(t.scopes->stack.size()) >= o.py_depth) {
-    t.scopes->stack[static_cast<size_t>(o.py_depth - 1)].child_ns += elapsed;
-  }
+  if (outer >= 0) t.open[outer].child_ns += elapsed;
   publish(t, d);
+}
+
+OpThread::Open* Collector::open_operator(ThreadScopes* ts) {
+  if (!capturing_.load(std::memory_order_relaxed)) return nullptr;
+  OpThread& t = op_thread(false);
+  if (t.scopes != ts) return nullptr;
+  const int i = innermost_recorded(t, t.depth);
+  if (i < 0 || t.open[i].py_depth != static_cast<int64_t>(ts->stack.size())) return nullptr;
+  return &t.open[i];
 }
 
 void Collector::republish(ThreadScopes* ts) {

@@ -78,6 +78,8 @@ struct OpThread {
     int64_t child_ns;   // inclusive time of recorded operators inside
     int64_t py_depth;   // the thread's Python scope depth at entry
     bool region;        // DC_OP_REGION: ops inside are not its inner ops
+    bool inside;        // its node is in the subtree of the scope it was entered in
+    int64_t own_ns;     // the profiler's own time just before it: resolving a new call path
   };
   uint64_t owner = 0;  // capture generation this state belongs to
   PyThreadState* ts = nullptr;
@@ -85,6 +87,8 @@ struct OpThread {
   int depth = 0;       // open operators, recorded or not (may exceed kMaxOpDepth)
   bool busy = false;   // resolving a miss: operators run by that work are ignored
   int suspended = 0;   // inside a region another hook records (a compiled graph)
+  int64_t backward_root = -1;  // the collector's, as of this thread's last backward lookup
+  int64_t resolved_ns = 0;  // what the last context lookup spent resolving a new path (0: a hit)
   Open open[kMaxOpDepth];
   PairMap paths;  // (path hash ^ op frame, parent node) -> node
   PairMap backs;  // (forward node, autograd node frame) -> backward node

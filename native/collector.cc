@@ -89,11 +89,78 @@ int64_t Collector::enter(const int64_t* frames, size_t n, int64_t parent, bool c
   }
   int64_t node = base;
   for (int64_t f : scratch_) node = tree_.child(node, f);
+  const int64_t context = node;
   for (size_t i = 0; i < n; ++i) node = tree_.child(node, frames[i]);
+  // A scope opened inside the enclosing one's subtree (not inside an open
+  // operator) follows the last thing recorded there.
+  const int64_t top = nested ? ts->stack.back().node : -1;
+  const bool under_op = parent < 0 && inside >= 0 && inside != top;
+  const bool follows = nested && !under_op && tree_.depth(base) >= tree_.depth(top) &&
+                       tree_.ancestor(base, tree_.depth(top)) == top;
   // Timestamp last, so the tree work above is not billed to the scope.
-  ts->stack.push_back(Scope{node, now_ns(), 0, user_depth});
+  const int64_t start = now_ns();
+  // Inside an open operator the time since the scope's last call is that
+  // operator's, billed when it ends.
+  if (nested && !under_op) bill_between(ts, ts->stack.back(), context, follows, start);
+  ts->stack.push_back(Scope{node, start, 0, user_depth, context, follows, start, node, true});
   ts->innermost.store(node, std::memory_order_relaxed);
   return node;
+}
+
+void Collector::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside,
+                             int64_t start) {
+  int64_t between = start - s.last_ns;
+  if (between <= 0) return;
+  if (const int64_t lent = take_lent(ts, s.last_ns, start)) {  // waiting for another thread's recorded work
+    s.child_ns += lent;
+    between -= lent;
+  }
+  const int64_t at = stretch_node(s, context, inside);
+  if (at < 0 || between <= 0) return;
+  tree_.add(at, METRIC_CPU_TIME, between);
+  s.child_ns += between;
+}
+
+int64_t Collector::stretch_node(const Scope& s, int64_t context, bool inside) const {
+  // Neither end knows where the thread was in between: the time goes to the
+  // deepest node both calls hang from (the line or module whose code ran
+  // from one to the other). Where they share nothing below the scope (calls
+  // from two lines of the outermost function, the scope's first or last
+  // stretch), to the outermost frame of the call before (returning from it),
+  // else of the call after (on the way to it): never to the scope alone.
+  const int64_t depth = tree_.depth(s.node);
+  const bool after = s.last_inside && s.last_context != s.node && tree_.valid_node(s.last_context) &&
+                     tree_.depth(s.last_context) > depth;
+  const bool before = inside && tree_.valid_node(context) && tree_.depth(context) > depth;
+  if (after && before) {
+    const int64_t at = tree_.common(s.last_context, context);
+    if (tree_.depth(at) > depth) return at;
+  }
+  if (after) return tree_.ancestor(s.last_context, depth + 1);
+  if (before) return tree_.ancestor(context, depth + 1);
+  return -1;
+}
+
+int64_t Collector::take_lent(ThreadScopes* ts, int64_t from, int64_t to) {
+  if (ts->lent.empty()) return 0;
+  int64_t taken = 0;
+  size_t kept = 0;
+  for (const auto& span : ts->lent) {
+    const int64_t a = std::max(span.first, from), b = std::min(span.second, to);
+    if (b > a) taken += b - a;
+    if (span.second > to) ts->lent[kept++] = span;
+  }
+  ts->lent.resize(kept);
+  return taken;
+}
+
+void Collector::lend(uint64_t ident, int64_t start_ns, int64_t end_ns) {
+  if (end_ns <= start_ns) return;
+  DC_HOT_LOCK;
+  ThreadScopes* ts = scopes_.find(ident);
+  if (ts == nullptr || ts->stack.empty()) return;
+  if (ts->lent.size() >= 64) ts->lent.erase(ts->lent.begin());  // bounded: the oldest go
+  ts->lent.emplace_back(start_ns, end_ns);
 }
 
 int64_t Collector::close_innermost(ThreadScopes* ts) {
@@ -102,9 +169,26 @@ int64_t Collector::close_innermost(ThreadScopes* ts) {
   ts->stack.pop_back();
   republish(ts);
   int64_t elapsed = end - s.start_ns;
+  // Its last stretch: what was waited away, then the rest after its last call.
+  const int64_t lent = take_lent(ts, s.last_ns, end);
+  s.child_ns += lent;
+  const int64_t tail = end - s.last_ns - lent;
+  const int64_t at = tail > 0 ? stretch_node(s, -1, false) : -1;
+  if (at >= 0) {
+    tree_.add(at, METRIC_CPU_TIME, tail);
+    s.child_ns += tail;
+  }
   tree_.add(s.node, METRIC_CPU_TIME, elapsed - s.child_ns);
   tree_.add(s.node, METRIC_COUNT, 1);
-  if (!ts->stack.empty()) ts->stack.back().child_ns += elapsed;
+  if (OpThread::Open* op = open_operator(ts)) {
+    op->child_ns += elapsed;  // it ran inside that operator: billed once, there
+  } else if (!ts->stack.empty()) {
+    Scope& outer = ts->stack.back();
+    outer.child_ns += elapsed;
+    outer.last_ns = end;
+    outer.last_context = s.context;
+    outer.last_inside = s.inside;
+  }
   return elapsed;
 }
 

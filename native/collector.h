@@ -77,6 +77,9 @@ class Collector {
   int64_t top();
   int64_t depth();
   void unwind(int64_t depth);
+  // Thread `ident` waited in [start_ns, end_ns] for work the calling thread
+  // recorded: that span leaves its time between recorded things.
+  void lend(uint64_t ident, int64_t start_ns, int64_t end_ns);
 
   // background threads
   void start_sampler(double hz, bool native);
@@ -92,8 +95,11 @@ class Collector {
   // the outermost of each call from Python); frames of `context_code` name a
   // module by their first local, through `namer(module, outermost_module) ->
   // frame id`. Returns whether the GIL-free frame walk is in use.
+  // Operators on a thread with no open scope (a thread of the user's own,
+  // outside any step) hang under the root's child of frame `unscoped_frame`
+  // (a phase; -1: the root itself).
   bool capture_start(int64_t backward_frame, bool nested, PyObject* context_code,
-                     PyObject* namer, bool allow_gil_free);
+                     PyObject* namer, bool allow_gil_free, int64_t unscoped_frame = -1);
   // Stops recording (GIL held); returns {ops recorded without their path
   // (stack too deep), namer errors}.
   std::pair<int64_t, int64_t> capture_stop();
@@ -129,13 +135,28 @@ class Collector {
   // time each bound thread ran since the last tick, at its published node.
   void sample_threads();
   int64_t close_innermost(ThreadScopes* ts);
+  // Python time between two things recorded directly inside scope `s` (hot_mu_
+  // held): from the end of the last one (s.last_ns) to `start`, when the next
+  // one, called from `context`, starts. See collector.cc.
+  void bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside, int64_t start);
+  // Where the time from `s`'s last call to the next one (called from
+  // `context`, in `s`'s subtree when `inside`) goes; -1: nowhere below `s`.
+  int64_t stretch_node(const Scope& s, int64_t context, bool inside) const;
+  // The part of [from, to] lent away by `ts`'s thread (hot_mu_ held); spans
+  // that end by `to` are used up.
+  int64_t take_lent(ThreadScopes* ts, int64_t from, int64_t to);
 
   // capture.cc
   OpThread& op_thread(bool python = true);  // python: also refresh the thread state (not needed at an exit)
+  // The calling thread's innermost recorded operator opened inside its
+  // innermost scope (`ts`'s top), or null: what a scope closing now ran in.
+  OpThread::Open* open_operator(ThreadScopes* ts);
   // After the calling thread's scope stack changed: what it is in now.
   void republish(ThreadScopes* ts);
   int64_t context_node(OpThread& t, int64_t frame);
-  int64_t resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame);
+  int64_t resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame, bool engine);
+  // The node of op `frame` right under `at`, cached per thread.
+  int64_t anchored(OpThread& t, int64_t at, int64_t frame);
   int walk_with_gil(OpThread& t);
   int64_t module_frame(PyObject* module, PyObject* root);
   bool walk_matches_public_api();
@@ -172,6 +193,9 @@ class Collector {
   bool gil_free_ = false;
   int64_t backward_frame_ = -1;
   int64_t backward_root_ = -1;  // hot_mu_
+  int64_t unscoped_frame_ = -1;
+  int64_t own_frame_ = -1;  // where the profiler's own time inside a scope goes (deepcontext::call_paths)
+  std::atomic<int64_t> unscoped_root_{-1};  // made under hot_mu_ on first use, read without it
   PyObject* context_code_ = nullptr;  // strong references while capturing
   PyObject* namer_ = nullptr;
   SeqTable seqs_;

@@ -221,6 +221,7 @@ PYBIND11_MODULE(_native, m) {
       .def("top", &Collector::top)
       .def("depth", &Collector::depth)
       .def("unwind", &Collector::unwind, py::arg("depth"))
+      .def("lend", &Collector::lend, py::arg("thread"), py::arg("start_ns"), py::arg("end_ns"))
       .def("start_sampler",
            [](Collector& c, double hz, bool native) {
              if (!(hz > 0)) throw py::value_error("hz must be > 0, got " + std::to_string(hz));
@@ -243,18 +244,20 @@ PYBIND11_MODULE(_native, m) {
       .def("reset", &Collector::reset)
       .def("capture_start",
            [](Collector& c, int64_t backward_frame, bool nested, py::object context_code,
-              py::object namer, bool gil_free) {
+              py::object namer, bool gil_free, int64_t unscoped_frame) {
              require(dc::check_frame(c, backward_frame));
+             if (unscoped_frame != -1) require(dc::check_frame(c, unscoped_frame));
              if (!context_code.is_none() && !PyCode_Check(context_code.ptr()))
                throw py::type_error("context_code must be a code object or None");
              if (!namer.is_none() && !PyCallable_Check(namer.ptr()))
                throw py::type_error("namer must be callable or None");
              return c.capture_start(backward_frame, nested,
                                     context_code.is_none() ? nullptr : context_code.ptr(),
-                                    namer.is_none() ? nullptr : namer.ptr(), gil_free);
+                                    namer.is_none() ? nullptr : namer.ptr(), gil_free,
+                                    unscoped_frame);
            },
            py::arg("backward_frame"), py::arg("nested"), py::arg("context_code"),
-           py::arg("namer"), py::arg("gil_free") = true)
+           py::arg("namer"), py::arg("gil_free") = true, py::arg("unscoped_frame") = -1)
       .def("capture_stop", &Collector::capture_stop)
       .def("capture_suspend", &Collector::capture_suspend, py::arg("delta"))
       .def("capture_seq",

@@ -21,6 +21,7 @@ namespace {
 // it after the thread ended fails with EINVAL instead of touching freed state.
 void bind_to_calling_thread(ThreadScopes* s) {
   s->tid = static_cast<pid_t>(syscall(SYS_gettid));
+  s->ident = PyThread_get_thread_ident();
   if (pthread_getcpuclockid(pthread_self(), &s->cpu_clock) != 0) s->tid = 0;  // unsampleable
   ++s->binding;
 }
@@ -47,10 +48,18 @@ ThreadScopes* ScopeRegistry::bind(PyThreadState* ts) {
   return s;
 }
 
+ThreadScopes* ScopeRegistry::find(uint64_t ident) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& kv : map_)
+    if (kv.second->tid != 0 && kv.second->ident == ident) return kv.second.get();
+  return nullptr;
+}
+
 void ScopeRegistry::clear_all() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& kv : map_) {
     kv.second->stack.clear();
+    kv.second->lent.clear();
     kv.second->publish();
   }
 }
@@ -59,6 +68,7 @@ void ScopeRegistry::after_fork_child() {
   new (&mu_) std::mutex();
   for (auto& kv : map_) {
     kv.second->stack.clear();
+    kv.second->lent.clear();
     kv.second->publish();
     kv.second->tid = 0;  // those threads do not exist here
   }

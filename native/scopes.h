@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dc {
@@ -28,8 +29,16 @@ namespace dc {
 struct Scope {
   int64_t node;
   int64_t start_ns;
-  int64_t child_ns;    // inclusive time of nested scopes, for exclusive time
+  int64_t child_ns;    // time billed below it (nested scopes, operators, the time between them)
   int64_t user_depth;  // Python user depth at entry
+  int64_t context;     // the node its own frames hang from: where it was opened
+  bool inside;         // that node is in the enclosing scope's subtree
+  // The last thing recorded directly inside it (an operator or a nested
+  // scope): when it ended and where it was called from. The time from there
+  // to the next one was spent running the Python code between the two.
+  int64_t last_ns;
+  int64_t last_context;
+  bool last_inside;
 };
 
 // What the sampler remembers of a thread between ticks; only the sampler
@@ -48,6 +57,12 @@ struct ThreadScopes {
   // CPython both recycle as soon as a thread ends.
   uint64_t tstate_id = 0;
   std::vector<Scope> stack;
+  // threading.get_ident() of the bound thread, for another thread to name it.
+  uint64_t ident = 0;
+  // Spans of this thread's time another thread recorded the work of (it
+  // waited for it): taken out of this thread's time between recorded things.
+  // Guarded by the collector's hot_mu_, not by this thread.
+  std::vector<std::pair<int64_t, int64_t>> lent;
   // The node this thread is in now (its innermost open operator or scope; -1
   // when none), published for the sampler, which reads it without the GIL.
   std::atomic<int64_t> innermost{-1};
@@ -87,6 +102,10 @@ class ScopeRegistry {
     for (auto& kv : map_)
       if (kv.second->tid != 0) f(*kv.second);
   }
+
+  // The bound thread whose threading.get_ident() is `ident`, or null; from
+  // any thread (the entry's stack is still its own thread's).
+  ThreadScopes* find(uint64_t ident);
 
   // Empties every thread's stack; the objects stay, cached pointers stay valid.
   void clear_all();

@@ -26,6 +26,7 @@ int64_t Tree::insert(int64_t parent, int64_t frame) {
   }
   int64_t id = node_count();
   parent_.push_back(parent);
+  depth_.push_back(depth_[static_cast<size_t>(parent)] + 1);
   frame_.push_back(frame);
   children_.insert(static_cast<uint64_t>(parent), static_cast<uint64_t>(frame), id);
   return id;
@@ -46,6 +47,7 @@ int64_t Tree::mirror(int64_t node, int64_t top) {
 
 void Tree::clear() {
   parent_.assign(1, -1);  // node 0: the root, frame 0
+  depth_.assign(1, 0);
   frame_.assign(1, 0);
   children_.clear();
   mirrors_.clear();

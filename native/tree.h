@@ -40,6 +40,24 @@ class Tree {
   int64_t mirror(int64_t node, int64_t top);
 
   int64_t parent(int64_t node) const { return parent_[static_cast<size_t>(node)]; }
+  int64_t depth(int64_t node) const { return depth_[static_cast<size_t>(node)]; }
+
+  // `node`'s ancestor at depth `d` (itself at its own depth); d <= depth(node).
+  int64_t ancestor(int64_t node, int64_t d) const {
+    while (depth(node) > d) node = parent(node);
+    return node;
+  }
+
+  // The deepest node both `a` and `b` descend from (either may be it).
+  int64_t common(int64_t a, int64_t b) const {
+    while (depth(a) > depth(b)) a = parent(a);
+    while (depth(b) > depth(a)) b = parent(b);
+    while (a != b) {
+      a = parent(a);
+      b = parent(b);
+    }
+    return a;
+  }
 
   bool valid_node(int64_t node) const {
     return node >= 0 && static_cast<size_t>(node) < parent_.size();
@@ -70,6 +88,7 @@ class Tree {
   int64_t max_nodes_;
   int64_t dropped_nodes_ = 0;
   std::vector<int64_t> parent_;
+  std::vector<int64_t> depth_;  // the root's is 0
   std::vector<int64_t> frame_;
   PairMap children_;
   PairMap mirrors_;  // (node, top) -> mirror(node, top)

@@ -80,7 +80,13 @@ class _Scope:
     node: int
     start_ns: int
     user_depth: int
-    nested_ns: int = 0  # inclusive time of the scopes closed directly inside this one
+    context: int  # the node its own frames hang from: where it was opened
+    inside: bool  # that node is in the enclosing scope's subtree
+    nested_ns: int = 0  # time billed below it: nested scopes and the time between them
+    # The last scope closed directly inside this one: when it ended, where it was opened.
+    last_ns: int = 0
+    last_context: int = -1
+    last_inside: bool = False
 
 
 class _Stack(list):
@@ -93,6 +99,9 @@ class _Stack(list):
 
     def __init__(self) -> None:
         super().__init__()
+        # Spans of this thread's time another thread recorded the work of
+        # (``Collector.lend``), taken out of its time between scopes.
+        self.lent: list[tuple[int, int]] = []
         self.bind()
 
     def bind(self) -> None:
@@ -140,6 +149,7 @@ class Collector:
         self._metric_ids: dict[str, int] = {}
         # tree and metric values (one column per metric, one entry per node)
         self._parent = array("q")
+        self._depth = array("q")
         self._node_frame = array("q")
         self._children: dict[tuple[int, int], int] = {}
         self._mirrors: dict[tuple[int, int], int] = {}
@@ -209,6 +219,7 @@ class Collector:
     def _new_node(self, parent: int, frame: int) -> int:
         node = len(self._parent)
         self._parent.append(parent)
+        self._depth.append(self._depth[parent] + 1 if parent >= 0 else 0)
         self._node_frame.append(frame)
         for column in self._values:
             column.append(0)
@@ -310,16 +321,89 @@ class Collector:
             base = parent if parent >= 0 else (scopes[-1].node if scopes else 0)
             self._check("node", base, len(self._parent))
             here = sys._getframe()
-            if capture:
-                floor = scopes[-1].user_depth if scopes else 0
-                frames = self._python_ids(here, floor) + list(frames)
-            node = self.path(base, frames)
+            context = self.path(base, self._python_ids(here, scopes[-1].user_depth if scopes else 0)) \
+                if capture else base
+            node = self.path(context, frames)
             if user_depth == _INHERIT_USER_DEPTH:
                 user_depth = scopes[-1].user_depth if scopes else 0
             elif user_depth < 0:
                 user_depth = self._user_depth(here)
-            scopes.append(_Scope(node, now_ns(), user_depth))
+            inside = bool(scopes) and self._ancestor(base, self._depth[scopes[-1].node]) == scopes[-1].node
+            start = now_ns()
+            if scopes:
+                self._bill_between(scopes, context, inside, start)
+            scopes.append(_Scope(node, start, user_depth, context, inside, last_ns=start, last_context=node,
+                                 last_inside=True))
             return node
+
+    def _bill_between(self, scopes: _Stack, context: int, inside: bool, start: int) -> None:
+        """Bill the Python time from the last scope closed inside the innermost
+        one to a new one opened at ``context`` (``_stretch_node``); what the
+        thread lent away is billed nowhere here."""
+        scope = scopes[-1]
+        between = start - scope.last_ns
+        if between <= 0:
+            return
+        lent = self._take_lent(scopes, scope.last_ns, start)
+        scope.nested_ns += lent
+        between -= lent
+        at = self._stretch_node(scope, context, inside)
+        if at >= 0 and between > 0:
+            self._values[METRIC_CPU_TIME][at] += between
+            scope.nested_ns += between
+
+    def _stretch_node(self, scope: _Scope, context: int, inside: bool) -> int:
+        """Where the time between ``scope``'s last call and the next one (opened
+        at ``context``) goes: the deepest node both hang from, below ``scope``;
+        where they share none, the outermost frame of the call before, else of
+        the call after; -1 where neither is below ``scope``."""
+        depth = self._depth[scope.node]
+        after = scope.last_inside and scope.last_context != scope.node and self._depth[scope.last_context] > depth
+        before = inside and context >= 0 and self._depth[context] > depth
+        if after and before:
+            at = self._common(scope.last_context, context)
+            if self._depth[at] > depth:
+                return at
+        if after:
+            return self._ancestor(scope.last_context, depth + 1)
+        if before:
+            return self._ancestor(context, depth + 1)
+        return -1
+
+    @staticmethod
+    def _take_lent(scopes: _Stack, start: int, end: int) -> int:
+        """The part of [start, end] lent away; spans that end by ``end`` are used up."""
+        taken = sum(max(0, min(b, end) - max(a, start)) for a, b in scopes.lent)
+        scopes.lent[:] = [(a, b) for a, b in scopes.lent if b > end]
+        return taken
+
+    def lend(self, thread: int, start_ns: int, end_ns: int) -> None:
+        with self._lock:
+            scopes = self._stacks.get(thread)
+            if scopes is None or not scopes or end_ns <= start_ns:
+                return
+            if len(scopes.lent) >= 64:  # bounded: the oldest go
+                del scopes.lent[0]
+            scopes.lent.append((start_ns, end_ns))
+
+    def _ancestor(self, node: int, depth: int) -> int:
+        """``node``'s ancestor at ``depth`` (-1 when ``node`` is shallower)."""
+        if self._depth[node] < depth:
+            return -1
+        while self._depth[node] > depth:
+            node = self._parent[node]
+        return node
+
+    def _common(self, a: int, b: int) -> int:
+        """The deepest node both ``a`` and ``b`` descend from."""
+        depth, parent = self._depth, self._parent
+        while depth[a] > depth[b]:
+            a = parent[a]
+        while depth[b] > depth[a]:
+            b = parent[b]
+        while a != b:
+            a, b = parent[a], parent[b]
+        return a
 
     def exit(self) -> int:
         end = now_ns()
@@ -328,11 +412,20 @@ class Collector:
             if not scopes:
                 return -1
             scope = scopes.pop()
+            # its last stretch: what was waited away, then the rest after its last call
+            lent = self._take_lent(scopes, scope.last_ns, end)
+            tail = end - scope.last_ns - lent
+            at = self._stretch_node(scope, -1, False) if tail > 0 else -1
+            scope.nested_ns += lent + (tail if at >= 0 else 0)
+            if at >= 0:
+                self._values[METRIC_CPU_TIME][at] += tail
             elapsed = end - scope.start_ns
             self._values[METRIC_COUNT][scope.node] += 1
             self._values[METRIC_CPU_TIME][scope.node] += elapsed - scope.nested_ns
             if scopes:
-                scopes[-1].nested_ns += elapsed
+                outer = scopes[-1]
+                outer.nested_ns += elapsed
+                outer.last_ns, outer.last_context, outer.last_inside = end, scope.context, scope.inside
             return elapsed
 
     def top(self) -> int:
@@ -461,6 +554,7 @@ class Collector:
         self.stop_monitor()
         with self._lock:
             del self._parent[1:]
+            del self._depth[1:]
             del self._node_frame[1:]
             self._children.clear()
             self._mirrors.clear()
@@ -469,5 +563,6 @@ class Collector:
                 column[0] = 0
             for scopes in list(self._stacks.values()):
                 scopes.clear()
+                scopes.lent.clear()
             self._monitor_rows.clear()
             self._drops = dict.fromkeys(self._drops, 0)
