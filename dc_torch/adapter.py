@@ -89,7 +89,7 @@ class TorchAdapter:
         capture, note = self._choose_capture(hub)
         # FLOPs and (on CPU) alloc_bytes are read from operator arguments, on
         # both capture paths, only where configured.
-        hub.window = Window(generation=hub.window.generation + 1, capture=capture, note=note,
+        hub.window = Window(generation=hub.window.generation + 1, capture=capture, note=note, thread=threading.get_ident(),
                             shapes=session.config.shapes, metric_alloc=c.metric("alloc_bytes", "bytes"),
                             metric_flops=c.metric("flops", "1"), metric_device_time=c.metric("device_time_ns", "ns"))
         hub.frames.naming_root = self.naming_root
@@ -211,7 +211,7 @@ class TorchAdapter:
             native.start(hub.collector, hub.session.phase_frame("backward"), nested, namer,
                          flops=window.metric_flops if "flops" in shapes else NO_METRIC,
                          alloc=window.metric_alloc if "alloc_bytes" in shapes and not marks else NO_METRIC,
-                         marks=marks)
+                         marks=marks, unscoped_frame=hub.session.phase_frame("other"))
         except BusyError:
             # Another session's window holds the process-wide callback (two
             # profilers at once): this one records on the Python path.

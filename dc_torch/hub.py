@@ -53,6 +53,7 @@ class Window:
 
     generation: int = 0  # counts windows: marks and per-thread state made in another are stale
     capture: str = "python"  # the operator capture this window took: "native" or "python"
+    thread: int = 0  # the thread it was opened on: the Python path's operator modes are that thread's
     note: str = ""  # why the Python path, or how the native one reads frames
     shapes: bool = False  # FLOPs and (on CPU) alloc_bytes are read from operator arguments
     metric_alloc: int = NO_METRIC
@@ -99,6 +100,10 @@ class Hub:
         if window.backward_node is None:
             window.backward_node = self.collector.child(0, self.session.phase_frame("backward"))
         return window.backward_node
+
+    def unscoped_node(self) -> int:
+        """The phase node where a thread in no scope records (``other``)."""
+        return self.collector.child(0, self.session.phase_frame("other"))
 
     def fail(self, exc: BaseException, where: str) -> None:
         """Route an internal error to the session's fail-open path (which uninstalls the adapter)."""

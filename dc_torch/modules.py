@@ -20,6 +20,7 @@ import torch
 from torch.nn.modules import module as module_mod
 from torch.utils._python_dispatch import _pop_mode, _push_mode
 
+from dc_torch.hub import INNERMOST
 from dc_torch.ops import AtenMode, OperatorMode
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ class ModuleHooks:
             if get_ident() in hub.window.suspended:
                 return
             fid = hub.frames.module(module, state.modules[0] if state.modules else module)
-            hub.collector.enter((fid,), capture=True)
+            # A thread in no scope (one of the user's own, outside the steps)
+            # runs under the `other` phase, as the native capture places it.
+            unscoped = not state.modules and hub.collector.depth() == 0
+            hub.collector.enter((fid,), hub.unscoped_node() if unscoped else INNERMOST, True)
             state.modules.append(module)
         except Exception as exc:
             hub.fail(exc, "module")

@@ -1,8 +1,17 @@
-"""Optimizer and dataloader phases, hooked only while a window is open.
+"""Optimizer, dataloader and evaluation phases, hooked only while a window is open.
 
 ``Optimizer.step`` of every optimizer runs the global step hooks torch keeps
 for profilers; ``zero_grad`` and ``DataLoader`` iteration are wrapped at the
-class (and restored when the window closes), so no user object is touched.
+class, gradient clipping (``torch.nn.utils.clip_grad_norm_`` and its kin,
+which Lightning, Hugging Face and plain loops all call through that module)
+at ``torch.nn.utils`` (all restored when the window closes), so no user
+object is touched. Clipping is part of the update: the ``optimizer`` phase,
+under a frame of its own (``clip_grad.py:… clip_grad_norm_``).
+
+Evaluation inside a training window (a validation loop between steps, or in
+one) is phase ``eval``: from ``model.eval()`` to ``model.train()`` on a
+module with submodules (a model, not one layer frozen), as every trainer and
+most plain loops mark it.
 
 Torch's own optimizers get a Python frame of their step under the calling
 line (``adam.py:214 AdamW.step``, named by the class the user built): their
@@ -27,8 +36,11 @@ from dc_core.collect.collector import KIND_PYTHON
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
+    from dc_torch.state import ThreadState
 
 _OPTIM_DIR = os.path.dirname(torch.optim.__file__) + os.sep  # where torch's optimizers live
+#: ``torch.nn.utils`` functions that clip gradients (or compute the norm to clip by).
+CLIPPING = ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm")
 
 
 class PhaseHooks:
@@ -47,12 +59,16 @@ class PhaseHooks:
         ]
         self._patch(torch.optim.Optimizer, "zero_grad", "optimizer")
         self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", "dataloader")
-        if self.hub.window.capture == "native":
-            # The Python path sees Tensor.backward through its function mode;
-            # here the entry points themselves open the phase (Tensor.backward
-            # calls torch.autograd.backward by its module attribute).
-            self._patch(torch.autograd, "backward", "backward")
-            self._patch(torch.autograd, "grad", "backward")
+        for name in CLIPPING:
+            if callable(torch.nn.utils.__dict__.get(name)):
+                self._patch(torch.nn.utils, name, "optimizer", frame=_frame_of(torch.nn.utils.__dict__[name]))
+        self._patch_train()
+        # The entry points themselves open the phase (Tensor.backward calls
+        # torch.autograd.backward by its module attribute); on the Python path
+        # the operator mode does on its own thread (autograd.BackwardRunner),
+        # these on every other (a backward run from a thread the step joins).
+        self._patch(torch.autograd, "backward", "backward")
+        self._patch(torch.autograd, "grad", "backward")
 
     def uninstall(self) -> None:
         handles, self.handles = self.handles, []
@@ -67,32 +83,40 @@ class PhaseHooks:
         self._begin("optimizer", type(optimizer))
 
     def _optimizer_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._end()
+        step = self._end()
+        if step == self.hub.session._last_step:  # not when the update also ended the step (deepcontext run)
+            self.hub.session.update_end()
 
-    def _begin(self, name: str, optimizer: type | None = None) -> None:
+    def _begin(self, name: str, optimizer: type | None = None, frame: tuple[str, str, int] | None = None) -> None:
         hub = self.hub
         phase = None
         try:
             state = hub.thread_state()
-            if hub.active and get_ident() not in hub.window.suspended:
-                phase = hub.session.phase(name)
+            window, thread = hub.window, get_ident()
+            mode_runs_it = name == "backward" and window.capture == "python" and thread == window.thread
+            if hub.active and thread not in window.suspended and not mode_runs_it:
+                phase = hub.session.phase(name, below_caller=name == "backward")
                 phase.__enter__()  # its exit closes the step's frame too
-                step = self._step_frame(optimizer) if optimizer is not None else None
-                if step is not None:
-                    hub.collector.enter((hub.session.frame(KIND_PYTHON, *step),), capture=True)
-            state.phases.append(phase)  # None too, so that _end pops what this call pushed
+                if optimizer is not None:
+                    frame = self._step_frame(optimizer)
+                if frame is not None:
+                    hub.collector.enter((hub.session.frame(KIND_PYTHON, *frame),), capture=True)
+            state.phases.append((phase, hub.session._last_step))  # None too, so that _end pops what this call pushed
         except Exception as exc:
             hub.fail(exc, "phase")
 
-    def _end(self) -> None:
+    def _end(self) -> int | None:
+        """Close the phase the matching ``_begin`` opened; returns the step it began in."""
         hub = self.hub
         try:
             state = hub.thread_state()
-            phase = state.phases.pop() if state.phases else None
+            phase, step = state.phases.pop() if state.phases else (None, None)
             if phase is not None:
                 phase.__exit__(None, None, None)
+            return step
         except Exception as exc:
             hub.fail(exc, "phase")
+            return None
 
     def _step_frame(self, cls: type) -> tuple[str, str, int] | None:
         """(name, file, line) of ``cls.step`` where torch's optimizers define it, else None."""
@@ -102,23 +126,72 @@ class PhaseHooks:
             self.steps[cls] = (f"{cls.__name__}.step", code.co_filename, code.co_firstlineno) if inside else None
         return self.steps[cls]
 
+    # --- evaluation: model.eval() ... model.train() -----------------------------
+    def _mode(self, module: Any, training: bool) -> ThreadState | None:
+        """Before ``module.train(training)`` runs: open or close the eval phase
+        on the outermost call (``eval()`` recurses into every submodule).
+        Returns the thread state whose ``mode_depth`` the caller restores."""
+        hub = self.hub
+        try:
+            state = hub.thread_state()
+            state.mode_depth += 1
+            if state.mode_depth > 1 or not hub.active or get_ident() not in (hub.session._step_thread, 0) \
+                    or hub.session.default_phase == "eval":  # an evaluation window's steps are eval already
+                return state
+            session, open_ = hub.session, state.evaluating
+            if not training and open_ is None and next(module.children(), None) is not None:
+                phase = session.phase("eval")
+                phase.__enter__()
+                state.evaluating = (module, phase, session._last_step)
+            elif training and open_ is not None and open_[0] is module:
+                state.evaluating = None
+                if open_[2] == session._last_step:  # else the step's end closed it already
+                    open_[1].__exit__(None, None, None)
+            return state
+        except Exception as exc:
+            hub.fail(exc, "eval phase")
+            return None
+
+    def _patch_train(self) -> None:
+        hooks, cls = self, torch.nn.Module
+
+        @functools.wraps(cls.__dict__["train"])
+        def train(module: Any, *args: Any, **kwargs: Any) -> Any:
+            state = hooks._mode(module, bool(args[0] if args else kwargs.get("mode", True)))
+            try:
+                return train.__wrapped__(module, *args, **kwargs)
+            finally:
+                if state is not None:
+                    state.mode_depth -= 1
+
+        self._install(cls, "train", train)
+
     # --- wrapped methods ------------------------------------------------------
-    def _patch(self, cls: Any, name: str, phase: str) -> None:
+    def _patch(self, cls: Any, name: str, phase: str, frame: tuple[str, str, int] | None = None) -> None:
         hooks = self
 
         # The wrapped method is read from ``__wrapped__`` at each call, so that a
         # wrapper below ours can be unlinked when its profiler closes first.
         @functools.wraps(cls.__dict__[name])
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            hooks._begin(phase)
+            hooks._begin(phase, frame=frame)
             try:
                 return wrapper.__wrapped__(*args, **kwargs)
             finally:
                 hooks._end()
 
+        self._install(cls, name, wrapper)
+
+    def _install(self, owner: Any, name: str, wrapper: Any) -> None:
         wrapper._deepcontext_phase = True  # type: ignore[attr-defined]
-        setattr(cls, name, wrapper)
-        self.patched.append((cls, name, wrapper))
+        setattr(owner, name, wrapper)
+        self.patched.append((owner, name, wrapper))
+
+
+def _frame_of(func: Any) -> tuple[str, str, int] | None:
+    """(name, file, line) of a function's definition: the frame its phase shows it under."""
+    code = getattr(inspect.unwrap(func), "__code__", None)
+    return (func.__name__, code.co_filename, code.co_firstlineno) if code is not None else None
 
 
 def _unpatch(cls: Any, name: str, wrapper: Any) -> None:

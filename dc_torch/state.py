@@ -26,8 +26,10 @@ class ThreadState(threading.local):
     def reset(self, generation: int) -> None:
         self.generation = generation
         self.modules: list[Any] = []
-        self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader)
+        self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader), with the step each began in
         self.set_aside: list[tuple] = []  # our modes popped while a compiled module runs
+        self.mode_depth = 0  # Module.train calls running (model.eval() recurses into every submodule)
+        self.evaluating: tuple[Any, Any, int] | None = None  # (model, its eval phase, the step it began in)
         self.hooked: list[bool] = []  # per running autograd node: whether its pre-hook opened a scope
         # per backward pass running on this thread, innermost last: (graph task
         # id, collector depth its node scopes sit on)

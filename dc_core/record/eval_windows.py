@@ -36,8 +36,9 @@ class EvalWindows:
         if session is None:
             run, count = train.config.run, train.config.steps.count
             steps = {"start": 0, "count": count, "every": None, "repeat": 1}
+            # an evaluation loop's batches are the eval phase
             session = self.sessions[loop] = self._make(run=f"{run}/{loop}" if run else loop, steps=steps,
-                                                       time_range=None)
+                                                       time_range=None, default_phase="eval")
         self.open = loop
         session.step_begin(self.steps.setdefault(loop, 0))
 

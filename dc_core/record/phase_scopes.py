@@ -13,18 +13,18 @@ from typing import Any
 class PhaseScope:
     """``with session.phase(name)``: work inside belongs to phase ``name``."""
 
-    __slots__ = ("session", "name", "depth")
+    __slots__ = ("session", "name", "below_caller", "depth")
 
-    def __init__(self, session: Any, name: str) -> None:
-        self.session, self.name, self.depth = session, name, -1
+    def __init__(self, session: Any, name: str, below_caller: bool = False) -> None:
+        self.session, self.name, self.below_caller, self.depth = session, name, below_caller, -1
 
     def __enter__(self) -> "PhaseScope":
-        self.depth = self.session._enter_phase(self.name)
+        self.depth = self.session._enter_phase(self.name, self.below_caller)
         return self
 
     def __exit__(self, *exc: Any) -> bool:
         if self.depth is not None and self.depth >= 0:
-            self.session._leave_phase(self.depth)
+            self.session._leave_phase(self.depth, True)
         return False  # never swallow the user's exception
 
 

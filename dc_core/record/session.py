@@ -18,6 +18,7 @@ import logging
 import os
 import time
 import weakref
+from threading import get_ident
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -159,6 +160,14 @@ class Session:
         self._last_seen = -1
         self._window_t0 = 0
         self._window_unix = 0
+        # Where the window's time is (see _step_begin, _leave_phase, update_end).
+        self._step_thread = 0  # the thread that drives the steps
+        self._between_ns: int | None = None  # a trainer's loop between two steps, since (session clock)
+        self._lent_from: dict[int, list[int]] = {}  # phases other threads run for the step: their starts
+        self._updates = 0  # optimizer updates of the step running
+        self._updates_per_step = 1  # ... and of the last one ended
+        self._tail = False  # the step's updates are done: the rest of it is `other`
+        self._step_open = False  # a step begun and not ended
         self.notes: dict[str, str] = {}  # facts for each profile's environment (what defined the steps)
         _OPEN.add(self)
         self._prepare()
@@ -231,8 +240,16 @@ class Session:
                     logger.warning("DeepContext skips the window of steps %d–%d: %s", window[0], window[1] - 1, skipped)
                 return
             now = self.clock()  # opening the window (adapter setup) is not part of the step
+        elif self._between_ns is not None and self._step_times:
+            # A trainer's own loop between two steps (its logging, fetching
+            # the next batch) is the earlier step's: a step runs to the next.
+            self._step_times[-1] += max(now - self._between_ns, 0)
+        self._between_ns = None
         self._last_step = step
         self._step_start_ns = now
+        self._step_thread = get_ident()
+        self._updates, self._tail = 0, False
+        self._step_open = True
         self.collector.unwind(0)
         self.collector.enter([self.phase_frame(self.default_phase)], 0, False, 0)
 
@@ -253,25 +270,60 @@ class Session:
         overhead = getattr(self.adapter, "step_overhead_ns", None)
         elapsed = now - self._step_start_ns
         self._step_times.append(max(elapsed - (overhead() if overhead is not None else 0), 0))
+        self._step_open = False
         self._last_step = step
+        if self._updates:
+            self._updates_per_step = self._updates
         if self._schedule.should_close(step, now, self._window_t0):
             self._close_window(step + 1)
+        else:
+            self.collector.enter([self.phase_frame("other")], 0, False, 0)
+            self._between_ns = now
 
     def cut_time_range(self) -> None:
         """Close an open time-range window at the next step end, before its
         duration is up (the process ends, or a step driver takes over)."""
         self._schedule.cut()
 
-    def phase(self, name: str) -> Any:
-        """Context manager marking work as phase ``name`` (e.g. "optimizer")."""
+    def phase(self, name: str, below_caller: bool = False) -> Any:
+        """Context manager marking work as phase ``name`` (e.g. "optimizer").
+
+        ``below_caller``: what runs inside keeps only its Python frames below
+        the line that entered the phase (an adapter's backward pass: a hook's
+        lines, a checkpoint's recomputed forward; autograd's own work between
+        functions has none and goes with the function before it), not the
+        caller's frames above them."""
         if self.window is None or self.disabled:
             return NO_PHASE
-        return PhaseScope(self, name)
+        return PhaseScope(self, name, below_caller)
+
+    def update_end(self) -> None:
+        """An optimizer update ended (adapters call this after each ``step()``
+        of an optimizer). Once the step running has made as many updates as the
+        step before it, the rest of the step (host reads of the loss, logging,
+        a scheduler) is phase ``other``, not the default phase it began in."""
+        if self.window is not None and not self.disabled and get_ident() == self._step_thread:
+            self._update_end()
 
     @_guarded
-    def _enter_phase(self, name: str) -> int:
+    def _update_end(self) -> None:
+        self._updates += 1
+        c = self.collector
+        if not self._tail and self._updates >= self._updates_per_step and c.depth() == 1:
+            self._tail = True
+            c.unwind(0)
+            c.enter([self.phase_frame("other")], 0, False, 0)
+
+    @_guarded
+    def _enter_phase(self, name: str, below_caller: bool = False) -> int:
         depth = self.collector.depth()
-        self.collector.enter([self.phase_frame(name)], 0, False, 0)
+        # user depth -1: measured here, so captures inside start below this call
+        self.collector.enter([self.phase_frame(name)], 0, False, -1 if below_caller else 0)
+        thread = get_ident()
+        if self._step_thread and thread != self._step_thread:
+            # Work another thread does for the step (a backward it joins):
+            # the step's thread waits meanwhile, and that wait is this time.
+            self._lent_from.setdefault(thread, []).append(collector_mod.now_ns())
         return depth
 
     def region(self, name: str, backward: bool = False) -> Any:
@@ -288,9 +340,13 @@ class Session:
         return depth
 
     @_guarded
-    def _leave_phase(self, depth: int) -> None:
-        if self.window is not None:
-            self.collector.unwind(depth)
+    def _leave_phase(self, depth: int, phase: bool = False) -> None:
+        if self.window is None:
+            return
+        self.collector.unwind(depth)
+        starts = self._lent_from.get(get_ident()) if phase else None
+        if starts:
+            self.collector.lend(self._step_thread, starts.pop(), collector_mod.now_ns())
 
     def close(self) -> None:
         """Flush an open window (with the steps it saw) and release everything."""
@@ -414,6 +470,9 @@ class Session:
         # waits for both (writing is bounded: one profile of at most max_nodes).
         with deferred_interrupts():
             start = self.window[0] if self.window else end
+            self.collector.unwind(0)  # first: stopping the profiler's threads is not the user's time
+            self._time_the_rest()
+            self._lent_from.clear()
             try:
                 self._stop_collecting()
             finally:  # what was collected is written even when unhooking failed
@@ -422,6 +481,19 @@ class Session:
                 self.collector.unwind(0)
                 self._write((start, max(end, start + 1)))
                 self.collector.reset()
+
+    def _time_the_rest(self) -> None:
+        """A window closed before its step ended (the loop stopped, the process
+        ends): the time since the last step ended, which the tree holds, is that
+        step's (a step runs to the next); with no step ended, it is the one step."""
+        since = self._between_ns if self._between_ns is not None else self._step_start_ns if self._step_open else None
+        if since is not None:
+            rest = max(self.clock() - since, 0)
+            if self._step_times:
+                self._step_times[-1] += rest
+            else:
+                self._step_times.append(rest)
+        self._between_ns, self._step_open = None, False
 
     def _write(self, steps: tuple[int, int]) -> None:
         env = environment(self.framework, self.config.mode)

@@ -88,8 +88,9 @@ class TrainerSession:
 
     def _session(self, **extra: Any) -> Session:
         """A session at the trainer's place; ``extra`` overrides (an evaluation loop's run and steps)."""
+        phase = extra.pop("default_phase", self._phase)
         session = Session(self.config, framework=self._framework, adapter=self._adapter(),
-                          default_phase=self._phase, **{**self.overrides, **self._place, **extra})
+                          default_phase=phase, **{**self.overrides, **self._place, **extra})
         if not session.disabled:
             skip_framework_files(session.collector, *self._machinery)
         return session

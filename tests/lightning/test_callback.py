@@ -158,3 +158,11 @@ def test_regression_model_code_shipped_in_lightning_is_not_skipped(tmp_path):
     machinery = {f.file for f in frames if f.file.startswith(package) and "/demos/" not in f.file}
     assert machinery == set()
     assert ("model.transformer.encoder.layers.1", "TransformerEncoderLayer") in _modules(tree)
+
+
+def test_gradient_clipping_is_part_of_the_update(tmp_path):
+    callback = fit(tmp_path, DeepContextCallback(steps={"start": 2, "count": 2}, **QUIET), gradient_clip_val=0.5)
+    (profile,), _ = load_profiles(tmp_path / "lightning_logs")
+    tree = profile.tree
+    norms = tree.find_all(lambda f: f.kind == "operator" and "_foreach_norm" in f.name)
+    assert norms and {tree.path_frames(n)[0].name for n in norms} == {"optimizer"}
