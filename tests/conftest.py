@@ -65,6 +65,33 @@ def collectors_created(monkeypatch: pytest.MonkeyPatch):
         pytest.fail("test left a collector running: " + "; ".join(leftovers), pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def profiles_keep_their_accounts(request: pytest.FixtureRequest):
+    """After every test: each profile a session wrote under its ``tmp_path``
+    (in this process or a child) keeps every microsecond in its place
+    (``tests/invariants.py``). Files a test made by hand are not sessions'."""
+    yield
+    tmp_path = request.node.funcargs.get("tmp_path")
+    if tmp_path is None or "keeps_no_accounts" in request.keywords:
+        return
+    from dc_core.store.logdir import find_profiles, read_profile
+    from dc_core.store.profile import ProfileError
+
+    from tests.invariants import violations
+
+    broken = []
+    for file in find_profiles(tmp_path):
+        try:
+            profile = read_profile(file, max_bytes=1 << 30)  # not the test's own size cap
+        except (ProfileError, OSError):
+            continue  # a reader test's damaged file: the readers' tests judge those
+        if profile.env.get("analysis") != "pending":
+            continue  # made by the test, not written by a session
+        broken += [f"{file.path}: {v}" for v in violations(profile)]
+    if broken:
+        pytest.fail("profiles that lose track of time:\n  " + "\n  ".join(broken), pytrace=False)
+
+
 @pytest.fixture(params=IMPLEMENTATIONS)
 def make_collector(request: pytest.FixtureRequest, collectors_created: list):
     """A factory ``make_collector(**kwargs)`` for the parametrized implementation."""

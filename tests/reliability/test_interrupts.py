@@ -76,6 +76,7 @@ def _profiled_loop(tmp_path, tracer: InterruptAtLine) -> str:
     return "completed"
 
 
+@pytest.mark.keeps_no_accounts  # a Ctrl-C at any line of the profiler's own: the window it cuts is written as collected
 def test_ctrl_c_anywhere_in_the_profiler_restores_torch(tmp_path):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     before = torch_state()
