@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +204,11 @@ class TorchAdapter:
                 hub.fail(exc, "module naming")
                 return NO_FRAME
 
+        if "torch._dynamo" in sys.modules:
+            # Dynamo's frame hook stays set while a compiled model's Python runs
+            # between its graphs: a namer called from an operator there would be
+            # traced by Dynamo (and its tracer fails on our caches).
+            namer = torch._dynamo.disable(namer)
         assert native is not None
         try:
             # On a GPU, Kineto's memory events give alloc_bytes (device.py).

@@ -3,17 +3,30 @@
 ``torch.compile(model, backend="deepcontext")`` (registered through the
 ``torch_dynamo_backends`` entry point) or ``backend=compile_backend(inner)``
 compiles with the inner backend (Inductor by default) and wraps the result.
-At run time inside a window, each call of the compiled graph is a
-``compiled`` scope under the calling Python line (time and count); the
-eager hooks stand aside inside it. Below it, every graph operation is placed
-under the source it came from, read from the FX node's ``nn_module_stack``
-(module frames) and ``stack_trace`` (the user's lines), with ``count`` one
-per execution. With Inductor, the kernels it generated sit beside those
-operations under the same source, with their own time (``inductor.py``);
-what is left on the compiled frame is the wrapper's own work (allocation,
-Python glue). The autograd node the region's output carries is tagged like
-an eager operator's, so the compiled backward lands under the same line,
-flagged, with its kernels below it under their forward source.
+
+A compiled region is one run of one compiled graph: one ``compiled`` node,
+under the module and line that called the graph, on both capture paths (the
+Python path opens it as a scope under the module hooks' scopes; the native
+path reports it to its RecordFunction capture as an operator,
+``region_enter``, so the same frame walk as every operator's places it). With
+Inductor the region is the run of the generated module's entry (its
+``call()``): its time is made of its kernels, timed below it by their shims
+(``inductor.py``), and what is left on the region itself is the generated
+code between them (buffer allocation, size asserts). The runtime wrappers
+around the graph (Dynamo's frame, AOTAutograd's wrappers, the autograd
+Function) are the calling line's Python time. With another inner backend the
+region is the run of what that backend returned. Dynamo's own record of a
+compiled frame (``Torch-Compiled Region: N/M``) is never a node of its own
+(``csrc/capture.cc``), so each region is counted once.
+
+The eager hooks stand aside inside the wrapper (the native capture is
+suspended on the thread): the region records itself. Below it, every graph
+operation is placed under the source it came from, read from the FX node's
+``nn_module_stack`` (module frames) and ``stack_trace`` (the user's lines),
+with ``count`` one per execution, beside the kernels of the same source. The
+autograd node the region's output carries is tagged like an eager operator's,
+so the compiled backward lands under the same line, flagged, with its kernels
+below it under their forward source.
 """
 
 from __future__ import annotations
@@ -70,26 +83,36 @@ class Region:
         self._nodes: dict[int, list[int]] = {}  # region node -> op nodes, in _window
         self.generated: list[Generated] = []  # Inductor's modules: forward, then backward when compiled
         self._swapped_for: Hub | None = None
+        self._at_entry = False  # while swapped: the forward module's entry is timed as the region
         self._scope: Interceptor | None = None
+        self._fid: tuple[Hub, int] | None = None  # the region's frame, per hub
+        self._run = _Run()  # this thread's run of the region in progress
 
     def add_generated(self, generated: Generated) -> None:
         """A module Inductor generated for this region (a backward may come mid-window)."""
         self.generated.append(generated)
         hub = self._swapped_for
         if hub is not None and hub.active:
-            generated.swap(hub)
+            self._swap(generated, hub)
 
-    def _kernels_on(self, hub: Hub) -> None:
-        """Time the generated kernels until the window closes."""
-        if self._swapped_for is hub or not self.generated:
-            return
-        self._swapped_for = hub
-        hub.window.on_close.append(self._kernels_off)
-        for generated in self.generated:
-            generated.swap(hub)
+    def _kernels_on(self, hub: Hub) -> bool:
+        """Time the generated kernels (and the forward module's entry) until the
+        window closes; whether the region is timed at that entry."""
+        if self._swapped_for is not hub and self.generated:
+            self._swapped_for = hub
+            hub.window.on_close.append(self._kernels_off)
+            for generated in self.generated:
+                self._swap(generated, hub)
+        return self._at_entry
+
+    def _swap(self, generated: Generated, hub: Hub) -> None:
+        generated.swap(hub)
+        if not generated.backward and generated.time_entry(functools.partial(self._entry, hub)):
+            self._at_entry = True
 
     def _kernels_off(self) -> None:
         self._swapped_for = None
+        self._at_entry = False
         for generated in self.generated:
             generated.restore()
 
@@ -102,52 +125,123 @@ class Region:
                 return compiled(*args)
             window = hub.window
             ident = threading.get_ident()
+            state = region._run
             try:
-                region._kernels_on(hub)
-                scope, fid = region._enter(hub)
+                at_entry = region._kernels_on(hub)
                 # The eager hooks stand aside inside the region: it records itself.
                 nested = ident in window.suspended
                 window.suspended.add(ident)
-                native = window.capture == "native"
-                if native:
+                suspend = at_entry and window.capture == "native"
+                if suspend:  # AOTAutograd's records around the entry are the wrapper's, not operators
                     hub.collector.capture_suspend(1)
+                first_seq = _next_seq()
+                outer = state.pending, state.node
+                state.pending, state.node = at_entry, None
             except Exception as exc:
                 hub.fail(exc, "compiled")
                 return compiled(*args)
+            node = None
             try:
-                return scope.call((fid,), compiled, args, _NO_KWARGS, _next_seq())
+                # at the entry, Region._entry opens the region; else here, around the backend's callable
+                out = compiled(*args) if at_entry else region._call(hub, compiled, args, suspended=False)
             finally:
                 try:
-                    if native:
+                    node = state.node
+                    state.pending, state.node = outer
+                    if suspend:
                         hub.collector.capture_suspend(-1)
                     if not nested:
                         window.suspended.discard(ident)
                 except Exception as exc:
                     hub.fail(exc, "compiled")
+            if node is not None and hub.active:
+                try:
+                    region._backward_here(hub, node, first_seq, args, out)
+                except Exception as exc:
+                    hub.fail(exc, "compiled")
+            return out
 
         run._deepcontext_region = region  # type: ignore[attr-defined]
         return run
 
-    def _enter(self, hub: Hub) -> tuple[Interceptor, int]:
-        """This region's interceptor for ``hub``, and its frame."""
+    def _entry(self, hub: Hub, original: Callable) -> Callable:
+        """The forward module's entry (Inductor's ``call``), run as the region
+        when the region's runtime wrapper (``run``) is what called it."""
+        state = self._run
+
+        def entry(inputs: Any) -> Any:
+            if not (state.pending and hub.active):
+                return original(inputs)
+            state.pending = False
+            return self._call(hub, original, (inputs,), suspended=True)
+
+        entry.__wrapped__ = original  # type: ignore[attr-defined]
+        return entry
+
+    def _call(self, hub: Hub, fn: Callable, args: tuple, suspended: bool) -> Any:
+        """``fn(*args)`` as this region's node, under the module and line that
+        called it; ``suspended``: ``run`` holds the native capture suspended."""
+        fid = self._frame(hub)
+        if hub.window.capture == "native":
+            return self._native_call(hub, fid, fn, args, suspended)
         scope = self._scope
         if scope is None or scope.hub is not hub:
             # No device marker: with Inductor, the kernel shims mark each kernel.
             scope = self._scope = Interceptor(hub, "compiled", capture=True, marks=False,
-                                              after=functools.partial(self._recorded, hub))
+                                              after=functools.partial(self._after, hub))
+        return scope.call((fid,), fn, args, _NO_KWARGS)
+
+    def _native_call(self, hub: Hub, fid: int, fn: Callable, args: tuple, suspended: bool) -> Any:
+        """``fn(*args)`` reported to the native capture as an operator of frame
+        ``fid`` (``region_enter``), the capture suspended inside it: the kernel
+        shims record the graph, as scopes under it."""
+        extension, suspend = hub.native.extension, hub.collector.capture_suspend
+        try:
+            if suspended:
+                suspend(-1)  # the region itself is recorded
+            node = extension.region_enter(fid)
+            suspend(1)
+        except Exception as exc:
+            hub.fail(exc, "compiled")
+            return fn(*args)
+        try:
+            return fn(*args)
+        finally:
+            try:
+                suspend(-1)
+                extension.region_exit()  # closes region_enter's slot, recorded or not
+                if suspended:
+                    suspend(1)
+                if node >= 0 and hub.active:
+                    self._ran_at(hub, node)
+            except Exception as exc:
+                hub.fail(exc, "compiled")
+
+    def _frame(self, hub: Hub) -> int:
+        cached = self._fid
+        if cached is not None and cached[0] is hub:
+            return cached[1]
         fid = hub.session.frame(KIND_COMPILED, self.name)
         hub.frames.names[fid] = self.name
-        return scope, fid
+        self._fid = (hub, fid)
+        return fid
 
-    def _recorded(self, hub: Hub, node: int, frames: tuple, first_seq: int, args: tuple, kwargs: dict,
-                  out: Any) -> None:
+    def _after(self, hub: Hub, node: int, frames: tuple, note: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        self._ran_at(hub, node)
+
+    def _ran_at(self, hub: Hub, node: int) -> None:
+        """The region ran at ``node``: its graph operations counted below it."""
+        self._run.node = node
         self._count(hub, node)
-        if torch.is_grad_enabled():
-            # the region's backward goes under the same calling line, mirrored
-            if hub.window.capture == "native":  # the native capture places it by the nodes' sequence numbers
-                hub.collector.capture_seq(hub.native.extension.thread_id(), first_seq, _next_seq(), node)
-            else:
-                hub.backward.hooks.tag(node, frames, first_seq, args, kwargs, out)
+
+    def _backward_here(self, hub: Hub, node: int, first_seq: int, args: tuple, out: Any) -> None:
+        """The region's backward goes under the same calling line, mirrored."""
+        if not torch.is_grad_enabled():
+            return
+        if hub.window.capture == "native":  # the native capture places it by the nodes' sequence numbers
+            hub.collector.capture_seq(hub.native.extension.thread_id(), first_seq, _next_seq(), node)
+        else:
+            hub.backward.hooks.tag(node, (self._frame(hub),), first_seq, args, _NO_KWARGS, out)
 
     def _count(self, hub: Hub, region_node: int) -> None:
         if self._window is not hub.window:
@@ -164,6 +258,15 @@ class Region:
         c = hub.collector
         for node in nodes:
             c.add(node, METRIC_COUNT, 1)
+
+
+class _Run(threading.local):
+    """A region's run in progress on one thread: whether the generated module's
+    entry is to open the region (set by the runtime wrapper around it), and the
+    node the region ran at."""
+
+    pending = False
+    node: int | None = None
 
 
 def _inner_backend(inner: Any) -> tuple[Callable, str]:

@@ -16,10 +16,13 @@ While a window is open the module's kernel globals are swapped for thin
 shims that open a ``kernel`` scope (name = the global, detail = the device,
 flagged ``backward`` in a backward graph) under the innermost open scope:
 the compiled region in forward, the region's autograd node in backward.
-When the window closes the originals are put back, so outside windows the
-generated code runs untouched. On CUDA each shim also opens the device
-tracer's marker, so the device kernels Kineto sees land under it with
-``device_time_ns``.
+The forward graph's entry (the compiled graph's ``current_callable``, the
+module's ``call``) is run through the compiled region's own timing
+(``compiled.py``), so a region is the generated code's run and its kernels
+are what its time is made of. When the window closes the originals are put
+back, so outside windows the generated code runs untouched. On CUDA each
+shim also opens the device tracer's marker, so the device kernels Kineto
+sees land under it with ``device_time_ns``.
 
 A global called at several sites in one graph (``extern_kernels.mm`` for
 two matmuls) has one provenance entry per site, numbered in code order,
@@ -44,7 +47,7 @@ import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL
 
-from dc_torch.hub import Interceptor
+from dc_torch.hub import INHERIT, Interceptor
 from dc_torch.source import Frame, common_prefix, module_frames, python_frames, source_of
 
 if TYPE_CHECKING:
@@ -52,7 +55,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 PROVENANCE = {"trace.provenance_tracking_level": 2}
-_SWAPPED = "__deepcontext_swapped__"  # set in a generated module's globals while its kernels are shims
+#: Set in a generated module's globals while its kernels are shims, and on an entry standing in for one.
+_SWAPPED = "__deepcontext_swapped__"
 
 
 def compile_with_kernels(gm: Any, example_inputs: list, found: Callable[["Generated"], None],
@@ -136,12 +140,15 @@ class Generated:
     """One module Inductor generated (a forward or a backward graph): its globals,
     its kernels' call sites, and the swap of those kernels for timing shims."""
 
-    def __init__(self, namespace: dict, sites: dict[str, list[list[Frame]]], device: str, backward: bool) -> None:
+    def __init__(self, namespace: dict, sites: dict[str, list[list[Frame]]], device: str, backward: bool,
+                 output: Any = None) -> None:
         self.namespace = namespace
         self.sites = sites
         self.device = device
         self.backward = backward
+        self.output = output  # Inductor's compiled graph (CompiledFxGraph): its current_callable runs the module
         self.saved: dict[str, Any] = {}  # global -> original, while this object swapped them
+        self._entry: Any = None  # the output's own current_callable, while time_entry's stands in
 
     @classmethod
     def of(cls, graph: Any, compiled: Any, inputs: list, backward: bool) -> "Generated | None":
@@ -151,7 +158,7 @@ class Generated:
         if not sites or namespace is None:
             return None
         device = next((str(t.device) for t in inputs if isinstance(t, torch.Tensor) and t.device.type != "cpu"), "cpu")
-        return cls(namespace, sites, device, backward)
+        return cls(namespace, sites, device, backward, compiled)
 
     def swap(self, hub: Hub) -> None:
         """Put timing shims in place of the kernels (idempotent). Inductor hands
@@ -181,12 +188,30 @@ class Generated:
         self.namespace[_SWAPPED] = True
         self.namespace.update(shims)
 
+    def time_entry(self, wrap: Callable[[Callable], Callable]) -> bool:
+        """Run the module's entry (``call``, as the compiled graph object holds it)
+        through ``wrap(original)`` until `restore`; whether it now does (not where
+        another ``Generated`` of the same graph object wraps it already)."""
+        output = self.output
+        if self._entry is None:
+            original = getattr(output, "current_callable", None)
+            if original is None or getattr(original, _SWAPPED, False):
+                return False
+            entry = wrap(original)
+            setattr(entry, _SWAPPED, True)
+            self._entry = original
+            output.current_callable = entry
+        return True
+
     def restore(self) -> None:
-        """Put the original kernels back (if this object swapped them)."""
+        """Put the original kernels and entry back (if this object swapped them)."""
         saved, self.saved = self.saved, {}
         if saved:
             self.namespace.update(saved)
             self.namespace.pop(_SWAPPED, None)
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            self.output.current_callable = entry
 
 
 def _module_namespace(entry: Any, names: set[str]) -> dict | None:
@@ -250,7 +275,8 @@ class _Launcher:
 def _timed(fn: Callable, paths: list[tuple[int, ...]], hub: Hub) -> Callable:
     """``fn`` as a ``kernel`` scope at ``paths[site]`` under the innermost open scope,
     ``site`` cycling through the call sites in call order."""
-    scope = Interceptor(hub, "kernel")
+    # A kernel adds no Python frames: its user depth is the enclosing scope's, no stack walk.
+    scope = Interceptor(hub, "kernel", user_depth=INHERIT)
     n = len(paths)
     site = [0]
 

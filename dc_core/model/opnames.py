@@ -1,9 +1,13 @@
 """One name per operator, whichever capture path or framework named it.
 
 PyTorch's native capture names operators as ATen does (``aten::linear``,
-``aten::index_put_``); its Python path names the torch function the user
-called (``torch.nn.functional.linear``, ``torch.Tensor.__rmul__``); autograd
-names backward nodes (``CumprodBackward0``). Rules, reports and tests that ask
+``aten::index_put_``), the records autograd makes under a bare op name
+included (``detach_`` is ``aten::detach_``, ``dc_torch/csrc/capture.cc``);
+a bare name there is never an ATen op (an ``autograd.Function``'s apply,
+AOTAutograd's ``CompiledFunction``, Dynamo's guard check). Its Python path
+names the torch function the user called (``torch.nn.functional.linear``,
+``torch.Tensor.__rmul__``); autograd names backward nodes
+(``CumprodBackward0``). Rules, reports and tests that ask
 "is this a linear / an item() / a cast" compare `op_name`, so every path
 answers the same.
 """

@@ -53,13 +53,45 @@ bool writes_in_place(const char* name) {
 constexpr int64_t kSkip = -1;  // a record that is not an operator of its own (capture_api.h)
 constexpr const char kEngineRecord[] = "autograd::engine::evaluate_function";
 constexpr const char kCollective[] = "c10d::";
+constexpr const char kDynamoFrame[] = "Torch-Compiled Region: ";
+
+bool starts_with(const char* name, const char* prefix, size_t n) { return std::strncmp(name, prefix, n) == 0; }
 
 // Records that are not operators of their own here: the engine's wrapper around
-// each autograd function (the function's own record follows), and collectives,
-// which dc_torch/collectives.py records with their completion time.
+// each autograd function (the function's own record follows); collectives,
+// which dc_torch/collectives.py records with their completion time; and
+// Dynamo's record around each run of a compiled frame's bytecode: that frame
+// is the user's code running (its graph, after a graph break the eager rest
+// and the calls into nested compiled frames), so its operators keep their own
+// context and the time between them is the calling line's. The compiled
+// graphs themselves are regions of their own (dc_torch/compiled.py, region_enter).
 bool skipped(const char* name) {
-  return std::strncmp(name, kEngineRecord, sizeof(kEngineRecord) - 1) == 0 ||
-         std::strncmp(name, kCollective, sizeof(kCollective) - 1) == 0;
+  return starts_with(name, kEngineRecord, sizeof(kEngineRecord) - 1) ||
+         starts_with(name, kCollective, sizeof(kCollective) - 1) ||
+         starts_with(name, kDynamoFrame, sizeof(kDynamoFrame) - 1);
+}
+
+// ATen ops whose autograd kernel records itself a second time under the bare
+// op name (VariableTypeManual.cpp: RECORD_FUNCTION("detach", ...)), inside
+// the dispatcher's own aten:: record of the same op. Named as ATen names them,
+// so every name-based rule sees one operator, and not a region.
+constexpr const char* kBareAtenOps[] = {"detach", "detach_"};
+
+bool bare_aten(const char* name) {
+  for (const char* op : kBareAtenOps)
+    if (std::strcmp(name, op) == 0) return true;
+  return false;
+}
+
+// A record without a namespace is a region (an autograd.Function's apply):
+// the ops inside it keep their own context. AOTAutograd's CompiledFunction
+// runs a compiled graph's generated code, no user code: its ATen calls are
+// its own, like a composite op's.
+constexpr const char kCompiledFunction[] = "CompiledFunction";
+
+int32_t flags_of(const std::string& name) {
+  if (name.find("::") != std::string::npos || name == kCompiledFunction) return 0;
+  return DC_OP_REGION;
 }
 
 // Operator name -> frame id, per thread. ATen ops name themselves with their
@@ -75,6 +107,7 @@ class NameCache {
     int64_t frame = kSkip;
     Family family = NONE;
     bool in_place = false;
+    bool twin = false;  // a bare-named record of an ATen op, inside that op's own record
     int32_t flags = 0;  // DC_OP_REGION for records that are not ATen ops
   };
 
@@ -114,12 +147,12 @@ class NameCache {
       fresh.hash = h;
       fresh.backward = backward;
       fresh.text = name;
-      fresh.frame = skipped(name) ? kSkip : api->op_frame(api->collector, name, backward ? 1 : 0);
-      fresh.family = backward ? NONE : family_of(name);
+      fresh.twin = !backward && bare_aten(name);
+      const std::string named = fresh.twin ? std::string("aten::") + name : std::string(name);
+      fresh.frame = skipped(name) ? kSkip : api->op_frame(api->collector, named.c_str(), backward ? 1 : 0);
+      fresh.family = backward ? NONE : family_of(named.c_str());
       fresh.in_place = writes_in_place(name);
-      // ATen ops are namespaced (aten::, prim::, c10d::); a bare name is a
-      // region: an autograd.Function's apply, a compiled region.
-      fresh.flags = std::strstr(name, "::") == nullptr ? DC_OP_REGION : 0;
+      fresh.flags = flags_of(named);
     }
     r.ptr = name;
     r.known = i;
@@ -128,6 +161,7 @@ class NameCache {
 
   // Per open record on this thread, what its exit must do.
   struct Open {
+    int64_t frame = kSkip;  // the operator it was reported as
     bool alloc = false;  // recorded: add the bytes of fresh outputs
     bool marked = false;  // a dc# record is open for it
     const void* inputs[4] = {nullptr, nullptr, nullptr, nullptr};  // storages it was given
@@ -235,12 +269,15 @@ void enter(const at::RecordFunction& fn) {
   NameCache& cache = names();
   const bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   const NameCache::Known& k = cache.lookup(api, fn.name(), backward);
+  // The twin record of an op already open as itself is that op, once.
+  const int64_t frame = k.twin && !cache.open.empty() && cache.open.back().frame == k.frame ? kSkip : k.frame;
   const int64_t node =
-      backward && k.frame >= 0
-          ? api->backward_enter(api->collector, k.frame, fn.seqNr(), fn.forwardThreadId())
-          : api->op_enter(api->collector, k.frame, fn.seqNr(), fn.threadId(), k.flags);
+      backward && frame >= 0
+          ? api->backward_enter(api->collector, frame, fn.seqNr(), fn.forwardThreadId())
+          : api->op_enter(api->collector, frame, fn.seqNr(), fn.threadId(), k.flags);
   cache.open.emplace_back();
   NameCache::Open& o = cache.open.back();
+  o.frame = frame;
   if (fn.needsInputs() && !backward) {
     c10::ArrayRef<const c10::IValue> in = fn.inputs();
     if (g_flops >= 0 && k.family != NONE) {
@@ -394,6 +431,30 @@ PyObject* inject_fault(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// A compiled graph's run, reported by dc_torch/compiled.py from Python (GIL
+// held) as an operator of frame `frame`: placed like any operator, under the
+// module and line that called it (the same frame walk), so the graph's kernel
+// scopes, opened inside it, nest under it and bill their time there. Like
+// any operator it is not recorded while the thread's capture is suspended.
+PyObject* region_enter(PyObject*, PyObject* arg) {
+  const long long frame = PyLong_AsLongLong(arg);
+  if (frame == -1 && PyErr_Occurred()) return nullptr;
+  int64_t node = -1;
+  guarded("compiled region entry", [&] {
+    const dc_capture_api* api = g_api.load(std::memory_order_acquire);
+    if (api != nullptr) node = api->op_enter(api->collector, frame, -1, at::RecordFunction::currentThreadId(), 0);
+  });
+  return PyLong_FromLongLong(node);
+}
+
+PyObject* region_exit(PyObject*, PyObject*) {
+  guarded("compiled region exit", [&] {
+    const dc_capture_api* api = g_api.load(std::memory_order_acquire);
+    if (api != nullptr) api->op_exit(api->collector, -1, 0);
+  });
+  Py_RETURN_NONE;
+}
+
 PyObject* thread_id(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(at::RecordFunction::currentThreadId());
 }
@@ -414,6 +475,10 @@ PyMethodDef methods[] = {
      "failure() -> str | None: the error that stopped this window's capture inside a callback, if any."},
     {"inject_fault", inject_fault, METH_O,
      "inject_fault(n): for tests, the callback n calls from now throws (-1: never)."},
+    {"region_enter", region_enter, METH_O,
+     "region_enter(frame) -> node: a compiled graph's run starts, recorded as an operator of `frame` under the "
+     "calling thread's context (-1: not recorded, e.g. while the thread's capture is suspended)."},
+    {"region_exit", region_exit, METH_NOARGS, "region_exit(): the run region_enter reported ends."},
     {"thread_id", thread_id, METH_NOARGS,
      "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers are per thread)."},
     {nullptr, nullptr, 0, nullptr},

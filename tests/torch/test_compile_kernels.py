@@ -13,7 +13,7 @@ import dc_torch
 from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_PYTHON
 from dc_core.record.config import StepRange
 from dc_torch.compiled import deepcontext_backend
-from dc_torch.hub import INNERMOST, MEASURE
+from dc_torch.hub import INHERIT, INNERMOST
 from dc_torch.inductor import Generated, compile_fx_kwargs, kernel_sites
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
@@ -177,7 +177,8 @@ class _FakeHub:
         self.device = SimpleNamespace(on=False)
 
     def _enter(self, path, parent, capture, user_depth):
-        assert (parent, capture, user_depth) == (INNERMOST, False, MEASURE)  # the path is the kernel's whole place
+        # the path is the kernel's whole place; it adds no Python frames, so no stack walk for its depth
+        assert (parent, capture, user_depth) == (INNERMOST, False, INHERIT)
         self.entered.append(path)
         return 0
 
