@@ -3,6 +3,7 @@
 Both weigh *top-level* operators (what user code called, with everything they
 ran) against the user context above them; backward operators sit under the
 forward context that created them, so one context key holds both directions.
+A module's hotspot holds the layers it calls itself (see `_places`).
 """
 
 from __future__ import annotations
@@ -25,15 +26,37 @@ def _by_phase(w: Window, ops: list[int]) -> dict[str, list[int]]:
     return out
 
 
+def _places(w: Window) -> dict[int, int]:
+    """Per top-level operator, the place ``hotspot`` bills it to: its anchor,
+    except that a module with no module below it, nested right under another
+    module (called by that module's own code, no line of the user's between:
+    attention's ``query``, ``key``, ``value``, ``out``), counts as that module,
+    so that a module's share is what the tree shows for it, its layers in."""
+    tree = w.tree
+    modules_below = [False] * len(tree)
+    for node in reversed(tree.topdown()):
+        parent = tree.parent[node]
+        if node and parent > 0 and (modules_below[node] or w.kind(node) == "module"):
+            modules_below[parent] = True
+
+    def place(anchor: int) -> int:
+        parent = tree.parent[anchor] if anchor else 0
+        if parent > 0 and w.kind(anchor) == "module" and not modules_below[anchor] and w.kind(parent) == "module":
+            return parent
+        return anchor
+
+    return {op: place(w.anchor(op)) for op in w.top_ops}
+
+
 def hotspot(w: Window) -> list[dict[str, Any]]:
-    """The top lines and operators by inclusive time (info)."""
+    """The top lines (and modules) and operators by inclusive time (info)."""
     top, min_share = int(w.t["hotspot.top"]), w.t["hotspot.min_share"]
     out = []
+    places = _places(w)
     lines: dict[tuple, list[int]] = {}
     for op in w.top_ops:
-        anchor = w.anchor(op)
-        if anchor:
-            lines.setdefault(w.context_key(anchor), []).append(op)
+        if places[op]:
+            lines.setdefault(w.context_key(places[op]), []).append(op)
     ranked = sorted(lines.values(), key=lambda ops: -sum(w.incl[o] for o in ops))
     for ops in ranked[:top]:
         time_ns = sum(w.incl[o] for o in ops)
@@ -42,7 +65,7 @@ def hotspot(w: Window) -> list[dict[str, Any]]:
         phases = {phase: sum(w.incl[o] for o in group) for phase, group in _by_phase(w, ops).items()}
         per_anchor: dict[int, int] = {}
         for op in ops:  # shown where its operators spend most (the line's forward, backward or optimizer node)
-            per_anchor[w.anchor(op)] = per_anchor.get(w.anchor(op), 0) + w.incl[op]
+            per_anchor[places[op]] = per_anchor.get(places[op], 0) + w.incl[op]
         node = max(per_anchor, key=per_anchor.__getitem__)
         label = w.tree.node_frame(node).label()
         names = sorted({w.tree.node_frame(o).name for o in ops}, key=lambda n: -sum(
