@@ -17,6 +17,7 @@ import glob
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from typing import Any
@@ -36,9 +37,10 @@ from dc_core.collect.ownfiles import skip_framework_files
 from dc_core.record.session import WindowSkipped
 
 from dc_jax import trace
-from dc_jax.context import context_of
+from dc_jax.context import context_of, is_library
 from dc_jax.flax_hooks import ModuleRecorder
 from dc_jax.hlo import Instruction, ModuleIndex
+from dc_jax.names import unwrapped
 from dc_jax.nnx_hooks import NnxScopes
 
 logger = logging.getLogger("deepcontext")
@@ -200,14 +202,15 @@ class JaxAdapter:
         try:
             collector = self._session.collector
             name = str(kwargs.get("fun_name", "?"))
+            inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
             self._compiles.append(
-                (stage, name, start_time, end_time, collector.top(), tuple(collector.python_frames()))
+                (stage, _compiled_name(inner), start_time, end_time, collector.top(),
+                 tuple(collector.python_frames()))
             )
             self._step_spans.append((start_time, end_time))
             if stage == "backend_compile":
                 # The new program is alive now; a jit made anew each step is not
                 # when the window closes, and its ops need its metadata.
-                inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
                 self._index.capture(trace.module_of(inner))
         except Exception as exc:  # a listener must never raise into JAX
             self._session.fail(exc, "jax compile listener")
@@ -226,7 +229,6 @@ class JaxAdapter:
                 continue
             outer_end = max(outer_end, end)
             elapsed = int((end - start) * 1e9)
-            name = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
             node = c.path(0, [compile_phase, *frames, session.frame(KIND_COMPILED, name, detail=stage)])
             c.add(node, METRIC_CPU_TIME, elapsed)
             c.add(node, METRIC_COUNT, 1)
@@ -329,10 +331,36 @@ _NNX_DIR = os.sep + os.path.join("flax", "nnx", "nn") + os.sep
 
 
 def _unnamed_nnx(instruction: Instruction, ctx: Any) -> bool:
-    """An op an NNX layer made (its method is in the stack) placed under no module
-    frame: traced without the profiler's NNX scopes."""
-    return any(_NNX_DIR in loc.file for loc in instruction.stack) and not any(
-        frame[0] == "module" for frame in ctx.frames)
+    """An op an NNX layer made (its method is in the stack) whose name stack
+    names no scope at all (not even the NNX scopes' root module): traced
+    without the profiler's NNX scopes."""
+    return not ctx.scoped and any(_NNX_DIR in loc.file for loc in instruction.stack)
+
+
+#: Names JAX gives a compiled function that is a wrapper's, not the user's:
+#: ``nnx.jit``'s inner function (``<unnamed function>``), ``pmap``'s (``_fun``).
+_WRAPPER_NAMES = ("<unnamed function>", "_fun")
+
+
+def _compiled_name(name: str) -> str:
+    """``name``, or for a wrapper's inner function the qualified name of the
+    function the user wrapped, where the outermost library frame of the
+    compiling thread below the user's own frames holds it (``nnx.jit``'s
+    ``JitWrapped.__call__``, in ``self.fun``); else ``name``."""
+    if name not in _WRAPPER_NAMES:
+        return name
+    found = None
+    frame = sys._getframe(2)  # 0: here, 1: the compile listener, then JAX
+    for _ in range(200):
+        if frame is None or not is_library(frame.f_code.co_filename):
+            break
+        local = frame.f_locals
+        for held in (local.get("fun"), getattr(local.get("self"), "fun", None)):
+            function = unwrapped(held) if callable(held) else None
+            if function is not None and not str(getattr(function, "__module__", "")).startswith(("jax", "flax")):
+                found = function.__qualname__  # the user's, not one of JAX's own wrappers
+        frame = frame.f_back
+    return found or name
 
 
 def _unregister(listener: Any) -> None:

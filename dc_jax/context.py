@@ -3,7 +3,10 @@
 The path of an op reads: phase → the user's Python frames from the jitted
 function inward, interleaved with Flax module frames (Linen ``MLP/Dense_0``,
 NNX ``MLP/layers/0``: root class, then attribute path, see ``nnx_hooks``)
-→ operator (the JAX primitive, the HLO instruction as detail) → kernel.
+→ operator (the JAX primitive, the HLO instruction as detail; a collective
+as XLA runs it, ``all-reduce``) → kernel. The scopes JAX's own
+transformations put in the name stack (``while``, ``shard_map``...) are
+never module frames; some mark the user's frame they ran (``loop body``).
 Ops made by reverse-mode differentiation carry ``transpose(...)`` in their
 name stack; they go under the ``backward`` phase with the same Python and
 module path as the forward op they came from (JAX records the forward op's
@@ -22,6 +25,9 @@ from functools import lru_cache
 from typing import Mapping
 
 from dc_jax.hlo import Instruction, Loc, placed
+from dc_jax.names import split_combined, split_name_stack
+
+__all__ = ["Context", "context_of", "parse_op_name", "split_name_stack", "transform_marker"]
 
 _WRAPPER = re.compile(r"^([\w\-]+)\((.*)\)$")
 _INDEX_SUFFIX = re.compile(r"_\d+$")
@@ -46,21 +52,7 @@ class Context:
     backward: bool
     frames: tuple[tuple, ...]  # ("python", qualname, file, line, marker) or ("module", path, class)
     operator: str
-
-
-def split_name_stack(op_name: str) -> list[str]:
-    """``a/b(c/d)/e`` → ``["a", "b(c/d)", "e"]`` (slashes inside parentheses kept)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(op_name):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "/" and depth == 0:
-            parts.append(op_name[start:i])
-            start = i + 1
-    parts.append(op_name[start:])
-    return [p for p in parts if p]
+    scoped: bool = False  # its name stack names scopes beyond JAX's own (Flax modules, named scopes)
 
 
 def _unwrap(component: str) -> tuple[str, set[str]]:
@@ -79,6 +71,16 @@ def _unwrap(component: str) -> tuple[str, set[str]]:
 _REMAT = {"checkpoint", "remat", "rematted_computation", "remat2"}
 _CALLS = {"closed_call", "core_call"}
 _BRANCH = re.compile(r"^branch_(\d+)_fun$")
+_COLLECTIVE = re.compile(
+    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start|-done)?$")
+#: Primitives whose body XLA names under the primitive's own name (a
+#: ``shard_map``'s ops read ``jit(step)/shard_map/...``; ``pmap`` runs one).
+_BODIES = {
+    "shard_map", "smap", "xla_pmap", "pmap", "pjit", "custom_jvp_call", "custom_vjp_call",
+    "custom_vjp_call_jaxpr", "custom_lin", "custom_transpose_call", "linear_call", "run_state", "scan", "for",
+    "switch", "platform_index", "shard_alike", "checkify", "custom_partitioning", "pure_callback", "io_callback",
+    "named_call",
+}
 
 
 def transform_marker(scopes: list[str], i: int) -> str | None:
@@ -87,41 +89,76 @@ def transform_marker(scopes: list[str], i: int) -> str | None:
     scope, before = scopes[i], scopes[i - 1] if i > 0 else ""
     if scope in _REMAT:
         return "remat"
-    if scope in _CALLS or scope in ("while", "cond"):
-        return ""  # the loop or conditional itself; its body or branch carries the marker
-    if before == "while" and scope in ("body", "body_fn", "body_fun"):
+    if before == "while" and scope in ("body", "body_fn", "body_fun", "body_pred"):
         return "loop body"
     if before == "while" and scope in ("cond", "cond_fn", "cond_fun"):
         return "loop condition"
+    if scope in _CALLS or scope in _BODIES or scope in ("while", "cond"):
+        return ""  # the loop or conditional itself (its body or branch carries the marker), a shard_map...
     branch = _BRANCH.match(scope)
     if before == "cond" and branch is not None:
         return f"cond branch {branch.group(1)}"
     return None
 
 
+def _scopes(parts: list[str]) -> list[str]:
+    """Scope names of name-stack components (the primitive left out)."""
+    scopes = []
+    for part in parts:
+        inner, wrappers = _unwrap(part)
+        if not inner or wrappers & _FUNCTION_WRAPPERS:
+            continue  # ``jvp()`` (no scope) or a nested jitted function, whose frames are in the stack
+        # ``jnp.einsum`` names its computation after its spec (``BTNH,BSNH->BNTS``): not a module
+        scopes.extend(s for s in inner.split("/") if s and "->" not in s)
+    return scopes
+
+
 def parse_op_name(op_name: str) -> tuple[str, list[str], str, bool]:
     """Name stack → (jitted function, scope names, primitive, backward).
 
     XLA joins the names of instructions it merged with ``;`` (two transposes
-    folded into one); the first name places the op."""
+    folded into one); the first name places the op. An instruction XLA made
+    by combining several (``.../(reduce_sum:jvp()/reduce_sum)``, the
+    all-reduce combiner's) has no primitive of its own ("") and sits in the
+    scopes its members share (see `_shared`)."""
+    function, scopes, members, primitive, backward = _parse(op_name)
+    return function, scopes + _shared(members), primitive, backward
+
+
+def _shared(members: list[list[str]]) -> list[str]:
+    """The scopes the members in any scope all begin with: a combined all-reduce
+    of a module's gradients and of values reduced outside any module goes
+    with the module (communication goes where the parameters it moves are)."""
+    members = [m for m in members if m]
+    common = 0
+    while members and all(len(m) > common and m[common] == members[0][common] for m in members):
+        common += 1
+    return members[0][:common] if members else []
+
+
+def _parse(op_name: str) -> tuple[str, list[str], list[list[str]], str, bool]:
+    """`parse_op_name`'s parts: the combined members' own scopes apart
+    (``[]`` unless the instruction is a combined one)."""
     op_name = op_name.split(";", 1)[0]
     parts = split_name_stack(op_name)
     if not parts:
-        return "", [], "", False
+        return "", [], [], "", False
     backward = "transpose(" in op_name
     function = ""
     first, wrappers = _unwrap(parts[0])
     if wrappers & _FUNCTION_WRAPPERS:
         function, parts = first, parts[1:]
     primitive = parts[-1] if parts else ""
-    scopes = []
-    for part in parts[:-1]:
-        inner, wrappers = _unwrap(part)
-        if not inner or wrappers & _FUNCTION_WRAPPERS:
-            continue  # ``jvp()`` (no scope) or a nested jitted function, whose frames are in the stack
-        # ``jnp.einsum`` names its computation after its spec (``BTNH,BSNH->BNTS``): not a module
-        scopes.extend(s for s in inner.split("/") if s and "->" not in s)
-    return function, scopes, primitive, backward
+    combined = split_combined(primitive)
+    if combined is None:
+        return function, _scopes(parts[:-1]), [], primitive, backward
+    return function, _scopes(parts[:-1]), [_scopes(split_name_stack(m)[:-1]) for m in combined], "", backward
+
+
+def _without_transforms(scopes: list[str], classes: Mapping[str, str] | None) -> list[str]:
+    """``scopes`` less JAX's own (a recorded module path is a module whatever its name)."""
+    return [scope for i, scope in enumerate(scopes)
+            if (classes and "/".join(scopes[: i + 1]) in classes) or transform_marker(scopes, i) is None]
 
 
 def _collapse_retraces(stack: tuple[Loc, ...]) -> tuple[tuple[Loc, ...], int]:
@@ -189,7 +226,9 @@ def context_of(
         marked: The phase the user marked when the op's run was dispatched.
         classes: Flax module path → class name, as the Flax hooks recorded them.
     """
-    function, scopes, primitive, backward = parse_op_name(instruction.op_name)
+    function, prefix, members, primitive, backward = _parse(instruction.op_name)
+    scopes = prefix + _shared(members)
+    scoped = any(_without_transforms(prefix + m, classes) for m in members or [[]])
     stack = instruction.stack
     if function:  # frames above the jitted function belong to whoever first traced it
         short = function.rsplit(".", 1)[-1]
@@ -254,7 +293,9 @@ def context_of(
             frames.append(("python", loc.function, loc.file, loc.line, marks[j]))
     for k in range(module, len(paths)):
         frames.append(("module", paths[k], module_classes[k]))
-    if instruction.inherited:  # the placing instruction's primitive is not this one's
+    if instruction.inherited or _COLLECTIVE.match(instruction.opcode):
+        # the placing instruction's primitive is not this one's; a collective is
+        # named as XLA runs it (``psum`` and ``pmean`` are both an ``all-reduce``)
         primitive = ""
     operator = instruction.matmul or primitive or instruction.opcode or instruction.name
-    return Context(phase, backward, tuple(frames), operator)
+    return Context(phase, backward, tuple(frames), operator, scoped)

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from dc_jax.gradients import Graph, backward_name, weight_gradients
+
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
 _OPCODE = re.compile(r"\s([a-z][a-z0-9_\-]*)\(")
 _CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)")
@@ -65,7 +67,9 @@ class Instruction:
             computation included), as the torch side counts them.
         inherited: XLA kept no metadata for it; ``op_name`` and ``stack`` are
             those of the instruction it was placed by (an operand, a user, or
-            the loop or fusion running its computation).
+            the loop or fusion running its computation), or for a weight
+            gradient the backward of the product reading its weight (see
+            `dc_jax.gradients`).
     """
 
     name: str
@@ -198,6 +202,8 @@ def parse_module(text: str) -> dict[str, Instruction]:
     own_flops: dict[str, int] = {}
     fused: dict[str, list[str]] = {}  # instruction → computations it runs inside itself (a fusion's)
     members: dict[str, list[str]] = {}  # computation → its instructions
+    operands_of: dict[str, list[str]] = {}
+    own_names: dict[str, str] = {}  # instruction → its own name stack ("" without metadata)
     computation = ""
     for line in lines:
         head = _COMPUTATION.match(line)
@@ -226,6 +232,7 @@ def parse_module(text: str) -> dict[str, Instruction]:
         called = _CALLS.findall(rest)
         op_text = _unquote(op_name.group(1)) if op_name else ""
         operands = _operands(rest, opcode)
+        operands_of[name], own_names[name] = operands, op_text
         for o in operands:
             users_of.setdefault(o, []).append(name)
         if not op_text and not stack:
@@ -278,14 +285,27 @@ def parse_module(text: str) -> dict[str, Instruction]:
                 total += sum(flops_of(inner, depth + 1) for inner in members.get(computation, ()))
         return total
 
-    out = {}
-    for name, (opcode, op_name, stack, called) in raw.items():
-        if name in inherits and not placed(op_name, stack):
-            op_name, stack = inherited(name)
+    products = {}
+    for name, (opcode, _, _, called) in raw.items():
         matmul = MATMUL_OPCODES.get(opcode, "")
         if not matmul and opcode == "fusion":
             matmul = next((m for c in called if (m := matmul_in(c))), "")
-        out[name] = Instruction(name, opcode, op_name, stack, matmul, name in inherits, flops_of(name))
+        if matmul:
+            products[name] = matmul
+    nested = {n for computations in fused.values() for c in computations for n in members.get(c, ())}
+    graph = Graph({n: r[0] for n, r in raw.items()}, own_names, operands_of, users_of, shapes, products,
+                  inherits, nested)
+    gradient_of = weight_gradients(graph)  # a weight gradient goes with its weight, not its neighbour
+
+    out = {}
+    for name, (opcode, op_name, stack, called) in raw.items():
+        if name in gradient_of:
+            forward = raw[gradient_of[name]]
+            op_name, stack = backward_name(forward[1]), forward[2]
+        elif name in inherits and not placed(op_name, stack):
+            op_name, stack = inherited(name)
+        out[name] = Instruction(name, opcode, op_name, stack, products.get(name, ""), name in inherits,
+                                flops_of(name))
     return out
 
 

@@ -1,7 +1,7 @@
 """JAX steps for ``deepcontext run``: one step is one call of the jitted train step.
 
 Installed when ``jax`` is imported (and again when ``flax.nnx`` is), this
-replaces ``jax.jit`` and ``nnx.jit`` with functions that make the jitted
+replaces ``jax.jit``, ``jax.pmap`` and ``nnx.jit`` with functions that make the jitted
 function as always and hand the script a thin `Jitted` proxy of it: calls,
 attributes (``lower``, ``trace``, ``eval_shape``...) and method binding go
 to the real one, arguments untouched, so donation and static arguments work
@@ -16,8 +16,8 @@ are not counted: they are not executions. Steps are numbered from the
 identifying call (step 0) and each ends when a call of the step function
 returns.
 
-Once the step is found, or another driver claimed the steps, ``jax.jit``
-and ``nnx.jit`` are put back and every proxy but the step's calls straight
+Once the step is found, or another driver claimed the steps, ``jax.jit``,
+``jax.pmap`` and ``nnx.jit`` are put back and every proxy but the step's calls straight
 through: one attribute load per call. Until then a call reads its caller's
 frame and counts. Flax NNX modules are named only while a step is traced
 (see ``nnx_hooks``), which happens at its first call, before it is known to
@@ -34,6 +34,8 @@ import threading
 import types
 import weakref
 from typing import Any, Callable
+
+from dc_jax.names import qualified_name, unwrapped
 
 logger = logging.getLogger("deepcontext")
 
@@ -107,9 +109,10 @@ class JitSteps:
         return self._watched is not None and self.launch.source is None
 
     # --- jax.jit and nnx.jit ----------------------------------------------------------
-    def patch(self, module: Any, kind: str) -> None:
-        """Make ``module.jit`` hand out proxies; ``kind`` (``"jax.jit"``) names it in the report."""
-        original = module.jit
+    def patch(self, module: Any, kind: str, attribute: str = "jit") -> None:
+        """Make ``module.<attribute>`` (``jax.jit``) hand out proxies; ``kind``
+        (``"jax.jit"``) names it in the report."""
+        original = getattr(module, attribute)
 
         @functools.wraps(original)
         def jit(*args: Any, **kwargs: Any) -> Any:
@@ -120,8 +123,8 @@ class JitSteps:
             return lambda fun: self.wrap(made(fun), kind)
 
         jit._deepcontext_steps = self  # type: ignore[attr-defined]  # install_nnx finds it here
-        module.jit = jit
-        self._patches.append((module, "jit", original, jit))
+        setattr(module, attribute, jit)
+        self._patches.append((module, attribute, original, jit))
 
     def wrap(self, jitted: Any, kind: str) -> Any:
         """The proxy the script gets for ``jitted``; ``jitted`` itself if that fails."""
@@ -184,7 +187,8 @@ class JitSteps:
         function's own module and qualname, or as the attribute it names."""
         module, qualname = self.named
         modules = _module_names(module)
-        if getattr(proxy, "__qualname__", None) == qualname and getattr(proxy, "__module__", None) in modules:
+        function = unwrapped(proxy._dc_jitted)
+        if getattr(function, "__qualname__", None) == qualname and getattr(function, "__module__", None) in modules:
             return True
         target: Any = sys.modules.get("__main__" if "__main__" in modules else module)
         for part in qualname.split("."):
@@ -230,7 +234,7 @@ class JitSteps:
 
     def _settle_locked(self, step: Jitted | None) -> None:
         """Stop searching: every proxy calls straight through, ``step`` ends a step
-        at each call; ``jax.jit`` and ``nnx.jit`` are put back."""
+        at each call; ``jax.jit``, ``jax.pmap`` and ``nnx.jit`` are put back."""
         watched, self._watched = self._watched, None
         if watched is None:
             return
@@ -287,7 +291,9 @@ class JitSteps:
 
 
 def _name(proxy: Jitted) -> str:
-    return f"{proxy._dc_kind} {getattr(proxy, '__qualname__', None) or repr(proxy)}"
+    """``jax.jit train_step``: the kind and the qualified name of the function
+    behind the wrappers (``nnx.jit(partial(train_step, ...))`` included)."""
+    return f"{proxy._dc_kind} {qualified_name(proxy._dc_jitted) or repr(proxy)}"
 
 
 def _where(frame: Any) -> str:
@@ -333,6 +339,7 @@ def install(launch: Any, jax: Any) -> None:
     steps = JitSteps(launch)
     if steps.searching:
         steps.patch(jax, "jax.jit")
+        steps.patch(jax, "jax.pmap", "pmap")  # a pmapped step is one call too
 
 
 def install_nnx(launch: Any, nnx: Any) -> None:

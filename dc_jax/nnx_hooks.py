@@ -15,12 +15,16 @@ It acts at trace time only: a jitted step runs compiled code and never calls
 the wrappers; an eager (untraced) call passes straight through. Since the
 scopes must be there when the step is traced, which is usually before the
 first window, it is started with the profiler, not with each window. Classes
-defined after it started are wrapped when the next window opens.
+defined after it started are wrapped as they are defined (a hook on
+``nnx.Module.__init_subclass__``, removed when it stops).
 
-Not named (their ops stay in the calling module's scope, under its Python
-lines): steps traced before the profiler started; modules reached only
-through a copy an NNX transform made inside a module call (``nnx.remat``,
-``nnx.scan`` over layers), which are not in the root's module tree.
+An NNX transform inside a module call (``nnx.scan`` or ``nnx.vmap`` over
+stacked Blocks, ``nnx.remat``) calls a copy it made of the module, which is
+not in the root's module tree: the copy takes the path of the nearest module
+of its class below the calling module (told apart by its variables' shapes,
+a scanned copy's being the original's less the scanned axis, when several
+are as near). Not named (their ops stay in the calling module's scope, under its
+Python lines): steps traced before the profiler started, copies not told apart.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import functools
 import logging
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 logger = logging.getLogger("deepcontext")
 
@@ -60,11 +64,23 @@ def _tracing(args: tuple, kwargs: dict) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs)))
 
 
+class _Call(NamedTuple):
+    """A module call being traced: the module, the root's module tree (by id and
+    by path), the module's path in it and the root's class name."""
+
+    module: Any
+    paths: dict[int, tuple[str, ...]]
+    tree: dict[tuple[str, ...], Any]
+    path: tuple[str, ...]
+    root: str
+
+
 class NnxScopes:
     """Names NNX module calls in the name stack and records ``{path: class name}``.
 
-    ``start()`` wraps the module classes, ``refresh()`` wraps classes defined
-    since, ``stop()`` restores them.
+    ``start()`` wraps the module classes (and those defined later, as they are
+    defined), ``refresh()`` wraps classes defined before and missed, ``stop()``
+    restores them.
     """
 
     def __init__(self) -> None:
@@ -72,12 +88,14 @@ class NnxScopes:
         self._originals: dict[type, Callable] = {}
         self._local = threading.local()
         self._started = False
+        self._hook: tuple[type, Any] | None = None  # (nnx.Module, its own __init_subclass__ or None)
 
     def start(self) -> bool:
         if flax_nnx() is None or self._started:
             return False
         self._started = True
         self.refresh()
+        self._hook_subclasses()
         return True
 
     def refresh(self) -> None:
@@ -85,14 +103,48 @@ class NnxScopes:
         if nnx is None or not self._started:
             return
         for cls in _subclasses(nnx.Module):
-            call = cls.__dict__.get("__call__")
-            if call is None or cls in self._originals or getattr(call, _MARK, False) or not callable(call):
-                continue
-            self._originals[cls] = call
-            type.__setattr__(cls, "__call__", self._wrap(call))
+            self._adopt(cls)
+
+    def _adopt(self, cls: type) -> None:
+        call = cls.__dict__.get("__call__")
+        if call is None or cls in self._originals or getattr(call, _MARK, False) or not callable(call):
+            return
+        self._originals[cls] = call
+        type.__setattr__(cls, "__call__", self._wrap(call))
+
+    def _hook_subclasses(self) -> None:
+        """Wrap each ``nnx.Module`` class defined from now on, as it is defined."""
+        module = flax_nnx().Module
+        own = module.__dict__.get("__init_subclass__")
+        scopes = self
+
+        def __init_subclass__(cls: type, **kwargs: Any) -> None:
+            if own is not None:
+                own.__get__(None, cls)(**kwargs)
+            else:
+                super(module, cls).__init_subclass__(**kwargs)  # the user's errors pass through
+            if scopes._started:
+                try:
+                    scopes._adopt(cls)
+                except Exception:  # without a name its ops still get Python frames
+                    logger.debug("DeepContext could not name NNX class %s", cls.__name__, exc_info=True)
+
+        setattr(__init_subclass__, _MARK, True)
+        type.__setattr__(module, "__init_subclass__", classmethod(__init_subclass__))
+        self._hook = (module, own)
 
     def stop(self) -> None:
         originals, self._originals, self._started = self._originals, {}, False
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            module, own = hook
+            try:
+                if own is not None:
+                    type.__setattr__(module, "__init_subclass__", own)
+                elif getattr(module.__dict__.get("__init_subclass__"), "__func__", None) is not None:
+                    type.__delattr__(module, "__init_subclass__")
+            except Exception:  # the hook stays, inert: _started is False
+                logger.debug("DeepContext could not restore nnx.Module.__init_subclass__", exc_info=True)
         for cls, call in originals.items():
             try:
                 type.__setattr__(cls, "__call__", call)
@@ -122,22 +174,28 @@ class NnxScopes:
         """The scope to push for this call (and push its entry), or None for no scope."""
         try:
             stack = self._local.__dict__.setdefault("stack", [])
-            if stack and stack[-1][0] is module:
+            if stack and stack[-1].module is module:
                 return None  # ``super().__call__``: already inside this module's scope
             if not stack:
                 if not _tracing(args, kwargs):
                     return None
                 root = type(module).__name__
-                paths = {id(m): tuple(map(str, p)) for p, m in flax_nnx().iter_modules(module)}
+                tree = {tuple(map(str, p)): m for p, m in flax_nnx().iter_modules(module)}
                 self._record(root, root)
-                stack.append((module, paths, (), root))  # last: the wrapper pops what was pushed
-                return root
-            _, paths, parent, root = stack[-1]
+                stack.append(_Call(module, {id(m): p for p, m in tree.items()}, tree, (), root))  # last: the
+                return root  # wrapper pops what was pushed
+            caller = stack[-1]
+            paths, parent = caller.paths, caller.path
             path = paths.get(id(module))
+            if path is None:  # a copy an NNX transform made: placed as its original, with its modules
+                path = _original_path(module, caller)
+                if path is not None:
+                    paths = {**paths, **{id(m): path + tuple(map(str, p))
+                                         for p, m in flax_nnx().iter_modules(module)}}
             if path is None or path[: len(parent)] != parent or len(path) == len(parent):
                 return None  # not below the calling module: its ops stay in the caller's scope
-            self._record("/".join((root, *path)), type(module).__name__)
-            stack.append((module, paths, path, root))
+            self._record("/".join((caller.root, *path)), type(module).__name__)
+            stack.append(_Call(module, paths, caller.tree, path, caller.root))
             return "/".join(path[len(parent):])
         except Exception:  # naming must never break the model call
             logger.debug("DeepContext could not name an NNX module call", exc_info=True)
@@ -146,3 +204,35 @@ class NnxScopes:
     def _record(self, path: str, cls: str) -> None:
         if path not in self.classes and len(self.classes) < _MAX_PATHS:
             self.classes[path] = cls
+
+
+def _original_path(copy: Any, caller: _Call) -> tuple[str, ...] | None:
+    """The path of the module ``copy`` was made from: a module of its class below
+    ``caller``, the nearest first (the caller's own attribute before a module its
+    submodules call), told apart by its variables' shapes (the copy's, or the
+    copy's with one more axis: a scanned or vmapped stack) when several are as near."""
+    parent = caller.path
+    found = [p for p, m in caller.tree.items()
+             if type(m) is type(copy) and len(p) > len(parent) and p[: len(parent)] == parent]
+    shapes = None
+    for depth in sorted({len(p) for p in found}):
+        nearest = [p for p in found if len(p) == depth]
+        if len(nearest) > 1:
+            shapes = _shapes(copy) if shapes is None else shapes
+            nearest = [p for p in nearest if _stacked(_shapes(caller.tree[p]), shapes)]
+        if nearest:
+            return nearest[0] if len(nearest) == 1 else None
+    return None
+
+
+def _shapes(module: Any) -> list[tuple[int, ...]]:
+    import jax
+
+    return [tuple(getattr(leaf, "shape", ())) for leaf in jax.tree_util.tree_leaves(flax_nnx().state(module))]
+
+
+def _stacked(original: list[tuple[int, ...]], copy: list[tuple[int, ...]]) -> bool:
+    """Whether each of ``copy``'s shapes is the original's, or the original's without one axis."""
+    return len(original) == len(copy) and all(
+        o == c or (len(o) == len(c) + 1 and any(o[:i] + o[i + 1:] == c for i in range(len(o))))
+        for o, c in zip(original, copy))

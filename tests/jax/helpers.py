@@ -1,8 +1,9 @@
-"""Tree queries shared by the JAX tests."""
+"""Tree queries and readers of JAX's own trace and HLO text, shared by the JAX tests."""
 
 from __future__ import annotations
 
 import glob
+import re
 
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import read_profile
@@ -83,3 +84,49 @@ def assert_ops_match_the_trace(tree, raw: str) -> None:
             theirs[name] = theirs.get(name, 0) + ns
     assert ours == theirs
     assert sum(time[n] for n in tree.children(0)) == time[0] == sum(theirs.values())
+
+
+def live_hlo(module: str) -> list[str]:
+    """The HLO text of every compiled program called ``module`` alive in JAX's
+    CPU client, as XLA prints it (read here, not through ``dc_jax.hlo``)."""
+    import jax
+
+    texts = []
+    for executable in jax.devices()[0].client.live_executables():
+        for hlo in executable.hlo_modules():
+            if hlo.name == module:
+                texts.append(hlo.to_string())
+    return texts
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s*\(")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*[a-z]\w*\[([\d,]*)\]\S*\s+([\w\-]+)\(")
+
+
+def kernel_shaped_convolutions(text: str, kernel_shape: tuple[int, ...]) -> dict[str, bool]:
+    """The executed instructions of an HLO text that run a convolution (themselves
+    or in their fused computation) whose output has ``kernel_shape``'s dimensions
+    in any order, i.e. a weight gradient of a conv with that kernel; each →
+    whether XLA kept metadata for it."""
+    computation, convolving, fused = "", set(), set()
+    executed: list[tuple[str, str, tuple[int, ...], str, str]] = []  # (name, computation, dims, opcode, line)
+    for line in text.splitlines():
+        head = _COMPUTATION.match(line)
+        if head is not None:
+            computation = head.group(1)
+            continue
+        match = _INSTRUCTION.match(line)
+        if match is None:
+            continue
+        name, dims, opcode = match.groups()
+        if opcode == "convolution":
+            convolving.add(computation)
+        fused.update(re.findall(r"\bcalls=%([\w.\-]+)", line) if opcode == "fusion" else ())
+        executed.append((name, computation, tuple(int(d) for d in dims.split(",") if d), opcode, line))
+    found = {}
+    for name, computation, dims, opcode, line in executed:
+        calls = re.findall(r"\bcalls=%([\w.\-]+)", line)
+        runs_conv = opcode == "convolution" or (opcode == "fusion" and any(c in convolving for c in calls))
+        if computation not in fused and runs_conv and sorted(dims) == sorted(kernel_shape):
+            found[name] = "metadata={" in line
+    return found

@@ -192,3 +192,92 @@ def test_conv_is_named_conv_whether_or_not_its_class_was_recorded():
     recorded = context_of(ins, classes={"CNN": "CNN", "CNN/Conv_0": "Conv"})
     assert unrecorded.frames == recorded.frames
     assert unrecorded.frames[-1] == ("module", "CNN/Conv_0", "Conv")
+
+
+# A Linen CNN's step as XLA compiles it, cut down: Conv_0 reads one input feature, and
+# XLA rewrote its weight gradient into a fusion without metadata whose operands come
+# from the input and from the gradient BatchNorm_0 made; Conv_1's kernel has the same
+# shape, so only what uses the gradient (the optimizer's update of Conv_0's kernel)
+# tells the two apart.
+CONV_STEP = """HloModule jit_train_step, is_scheduled=true
+
+%fused_conv (param_0: f32[8,6,6,1], param_1: f32[3,3,1,4]) -> f32[8,6,6,4] {
+  %param_0 = f32[8,6,6,1]{3,2,1,0} parameter(0)
+  %param_1 = f32[3,3,1,4]{3,2,1,0} parameter(1)
+  ROOT %conv_general_dilated.1 = f32[8,6,6,4]{3,2,1,0} convolution(%param_0, %param_1), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, metadata={op_name="jit(train_step)/jvp(CNN)/Conv_0/conv_general_dilated" source_file="/u/m.py" source_line=11}
+}
+
+%fused_wgrad (param_0.1: f32[1,6,6,8], param_1.1: f32[6,6,8,4]) -> f32[1,3,3,4] {
+  %param_0.1 = f32[1,6,6,8]{3,2,1,0} parameter(0)
+  %param_1.1 = f32[6,6,8,4]{3,2,1,0} parameter(1)
+  ROOT %convolution.4 = f32[1,3,3,4]{3,2,1,0} convolution(%param_0.1, %param_1.1), window={size=6x6 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+}
+
+ENTRY %main (kernel: f32[3,3,1,4], other: f32[3,3,1,4], x: f32[8,6,6,1], mu: f32[3,3,1,4]) -> (f32[3,3,1,4], f32[8,6,6,4]) {
+  %kernel = f32[3,3,1,4]{3,2,1,0} parameter(0), metadata={op_name="params['Conv_0']['kernel']"}
+  %other = f32[3,3,1,4]{3,2,1,0} parameter(1), metadata={op_name="params['Conv_1']['kernel']"}
+  %x = f32[8,6,6,1]{3,2,1,0} parameter(2), metadata={op_name="x"}
+  %mu = f32[3,3,1,4]{3,2,1,0} parameter(3), metadata={op_name="opt[0].mu['Conv_0']['kernel']"}
+  %ynn_fusion.1 = f32[8,6,6,4]{3,2,1,0} fusion(%x, %kernel), kind=kCustom, calls=%fused_conv, metadata={op_name="jit(train_step)/jvp(CNN)/Conv_0/conv_general_dilated" source_file="/u/m.py" source_line=11}
+  %ynn_fusion.2 = f32[8,6,6,4]{3,2,1,0} fusion(%x, %other), kind=kCustom, calls=%fused_conv, metadata={op_name="jit(train_step)/jvp(CNN)/Conv_1/conv_general_dilated" source_file="/u/m.py" source_line=14}
+  %bn_grad = f32[8,6,6,4]{3,2,1,0} multiply(%ynn_fusion.1, %ynn_fusion.2), metadata={op_name="jit(train_step)/transpose(jvp(CNN))/BatchNorm_0/mul" source_file="/u/m.py" source_line=12}
+  %x_t = f32[1,6,6,8]{3,2,1,0} transpose(%x), dimensions={3,1,2,0}
+  %dy_t = f32[6,6,8,4]{3,2,1,0} transpose(%bn_grad), dimensions={1,2,0,3}
+  %ynn_fusion.3 = f32[1,3,3,4]{3,2,1,0} fusion(%x_t, %dy_t), kind=kCustom, calls=%fused_wgrad
+  %mu_next = f32[3,3,1,4]{3,2,1,0} add(%mu, %ynn_fusion.3), metadata={op_name="jit(train_step)/add" source_file="/x/site-packages/optax/_src/transform.py" source_line=90}
+  %update = f32[3,3,1,4]{3,2,1,0} subtract(%kernel, %mu_next), metadata={op_name="jit(train_step)/sub" source_file="/x/site-packages/optax/_src/update.py" source_line=40}
+  ROOT %out = (f32[3,3,1,4]{3,2,1,0}, f32[8,6,6,4]{3,2,1,0}) tuple(%update, %bn_grad)
+}
+"""
+
+
+def test_a_weight_gradient_conv_without_metadata_goes_to_its_conv_not_the_batchnorm_after_it():
+    # Regression: placed by its operands, Conv_0's weight gradient sat under
+    # BatchNorm_0 (whose gradient it reads), as BatchNorm backward time.
+    ops = parse_module(CONV_STEP)
+    wgrad = ops["ynn_fusion.3"]
+    assert wgrad.inherited and wgrad.matmul == "conv_general_dilated"
+    assert wgrad.op_name == "jit(train_step)/transpose(jvp(CNN))/Conv_0/conv_general_dilated"
+    assert wgrad.stack == ops["ynn_fusion.1"].stack  # the forward conv's line
+    ctx = context_of(wgrad)
+    assert (ctx.phase, ctx.backward, ctx.operator) == ("backward", True, "conv_general_dilated")
+    assert [f for f in ctx.frames if f[0] == "module"] == [("module", "CNN", "CNN"), ("module", "CNN/Conv_0", "Conv")]
+    # the layout copies feeding it keep the old rule (operands and users)
+    assert "BatchNorm_0" in ops["dy_t"].op_name
+
+
+def test_a_weight_gradient_conv_with_no_user_reading_a_weight_is_left_to_its_operands_when_ambiguous():
+    # The step returns the gradient: nothing tells Conv_0 from Conv_1, whose kernels share a shape.
+    text = CONV_STEP.replace("add(%mu, %ynn_fusion.3)", "add(%mu, %mu)").replace(
+        "tuple(%update, %bn_grad)", "tuple(%ynn_fusion.3, %bn_grad)")
+    assert "BatchNorm_0" in parse_module(text)["ynn_fusion.3"].op_name
+    # with one conv of that kernel shape, the shape alone places it
+    single = text.replace("fusion(%x, %other)", "fusion(%x, %x)")
+    assert "/Conv_0/" in parse_module(single)["ynn_fusion.3"].op_name
+
+
+def test_combined_all_reduce_is_an_all_reduce_in_the_scopes_its_members_share():
+    # Regression: XLA's all-reduce combiner names what it makes after the
+    # reductions it merged, ``(a:b)``; the joined list became the operator's name.
+    combined = "jit(step)/shard_map/(psum_invariant:transpose(jvp(MLP))/l1/psum_invariant:transpose(jvp(MLP))/l1/mul)"
+    assert parse_op_name(combined) == ("step", ["shard_map", "MLP", "l1"], "", True)
+    assert parse_op_name("jit(step)/(reduce_sum:jvp()/reduce_sum)") == ("step", [], "", False)
+    stack = (Loc("step", "/u/t.py", 33),)
+    ins = Instruction("all-reduce.1", "all-reduce", combined, stack)
+    ctx = context_of(ins, classes={"MLP": "MLP", "MLP/l1": "Linear"})
+    assert ctx.operator == "all-reduce" and ctx.backward and ctx.scoped
+    assert ctx.frames == (("python", "step", "/u/t.py", 33, ""), ("module", "MLP", "MLP"),
+                          ("module", "MLP/l1", "Linear"))
+    # an uncombined reduction is named as XLA runs it, too
+    single = Instruction("psum.3", "all-reduce", "jit(step)/shard_map/psum", stack)
+    assert context_of(single).operator == "all-reduce" and not context_of(single).scoped
+
+
+def test_jax_scopes_are_never_modules():
+    # Regression: ``shard_map (shard_map)`` showed as a module, and the module
+    # paths under it (``shard_map/MLP``) missed the recorded classes.
+    stack = (Loc("step", "/u/t.py", 5), Loc("MLP.__call__", "/u/m.py", 9))
+    for scope in ("shard_map", "xla_pmap", "custom_vjp_call", "pjit"):
+        ins = Instruction("dot.1", "dot", f"jit(step)/{scope}/jvp(MLP)/l1/dot_general", stack, "dot_general")
+        ctx = context_of(ins, classes={"MLP": "MLP", "MLP/l1": "Linear"})
+        assert [f for f in ctx.frames if f[0] == "module"] == [("module", "MLP", "MLP"), ("module", "MLP/l1", "Linear")]

@@ -182,3 +182,62 @@ def test_step_traced_before_the_profiler_keeps_the_users_calling_lines(tmp_path,
     lines = sorted(tree.path_frames(n)[-2].line for n in _nodes(tree, "operator", "dot_general", False))
     call = workloads.MLP.__call__.__code__.co_firstlineno
     assert lines == [call + 1, call + 3, call + 3, call + 4]  # linear1, layers (twice), linear2
+
+
+@pytest.mark.slow
+def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are_named(tmp_path, caplog):
+    # Regression: classes defined after dc_jax.profile() was entered were wrapped only
+    # when a window opened, after the step was traced (no module names, and a warning
+    # blaming compilation); Blocks run by nnx.scan / nnx.vmap are copies the transform
+    # makes, not in the model's module tree: they never got a module frame.
+    prof = dc_jax.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
+                          system_interval_ms=0)
+    with caplog.at_level("WARNING", logger="deepcontext"), prof:
+        class Block(nnx.Module):
+            def __init__(self, rngs):
+                self.lin = nnx.Linear(16, 16, rngs=rngs)
+                self.norm = nnx.LayerNorm(16, rngs=rngs)
+
+            def __call__(self, x):
+                return x + nnx.relu(self.lin(self.norm(x)))
+
+        class Stack(nnx.Module):  # Blocks stacked by nnx.vmap, run by nnx.scan
+            def __init__(self, rngs):
+                self.blocks = nnx.split_rngs(splits=3)(nnx.vmap(Block, in_axes=0, out_axes=0))(rngs)
+                self.head = nnx.Linear(16, 10, rngs=rngs)
+
+            def __call__(self, x):
+                scan = nnx.scan(lambda x, block: (block(x), None), in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+                return self.head(scan(x, self.blocks)[0])
+
+        class Ensemble(nnx.Module):  # Blocks stacked and run by nnx.vmap
+            def __init__(self, rngs):
+                self.members = nnx.split_rngs(splits=2)(nnx.vmap(Block, in_axes=0, out_axes=0))(rngs)
+                self.stack = Stack(rngs)
+
+            def __call__(self, x):
+                each = nnx.vmap(lambda block, x: block(x), in_axes=(0, None), out_axes=0)
+                return self.stack(each(self.members, x).mean(axis=0))
+
+        train_step, state, (x, y) = workloads.nnx_training(Ensemble(nnx.Rngs(0)), jnp.ones((8, 16)))
+        for _ in range(3):
+            state, loss = train_step(state, x, y)
+            prof.step()
+    assert not Block.__dict__["__call__"].__dict__.get("__deepcontext_nnx__")  # restored, as every class
+    assert "__init_subclass__" not in nnx.Module.__dict__
+    assert not [r for r in caplog.records if "no module frames" in r.getMessage()]
+    tree = read_profile(prof.written[0]).tree
+    assert _modules(tree) == {
+        "Ensemble": "Ensemble", "Ensemble/members": "Block", "Ensemble/members/lin": "Linear",
+        "Ensemble/members/norm": "LayerNorm", "Ensemble/stack": "Stack", "Ensemble/stack/blocks": "Block",
+        "Ensemble/stack/blocks/lin": "Linear", "Ensemble/stack/blocks/norm": "LayerNorm",
+        "Ensemble/stack/head": "Linear",
+    }
+    for blocks, runs in (("Ensemble/members", 1), ("Ensemble/stack/blocks", 3)):  # a scan runs its body 3x
+        (forward,) = _matmuls(tree, f"{blocks}/lin", backward=False)
+        path = tree.path_frames(forward)
+        at = [f.name for f in path].index(blocks)
+        assert path[at + 1].name.endswith("Block.__call__") and path[at + 1].kind == "python"
+        assert tree.value(forward, "count") == 2 * runs and _matmuls(tree, f"{blocks}/lin", backward=True)
+    scanned = tree.path_frames(_matmuls(tree, "Ensemble/stack/blocks/lin", backward=False)[0])
+    assert "loop body" in {f.detail for f in scanned if f.kind == "python"}  # run by the scan's loop
