@@ -12,7 +12,12 @@ percentile over the steps of each side and their ratio (the Python time
 between operators billed to the module that ran it makes it ~1.0), and each
 phase's own time as a share of the phase (what no line or module holds).
 
-    python benchmarks/module_time.py [--steps 12] [--capture native|python]
+    python benchmarks/module_time.py [--steps 12] [--capture native|python] [--mode lightweight|comprehensive]
+
+On the native path a lightweight window bills a module's own call overhead
+(its ``__call__``, its code before its first operator and after its last) to
+the line that called it; a comprehensive window times module calls with
+global hooks and bills it to the module.
 
 ``tests/torch/test_module_time.py`` asserts on the same measurements.
 """
@@ -107,11 +112,14 @@ def reference_step(run: Callable[[], None], ranges: Ranges, names: list[str]) ->
     events = list(prof.events())
     out = {}
     for name in names:
-        (rng,) = [e for e in events if e.name == f"module::{name}"]
-        start, end = rng.time_range.start, rng.time_range.end
-        seqs = {e.sequence_nr for e in events if e.sequence_nr >= 0 and e.thread == rng.thread
-                and start <= e.time_range.start and e.time_range.end <= end and not e.is_async}
-        out[name] = ((end - start) * 1e3, _backward_span(events, seqs) * 1e3)
+        forward = backward = 0.0
+        for rng in (e for e in events if e.name == f"module::{name}"):  # each call of the module
+            start, end = rng.time_range.start, rng.time_range.end
+            seqs = {e.sequence_nr for e in events if e.sequence_nr >= 0 and e.thread == rng.thread
+                    and start <= e.time_range.start and e.time_range.end <= end and not e.is_async}
+            forward += (end - start) * 1e3
+            backward += _backward_span(events, seqs) * 1e3 if seqs else 0.0
+        out[name] = (forward, backward)
     return out
 
 
@@ -124,6 +132,8 @@ def _backward_span(events: list, seqs: set[int]) -> float:
     ours = [e for e in functions if e.sequence_nr in seqs]
     ours += [after for before, after in zip(functions, functions[1:])
              if before.sequence_nr in seqs and after.name.endswith("AccumulateGrad")]
+    if not ours:
+        return 0.0
     return max(e.time_range.end for e in ours) - min(e.time_range.start for e in ours)
 
 
@@ -149,7 +159,7 @@ def phase_shares(profile: Any) -> dict[str, float]:
     return {tree.node_frame(c).name: tree.value(c, "cpu_time_ns") / incl[c] for c in tree.children(0) if incl[c] > 0}
 
 
-def measure(make: Callable, logdir: str, steps: int = 12) -> tuple[list[dict], list[dict], list[dict]]:
+def measure(make: Callable, logdir: str, steps: int = 12, mode: str = "lightweight") -> tuple[list[dict], list[dict], list[dict]]:
     """(torch.profiler's per-step module times, ours per window, our phase shares per window)."""
     torch.manual_seed(0)
     model, loss_of = make()
@@ -162,7 +172,7 @@ def measure(make: Callable, logdir: str, steps: int = 12) -> tuple[list[dict], l
         step(model, loss_of, batch, opt)
     reference: list[dict] = []
     windows = StepRange(start=0, count=1, every=2, repeat=steps)
-    with dc_torch.profile(logdir=logdir, steps=windows, cpu_sampling_hz=0, system_interval_ms=0) as prof:
+    with dc_torch.profile(logdir=logdir, steps=windows, mode=mode, cpu_sampling_hz=0, system_interval_ms=0) as prof:
         for i in range(2 * steps):
             if i % 2:
                 reference.append(reference_step(lambda: step(model, loss_of, batch, opt), ranges, names))
@@ -184,6 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--capture", choices=("native", "python"), default="native")
+    parser.add_argument("--mode", choices=("lightweight", "comprehensive"), default="lightweight")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), action="append")
     args = parser.parse_args()
     if args.capture == "python":
@@ -192,11 +203,12 @@ def main() -> None:
     print(f"{'workload':18s} {'module':12s} {'side':8s} {'DeepContext':>12s} {'torch.profiler':>15s} {'ratio':>6s}")
     for name in args.workload or WORKLOADS:
         with tempfile.TemporaryDirectory() as logdir:
-            reference, ours, shares = measure(WORKLOADS[name], logdir, args.steps)
+            reference, ours, shares = measure(WORKLOADS[name], logdir, args.steps, args.mode)
         for module in reference[0]:
             for side, i in (("forward", 0), ("backward", 1)):
                 a, b = p25([o[module][i] for o in ours]), p25([r[module][i] for r in reference])
-                print(f"{name:18s} {module:12s} {side:8s} {a / 1e6:9.3f} ms {b / 1e6:12.3f} ms {a / b:6.2f}")
+                ratio = f"{a / b:6.2f}" if b else "     -"
+                print(f"{name:18s} {module:12s} {side:8s} {a / 1e6:9.3f} ms {b / 1e6:12.3f} ms {ratio}")
         own = {phase: statistics.median(s.get(phase, 0.0) for s in shares) for phase in ("forward", "backward")}
         print(f"{name:18s} phases' own time: forward {own['forward']:.1%}, backward {own['backward']:.1%}")
 

@@ -249,6 +249,17 @@ class Collector:
     def capture_api(self) -> Any:
         """A capsule (``dc_core._native.capture_api``) holding the C table of
         ``dc_core/include/capture_api.h``; valid while this collector lives."""
+    def module_enter(self, *hook_args: Any) -> None:
+        """A module call begins on the calling thread (a global forward
+        pre-hook; its arguments are ignored, it returns None). While capturing,
+        module calls entered and left between two recorded things (outside
+        any open operator) split the time between them: a module's own code
+        before its first call and after its last is billed to that module's
+        node on the calls' paths, instead of to the deepest node both share.
+        Ignored when the counts do not fit those paths; at most 256 kept."""
+    def module_exit(self, *hook_args: Any) -> None:
+        """A module call ends on the calling thread (a global forward hook,
+        ``always_call``); see ``module_enter``."""
     def capture_suspend(self, delta: int) -> None:
         """Suspend (+1) or resume (-1) recording on the calling thread: a region
         recorded by other means (a compiled graph) runs."""

@@ -31,7 +31,7 @@ from dc_torch.closure import ClosureHooks
 from dc_torch.collectives import CollectiveHooks
 from dc_torch.device import cuda_present
 from dc_torch.hub import Hub, Window
-from dc_torch.modules import ModuleHooks
+from dc_torch.modules import ModuleBoundaries, ModuleHooks
 from dc_torch.native import NO_FRAME, NO_METRIC, BusyError, NativeCapture, load as load_native
 from dc_torch.ops import AtenMode, OperatorMode
 from dc_torch.phases import PhaseHooks
@@ -57,6 +57,7 @@ class TorchAdapter:
         self.hub: Hub | None = None  # what the hooks share; made for the session at its first window
         self._parts: tuple[PhaseHooks | ClosureHooks | CollectiveHooks, ...] = ()  # both capture paths install these
         self._modules: ModuleHooks | None = None  # the Python path's
+        self._bounds: ModuleBoundaries | None = None  # the native path's, in comprehensive windows
         self._modes: list[OperatorMode | AtenMode] = []
         self._install_thread = 0
 
@@ -103,6 +104,9 @@ class TorchAdapter:
             for part in self._parts:
                 part.install()
             if hub.window.capture == "native":
+                if nested:
+                    assert self._bounds is not None
+                    self._bounds.install()
                 return
             assert self._modules is not None
             self._modules.install()
@@ -147,7 +151,7 @@ class TorchAdapter:
         The session calls this again from its next step boundary, where the
         mode is back on the stack."""
         errors = []
-        for part in (*self._parts, self._modules) if self._modules is not None else ():
+        for part in (*self._parts, self._modules, self._bounds) if self._modules is not None else ():
             try:
                 part.uninstall()
             except Exception as exc:  # the others are still removed
@@ -165,6 +169,7 @@ class TorchAdapter:
             # the closure hook after the phase hooks: its optimizer pre-hook runs second
             self._parts = (PhaseHooks(hub), ClosureHooks(hub), CollectiveHooks(hub))
             self._modules = ModuleHooks(hub)
+            self._bounds = ModuleBoundaries(hub)
         return hub
 
     def environment(self) -> dict[str, str]:

@@ -17,6 +17,7 @@ std::atomic<Collector*> g_capturing{nullptr};
 constexpr uint64_t kNestedTag = 0x6e65737465642121ull;
 constexpr uint64_t kAnchorTag = uint64_t{1} << 62;  // a backward key that is a context, not a forward op
 constexpr int64_t kEngineOp = -2;  // a cached path: the op is autograd's engine's (see context_node)
+constexpr size_t kMaxCalls = 256;  // module calls kept between two recorded things (more: no split)
 // The profiler's own time resolving new call paths (a cold window's first
 // operators take the GIL and name their modules in Python): billed under the
 // scope as an operator of ours, not to the user's line the next op is on.
@@ -497,6 +498,18 @@ void Collector::op_exit(int64_t metric, int64_t value) {
   }
   if (outer >= 0) t.open[outer].child_ns += elapsed;
   publish(t, d);
+}
+
+void Collector::module_call(bool entering) {
+  if (!capturing_.load(std::memory_order_relaxed)) return;
+  ThreadScopes* ts = scopes_.current();
+  if (ts->stack.empty()) return;
+  if (open_operator(ts) != nullptr) return;  // inside an operator (a region): its time
+  if (ts->calls.size() >= kMaxCalls) {
+    ts->calls_lost = true;
+    return;
+  }
+  ts->calls.push_back(ThreadScopes::Call{now_ns(), entering});
 }
 
 OpThread::Open* Collector::open_operator(ThreadScopes* ts) {

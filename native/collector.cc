@@ -107,18 +107,65 @@ int64_t Collector::enter(const int64_t* frames, size_t n, int64_t parent, bool c
   return node;
 }
 
+void Collector::bill(Scope& s, int64_t node, int64_t ns) {
+  if (node < 0 || ns <= 0) return;
+  tree_.add(node, METRIC_CPU_TIME, ns);
+  s.child_ns += ns;
+}
+
+void Collector::bill_span(ThreadScopes* ts, Scope& s, int64_t node, int64_t from, int64_t to) {
+  if (to <= from) return;
+  const int64_t lent = take_lent(ts, from, to);  // waited for another thread's recorded work
+  s.child_ns += lent;
+  bill(s, node, to - from - lent);
+}
+
+void Collector::modules_below(int64_t node, int64_t top, std::vector<int64_t>* out) const {
+  out->clear();
+  for (; node > 0 && node != top; node = tree_.parent(node))
+    if (frames_.at(tree_.frames()[static_cast<size_t>(node)]).kind == KIND_MODULE) out->push_back(node);
+}
+
 void Collector::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside,
                              int64_t start) {
-  int64_t between = start - s.last_ns;
-  if (between <= 0) return;
-  if (const int64_t lent = take_lent(ts, s.last_ns, start)) {  // waiting for another thread's recorded work
-    s.child_ns += lent;
-    between -= lent;
+  const int64_t from = s.last_ns;
+  // Module calls left and entered meanwhile (where module hooks time them)
+  // split the stretch: a module's own code before its first call and after
+  // its last is the module's, as its range around the call says. A module
+  // entered and left in between is part of where it ran.
+  exits_.clear();
+  entries_.clear();
+  if (!ts->calls_lost) {
+    for (const ThreadScopes::Call& c : ts->calls) {
+      if (c.ns <= from || c.ns > start) continue;
+      if (c.enter) entries_.push_back(c.ns);
+      else if (!entries_.empty()) entries_.pop_back();
+      else exits_.push_back(c.ns);
+    }
   }
+  ts->calls.clear();
+  ts->calls_lost = false;
+  if (start <= from) return;
   const int64_t at = stretch_node(s, context, inside);
-  if (at < 0 || between <= 0) return;
-  tree_.add(at, METRIC_CPU_TIME, between);
-  s.child_ns += between;
+  const bool after = s.last_inside && tree_.valid_node(s.last_context);
+  const bool before = inside && tree_.valid_node(context);
+  int64_t top = after && before ? tree_.common(s.last_context, context) : s.node;
+  if (tree_.depth(top) < tree_.depth(s.node)) top = s.node;
+  if (after) modules_below(s.last_context, top, &left_); else left_.clear();
+  if (before) modules_below(context, top, &entered_); else entered_.clear();
+  if (exits_.size() > left_.size() || entries_.size() > entered_.size()) {
+    bill_span(ts, s, at, from, start);  // calls the path does not show: no split
+    return;
+  }
+  int64_t t = from;
+  for (size_t i = 0; i < exits_.size(); ++i) {  // innermost module first
+    bill_span(ts, s, left_[i], t, exits_[i]);
+    t = exits_[i];
+  }
+  const size_t k = entries_.size();  // the innermost k of the call's modules, outermost first
+  bill_span(ts, s, at, t, k > 0 ? entries_[0] : start);
+  for (size_t j = 0; j < k; ++j)
+    bill_span(ts, s, entered_[k - 1 - j], entries_[j], j + 1 < k ? entries_[j + 1] : start);
 }
 
 int64_t Collector::stretch_node(const Scope& s, int64_t context, bool inside) const {
@@ -169,15 +216,7 @@ int64_t Collector::close_innermost(ThreadScopes* ts) {
   ts->stack.pop_back();
   republish(ts);
   int64_t elapsed = end - s.start_ns;
-  // Its last stretch: what was waited away, then the rest after its last call.
-  const int64_t lent = take_lent(ts, s.last_ns, end);
-  s.child_ns += lent;
-  const int64_t tail = end - s.last_ns - lent;
-  const int64_t at = tail > 0 ? stretch_node(s, -1, false) : -1;
-  if (at >= 0) {
-    tree_.add(at, METRIC_CPU_TIME, tail);
-    s.child_ns += tail;
-  }
+  bill_between(ts, s, -1, false, end);  // its last stretch, after its last call
   tree_.add(s.node, METRIC_CPU_TIME, elapsed - s.child_ns);
   tree_.add(s.node, METRIC_COUNT, 1);
   if (OpThread::Open* op = open_operator(ts)) {

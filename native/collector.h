@@ -77,6 +77,10 @@ class Collector {
   int64_t top();
   int64_t depth();
   void unwind(int64_t depth);
+  // A module call on the calling thread begins (entering) or ends (GIL held):
+  // timestamped, so the time between two recorded calls splits at module
+  // boundaries (the native capture's global module hooks).
+  void module_call(bool entering);
   // Thread `ident` waited in [start_ns, end_ns] for work the calling thread
   // recorded: that span leaves its time between recorded things.
   void lend(uint64_t ident, int64_t start_ns, int64_t end_ns);
@@ -142,6 +146,12 @@ class Collector {
   // Where the time from `s`'s last call to the next one (called from
   // `context`, in `s`'s subtree when `inside`) goes; -1: nowhere below `s`.
   int64_t stretch_node(const Scope& s, int64_t context, bool inside) const;
+  // Bills `ns` to `node` as time below scope `s` (hot_mu_ held).
+  void bill(Scope& s, int64_t node, int64_t ns);
+  // Bills the part of [from, to] not lent away to `node` (hot_mu_ held).
+  void bill_span(ThreadScopes* ts, Scope& s, int64_t node, int64_t from, int64_t to);
+  // The module nodes on `node`'s path below `top`, innermost first.
+  void modules_below(int64_t node, int64_t top, std::vector<int64_t>* out) const;
   // The part of [from, to] lent away by `ts`'s thread (hot_mu_ held); spans
   // that end by `to` are used up.
   int64_t take_lent(ThreadScopes* ts, int64_t from, int64_t to);
@@ -180,6 +190,7 @@ class Collector {
   std::vector<PendingSample> pending_;  // this tick's, read under the registry's mutex
   std::vector<Symbolizer::Sym*> native_syms_;  // reused lookup buffer (sampler thread)
   std::vector<int64_t> native_path_;    // reused path buffer (hot_mu_)
+  std::vector<int64_t> exits_, entries_, left_, entered_;  // reused by bill_between (hot_mu_)
   int64_t sample_period_ns_ = 10000000;
   uint64_t sample_epoch_ = 0;  // bumped per start: CPU readings of a previous run are stale
   Monitor monitor_;

@@ -49,6 +49,31 @@ PyObject* fast_exit(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
   return c ? PyLong_FromLongLong(c->exit()) : nullptr;
 }
 
+// module_enter(*hook_args) / module_exit(*hook_args): global module hooks
+// (their arguments are the module's, unused); None, so the hook changes nothing.
+PyObject* fast_module_enter(PyObject* self, PyObject* const*, Py_ssize_t, PyObject*) {
+  Collector* c = self_of(self);
+  if (c == nullptr) return nullptr;
+  c->module_call(true);
+  Py_RETURN_NONE;
+}
+
+PyObject* fast_module_exit(PyObject* self, PyObject* const*, Py_ssize_t, PyObject*) {
+  Collector* c = self_of(self);
+  if (c == nullptr) return nullptr;
+  c->module_call(false);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef module_enter_def = {
+    "module_enter", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_module_enter)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "module_enter(*hook_args) -> None\n\nA module call begins on this thread (see _native.pyi)."};
+PyMethodDef module_exit_def = {
+    "module_exit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_module_exit)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "module_exit(*hook_args) -> None\n\nA module call ends on this thread (see _native.pyi)."};
+
 PyMethodDef enter_def = {
     "enter", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_enter)),
     METH_FASTCALL | METH_KEYWORDS,
@@ -63,7 +88,7 @@ PyMethodDef exit_def = {
 
 void install_fastcall(py::handle cls) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  for (PyMethodDef* def : {&enter_def, &exit_def}) {
+  for (PyMethodDef* def : {&enter_def, &exit_def, &module_enter_def, &module_exit_def}) {
     py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewMethod(type, def));
     if (!descr) throw py::error_already_set();
     py::setattr(cls, def->ml_name, descr);

@@ -60,6 +60,7 @@ void ScopeRegistry::clear_all() {
   for (auto& kv : map_) {
     kv.second->stack.clear();
     kv.second->lent.clear();
+    kv.second->calls.clear();
     kv.second->publish();
   }
 }

@@ -59,6 +59,15 @@ struct ThreadScopes {
   std::vector<Scope> stack;
   // threading.get_ident() of the bound thread, for another thread to name it.
   uint64_t ident = 0;
+  // Module calls entered (+) and left (-) since the last thing recorded in
+  // the innermost scope, timestamped: where the time between two recorded
+  // calls splits (its own thread's; the native capture's module hooks).
+  struct Call {
+    int64_t ns;
+    bool enter;
+  };
+  std::vector<Call> calls;
+  bool calls_lost = false;  // more than the cap came between two recorded things
   // Spans of this thread's time another thread recorded the work of (it
   // waited for it): taken out of this thread's time between recorded things.
   // Guarded by the collector's hot_mu_, not by this thread.

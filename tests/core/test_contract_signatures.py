@@ -119,7 +119,8 @@ def test_the_stub_lists_the_contract():
     assert set(functions) == {"now_ns", "demangle"} and functions["demangle"].native_only
     assert {"enter", "exit", "snapshot", "__init__"} <= set(methods)
     assert {m for m, f in methods.items() if f.native_only} == {
-        "capture_start", "capture_stop", "capturing", "capture_api", "capture_suspend", "capture_seq"}
+        "capture_start", "capture_stop", "capturing", "capture_api", "capture_suspend", "capture_seq",
+        "module_enter", "module_exit"}
     assert {"KIND_ROOT", "METRIC_SAMPLES", "FLAG_BACKWARD"} <= constants
 
 
