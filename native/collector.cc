@@ -129,6 +129,10 @@ void Collector::modules_below(int64_t node, int64_t top, std::vector<int64_t>* o
 void Collector::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside,
                              int64_t start) {
   const int64_t from = s.last_ns;
+  if (ts->calls.empty() && !ts->calls_lost) {  // the usual case: no module call timed in between
+    if (start > from) bill_span(ts, s, stretch_node(s, context, inside), from, start);
+    return;
+  }
   // Module calls left and entered meanwhile (where module hooks time them)
   // split the stretch: a module's own code before its first call and after
   // its last is the module's, as its range around the call says. A module
@@ -147,6 +151,10 @@ void Collector::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool i
   ts->calls_lost = false;
   if (start <= from) return;
   const int64_t at = stretch_node(s, context, inside);
+  if (exits_.empty() && entries_.empty()) {
+    bill_span(ts, s, at, from, start);
+    return;
+  }
   const bool after = s.last_inside && tree_.valid_node(s.last_context);
   const bool before = inside && tree_.valid_node(context);
   int64_t top = after && before ? tree_.common(s.last_context, context) : s.node;
@@ -175,6 +183,8 @@ int64_t Collector::stretch_node(const Scope& s, int64_t context, bool inside) co
   // from two lines of the outermost function, the scope's first or last
   // stretch), to the outermost frame of the call before (returning from it),
   // else of the call after (on the way to it): never to the scope alone.
+  if (inside && s.last_inside && context == s.last_context && context != s.node && tree_.valid_node(context))
+    return context;  // two calls from the same place: the usual case
   const int64_t depth = tree_.depth(s.node);
   const bool after = s.last_inside && s.last_context != s.node && tree_.valid_node(s.last_context) &&
                      tree_.depth(s.last_context) > depth;
