@@ -17,17 +17,7 @@ _WRAPPED = ("__wrapped__", "func", "fun")
 
 def split_name_stack(op_name: str) -> list[str]:
     """``a/b(c/d)/e`` → ``["a", "b(c/d)", "e"]`` (slashes inside parentheses kept)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(op_name):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "/" and depth == 0:
-            parts.append(op_name[start:i])
-            start = i + 1
-    parts.append(op_name[start:])
-    return [p for p in parts if p]
+    return _split_outside_parentheses(op_name, "/", strict=False) or []
 
 
 def split_combined(component: str) -> list[str] | None:
@@ -39,20 +29,25 @@ def split_combined(component: str) -> list[str] | None:
     to the scope those share, in parentheses."""
     if len(component) < 2 or component[0] != "(" or component[-1] != ")":
         return None
-    inner = component[1:-1]
-    members, depth, start = [], 0, 0
-    for i, ch in enumerate(inner):
+    return _split_outside_parentheses(component[1:-1], ":")  # ``(a)/(b)``: two groups, None
+
+
+def _split_outside_parentheses(text: str, separator: str, strict: bool = True) -> list[str] | None:
+    """``text``'s non-empty parts between ``separator``s outside parentheses;
+    ``strict``: None where a ``)`` closes more than was opened."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
         if ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-            if depth < 0:
-                return None  # ``(a)/(b)``: two groups, not one combined name
-        elif ch == ":" and depth == 0:
-            members.append(inner[start:i])
+            if depth < 0 and strict:
+                return None
+        elif ch == separator and depth == 0:
+            parts.append(text[start:i])
             start = i + 1
-    members.append(inner[start:])
-    return [m for m in members if m]
+    parts.append(text[start:])
+    return [p for p in parts if p]
 
 
 def qualified_name(fn: Any) -> str | None:

@@ -24,20 +24,26 @@ def _phases_of(tree, name: str, backward: bool = False) -> set[str]:
             if fs[-1].kind == "operator" and op_name(fs[-1].name) == want and fs[-1].backward == backward}
 
 
-def test_regression_clip_grad_norm_sat_under_forward(tmp_path):
-    """34.85 ms of a CNN's clip_grad_norm_ sat at its line under ``forward``:
-    clipping is part of the update, under a frame of its own."""
+def _train(tmp_path, before_update=lambda model, loss: None, after_update=lambda model, loss: None):
+    """Four steps of a plain loop, steps 1-2 profiled; the profile's tree."""
     model = TwoLine()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), **QUIET) as prof:
         for _ in range(4):
             loss = model(torch.randn(4, 8)).pow(2).sum()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            before_update(model, loss)
             opt.step()
             opt.zero_grad()
+            after_update(model, loss)
             prof.step()
-    tree = only_profile(tmp_path).tree
+    return only_profile(tmp_path).tree
+
+
+def test_regression_clip_grad_norm_sat_under_forward(tmp_path):
+    """34.85 ms of a CNN's clip_grad_norm_ sat at its line under ``forward``:
+    clipping is part of the update, under a frame of its own."""
+    tree = _train(tmp_path, before_update=lambda model, loss: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
     assert _phases_of(tree, "aten::_foreach_norm") == {"optimizer"}
     (norm,) = find(tree, lambda fs: op_name(fs[-1].name) == op_name("aten::_foreach_norm"))
     frames = tree.path_frames(norm)
@@ -67,17 +73,7 @@ def test_evaluation_inside_a_training_window_is_eval(tmp_path):
 
 
 def test_a_host_read_of_the_loss_after_the_update_is_other(tmp_path):
-    model = TwoLine()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), **QUIET) as prof:
-        for _ in range(4):
-            loss = model(torch.randn(4, 8)).pow(2).sum()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            loss.item()
-            prof.step()
-    tree = only_profile(tmp_path).tree
+    tree = _train(tmp_path, after_update=lambda model, loss: loss.item())
     assert _phases_of(tree, "aten::item") == {"other"}
     assert _phases_of(tree, "aten::pow") == {"forward"}
 
