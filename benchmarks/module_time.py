@@ -19,7 +19,8 @@ On the native path a lightweight window bills a module's own call overhead
 the line that called it; a comprehensive window times module calls with
 global hooks and bills it to the module.
 
-``tests/torch/test_module_time.py`` asserts on the same measurements.
+``tests/torch/test_module_time.py`` asserts on ``measure_together``: both
+profilers on the same steps, which a loaded machine cannot tell apart.
 """
 
 from __future__ import annotations
@@ -160,7 +161,19 @@ def phase_shares(profile: Any) -> dict[str, float]:
 
 
 def measure(make: Callable, logdir: str, steps: int = 12, mode: str = "lightweight") -> tuple[list[dict], list[dict], list[dict]]:
-    """(torch.profiler's per-step module times, ours per window, our phase shares per window)."""
+    """(torch.profiler's per-step module times, ours per window, our phase shares per window).
+
+    One intra-op thread: with two, a CPU op's time turns bimodal at random
+    (the pool's threads spin or sleep), on either side."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _measure(make, logdir, steps, mode)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(make: Callable, logdir: str, steps: int, mode: str) -> tuple[list[dict], list[dict], list[dict]]:
     torch.manual_seed(0)
     model, loss_of = make()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -186,6 +199,77 @@ def measure(make: Callable, logdir: str, steps: int = 12, mode: str = "lightweig
     return reference, [module_times(p, names) for p in profiles], [phase_shares(p) for p in profiles]
 
 
+def measure_together(make: Callable, logdir: str, steps: int = 8,
+                     mode: str = "lightweight") -> tuple[list[dict], list[dict], list[dict]]:
+    """As `measure`, but both profilers on the same steps: each step is one
+    DeepContext window and one torch.profiler session whose Python tracer
+    (``with_stack``, ``with_modules``) times every module call, so a loaded
+    machine's preemptions land in both measurements alike. Each profiler's
+    cost is inside the other's times: a check, not a benchmark. The
+    reference per module is (forward range, forward from its first operator's
+    start to its last one's end, backward): a lightweight window bills the
+    module's own code before its first operator and after its last to its
+    caller, so its forward is the second; a comprehensive window's the first."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model, loss_of = make()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        batch = torch.randint(0, VOCAB, (4, 32))
+        top = dict(model.named_children())
+        for _ in range(3):
+            step(model, loss_of, batch, opt)
+        reference: list[dict] = []
+        windows = StepRange(start=1, count=1, every=1, repeat=steps)
+        with dc_torch.profile(logdir=logdir, steps=windows, mode=mode, cpu_sampling_hz=0,
+                              system_interval_ms=0) as prof:
+            prof.step()  # step 0 unprofiled: the next begins the first window
+            for _ in range(steps):
+                with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True) as traced:
+                    step(model, loss_of, batch, opt)
+                reference.append(_traced_modules(list(traced.events()), model, top))
+                prof.step()
+        profiles, errors = load_profiles(logdir)
+        if errors or len(profiles) != steps:
+            raise RuntimeError(f"expected {steps} profiles, read {len(profiles)} ({errors})")
+        profiles.sort(key=lambda p: p.steps)
+        return reference, [module_times(p, list(top)) for p in profiles], [phase_shares(p) for p in profiles]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _traced_modules(events: list, model: torch.nn.Module,
+                    top: dict[str, torch.nn.Module]) -> dict[str, tuple[float, float, float]]:
+    """Per top-level module, (forward range, forward operators' span, backward)
+    ns from torch.profiler's Python tracer: its module calls right below the
+    model's (``nn.Module: <Class>_<i>``), the ATen operators inside them."""
+    def enclosing_module(e: Any) -> Any:
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith("nn.Module:"):
+            parent = parent.cpu_parent
+        return parent
+
+    modules = [e for e in events if e.name.startswith("nn.Module:")]
+    (root,) = [e for e in modules if enclosing_module(e) is None and e.name.startswith(f"nn.Module: {type(model).__name__}_")]
+    children = [e for e in modules if enclosing_module(e) is root]
+    out = {}
+    for name, module in top.items():
+        calls = [e for e in children if e.name.rsplit("_", 1)[0] == f"nn.Module: {type(module).__name__}"]
+        forward = operators = backward = 0.0
+        for rng in calls:
+            start, end = rng.time_range.start, rng.time_range.end
+            inside = [e for e in events if "::" in e.name and start <= e.time_range.start
+                      and e.time_range.end <= end and not e.is_async]
+            seqs = {e.sequence_nr for e in inside if e.sequence_nr >= 0}
+            forward += (end - start) * 1e3
+            if inside:
+                operators += (max(e.time_range.end for e in inside) - min(e.time_range.start for e in inside)) * 1e3
+            backward += _backward_span(events, seqs) * 1e3 if seqs else 0.0
+        out[name] = (forward, operators, backward)
+    return out
+
+
 def p25(values: list[float]) -> float:
     return statistics.quantiles(values, n=4)[0]
 
@@ -199,7 +283,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.capture == "python":
         os.environ["DEEPCONTEXT_CONFIG"] = json.dumps({"capture": "python"})
-    torch.set_num_threads(1)
     print(f"{'workload':18s} {'module':12s} {'side':8s} {'DeepContext':>12s} {'torch.profiler':>15s} {'ratio':>6s}")
     for name in args.workload or WORKLOADS:
         with tempfile.TemporaryDirectory() as logdir:

@@ -239,19 +239,20 @@ class Session:
                     self._warned_skip = True
                     logger.warning("DeepContext skips the window of steps %d–%d: %s", window[0], window[1] - 1, skipped)
                 return
-            now = self.clock()  # opening the window (adapter setup) is not part of the step
-        elif self._between_ns is not None and self._step_times:
-            # A trainer's own loop between two steps (its logging, fetching
-            # the next batch) is the earlier step's: a step runs to the next.
-            self._step_times[-1] += max(now - self._between_ns, 0)
-        self._between_ns = None
         self._last_step = step
-        self._step_start_ns = now
         self._step_thread = get_ident()
         self._updates, self._tail = 0, False
         self._step_open = True
+        # The clock is read right beside the scopes' own ends, so the step
+        # times and the tree time the same span (a preemption in between would not).
         self.collector.unwind(0)
+        if self._between_ns is not None and self._step_times:
+            # A trainer's own loop between two steps (its logging, fetching
+            # the next batch) is the earlier step's: a step runs to the next.
+            self._step_times[-1] += max(self.clock() - self._between_ns, 0)
+        self._between_ns = None
         self.collector.enter([self.phase_frame(self.default_phase)], 0, False, 0)
+        self._step_start_ns = self.clock()
 
     def step_end(self, step: int) -> None:
         """Call at the end of training step ``step``."""
@@ -278,7 +279,7 @@ class Session:
             self._close_window(step + 1)
         else:
             self.collector.enter([self.phase_frame("other")], 0, False, 0)
-            self._between_ns = now
+            self._between_ns = self.clock()
 
     def cut_time_range(self) -> None:
         """Close an open time-range window at the next step end, before its
