@@ -312,7 +312,8 @@ class Session:
         c = self.collector
         if not self._tail and self._updates >= self._updates_per_step and c.depth() == 1:
             self._tail = True
-            c.unwind(0)
+            # On top of the step's scope, not in its place: no instant between
+            # the two goes untimed, and the step's end closes both.
             c.enter([self.phase_frame("other")], 0, False, 0)
 
     @_guarded
@@ -556,6 +557,8 @@ class Session:
             with deferred_interrupts():
                 if self.window is not None:
                     steps = (self.window[0], max(self._last_step + 1, self.window[0] + 1))
+                    self.collector.unwind(0)
+                    self._time_the_rest()
                     try:
                         self._stop_collecting()
                     finally:
