@@ -240,19 +240,17 @@ class Session:
                     logger.warning("DeepContext skips the window of steps %d–%d: %s", window[0], window[1] - 1, skipped)
                 return
         self._last_step = step
+        between = self._close_scopes(self._between_ns)  # on the thread that opened them, before it changes
         self._step_thread = get_ident()
         self._updates, self._tail = 0, False
         self._step_open = True
-        # The clock is read right beside the scopes' own ends, so the step
-        # times and the tree time the same span (a preemption in between would not).
-        self.collector.unwind(0)
         if self._between_ns is not None and self._step_times:
             # A trainer's own loop between two steps (its logging, fetching
             # the next batch) is the earlier step's: a step runs to the next.
-            self._step_times[-1] += max(self.clock() - self._between_ns, 0)
+            self._step_times[-1] += between
         self._between_ns = None
-        self.collector.enter([self.phase_frame(self.default_phase)], 0, False, 0)
         self._step_start_ns = self.clock()
+        self.collector.enter([self.phase_frame(self.default_phase)], 0, False, 0)
 
     def step_end(self, step: int) -> None:
         """Call at the end of training step ``step``."""
@@ -264,12 +262,11 @@ class Session:
 
     @_guarded
     def _step_end(self, step: int) -> None:
+        elapsed = self._close_scopes(self._step_start_ns if self._step_open else None)
         now = self.clock()
-        self.collector.unwind(0)
         # One-off work of the framework inside the step (JAX compiling a new
         # shape) is reported as its own phase, not as a slow step.
         overhead = getattr(self.adapter, "step_overhead_ns", None)
-        elapsed = now - self._step_start_ns
         self._step_times.append(max(elapsed - (overhead() if overhead is not None else 0), 0))
         self._step_open = False
         self._last_step = step
@@ -280,6 +277,19 @@ class Session:
         else:
             self.collector.enter([self.phase_frame("other")], 0, False, 0)
             self._between_ns = self.clock()
+
+    def _close_scopes(self, since: int | None) -> int:
+        """Close this thread's scopes; the time the outermost one (the step's,
+        or the loop's between two steps) spanned, by the clock the tree was
+        timed with, so step times and the tree time the same span: a preemption
+        between two clock reads would split them. Another thread than the
+        step's (a time range's step, ended from the main thread) times from ``since``."""
+        c = self.collector
+        if c.depth() == 0 or get_ident() != self._step_thread:
+            c.unwind(0)
+            return max(self.clock() - since, 0) if since is not None else 0
+        c.unwind(1)
+        return max(c.exit(), 0)
 
     def cut_time_range(self) -> None:
         """Close an open time-range window at the next step end, before its

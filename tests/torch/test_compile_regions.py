@@ -14,8 +14,8 @@ tokens, where the kernels are tiny. The runtime wrappers around the graph
 line: counted in the region (as before the fix), they made it up to 15% more
 than its kernels on this workload.
 
-The model is trained in three windows; a ratio is judged on its median over
-them, so one window a loaded machine preempted does not decide it.
+The model is trained in three windows; a gap is judged on its narrowest
+window, so windows a loaded machine preempted do not decide it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import statistics
 
 import pytest
 import torch
@@ -174,8 +173,9 @@ def test_compiled_region_time_is_its_kernels(gpt2):
             assert 0 < kernels <= incl[region]
             gaps.setdefault(tree.node_frame(region).name, []).append(1 - kernels / incl[region])
     assert len(gaps) == 4
-    assert {name: round(statistics.median(g), 3) for name, g in gaps.items() if statistics.median(g) > REGION_SLACK} \
-        == {}, gaps
+    # A preemption between two kernels only ever widens a gap, so the narrowest
+    # window is the one a loaded machine disturbed least.
+    assert {name: round(min(g), 3) for name, g in gaps.items() if min(g) > REGION_SLACK} == {}, gaps
 
 
 def test_compiled_block_sits_under_its_module_and_the_line_that_called_it(gpt2):
