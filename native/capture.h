@@ -28,6 +28,15 @@ namespace dc {
 
 constexpr int kMaxWalk = 1024;   // deeper stacks are recorded without their path
 constexpr int kMaxOpDepth = 256;  // deeper nesting is counted, not recorded
+constexpr uint64_t kAnchorTag = uint64_t{1} << 62;  // a backward key that is a context, not a forward op
+constexpr int64_t kEngineOp = -2;  // a cached path: the op is autograd's engine's (see context_node)
+
+// The last mix of a path hash (splitmix64's).
+inline uint64_t finish_hash(uint64_t h) {
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 29);
+}
 
 // (forward thread, sequence number) -> forward operator node, direct-mapped
 // and lock-free: a forward op writes its slot, a backward function on another

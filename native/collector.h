@@ -139,9 +139,11 @@ class Collector {
   // time each bound thread ran since the last tick, at its published node.
   void sample_threads();
   int64_t close_innermost(ThreadScopes* ts);
+
+  // between.cc
   // Python time between two things recorded directly inside scope `s` (hot_mu_
   // held): from the end of the last one (s.last_ns) to `start`, when the next
-  // one, called from `context`, starts. See collector.cc.
+  // one, called from `context`, starts.
   void bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside, int64_t start);
   // Where the time from `s`'s last call to the next one (called from
   // `context`, in `s`'s subtree when `inside`) goes; -1: nowhere below `s`.
@@ -163,6 +165,8 @@ class Collector {
   OpThread::Open* open_operator(ThreadScopes* ts);
   // After the calling thread's scope stack changed: what it is in now.
   void republish(ThreadScopes* ts);
+
+  // callpaths.cc
   int64_t context_node(OpThread& t, int64_t frame);
   int64_t resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame, bool engine);
   // The node of op `frame` right under `at`, cached per thread.

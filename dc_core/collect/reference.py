@@ -26,11 +26,11 @@ import threading
 import time
 import weakref
 from array import array
-from dataclasses import dataclass
 from types import FrameType
 from typing import Sequence
 
 from dc_core.collect import sysmon
+from dc_core.collect.scopes import MAX_LENT, Scope, Stack, ancestor, stretch_node, take_lent
 from dc_core.collect.worker import Worker
 from dc_core.model.kinds import KINDS, UNITS
 
@@ -73,45 +73,6 @@ _OWN_FILES = frozenset(
     {now_ns.__code__.co_filename, sysmon.ProcReader.sample.__code__.co_filename,
      Worker.start.__code__.co_filename}
 )
-
-
-@dataclass
-class _Scope:
-    node: int
-    start_ns: int
-    user_depth: int
-    context: int  # the node its own frames hang from: where it was opened
-    inside: bool  # that node is in the enclosing scope's subtree
-    nested_ns: int = 0  # time billed below it: nested scopes and the time between them
-    # The last scope closed directly inside this one: when it ended, where it was opened.
-    last_ns: int = 0
-    last_context: int = -1
-    last_inside: bool = False
-
-
-class _Stack(list):
-    """One thread's open scopes (a list subclass so the registry can hold it weakly).
-
-    Made on its own thread, it also keeps that thread's CPU clock for the
-    sampler (``None`` where the platform has no per-thread clock), and the
-    sampler's reading of it at its previous tick.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        # Spans of this thread's time another thread recorded the work of
-        # (``Collector.lend``), taken out of its time between scopes.
-        self.lent: list[tuple[int, int]] = []
-        self.bind()
-
-    def bind(self) -> None:
-        """Read the calling (owning) thread's CPU clock; again in a forked child,
-        where the thread lives on under a new kernel id."""
-        getcpuclockid = getattr(time, "pthread_getcpuclockid", None)
-        self.pid = os.getpid()
-        self.cpu_clock: int | None = getcpuclockid(threading.get_ident()) if getcpuclockid else None
-        self.cpu_ns: int | None = None  # None: no reading yet in this sampler run
-        self.credit_ns = 0
 
 
 def _outermost_first(frame: FrameType | None) -> list[FrameType]:
@@ -158,7 +119,7 @@ class Collector:
         # registry (thread id -> stack) lets the sampler and reset() reach all
         # of them, and forgets a thread's stack when the thread ends.
         self._local = threading.local()
-        self._stacks: weakref.WeakValueDictionary[int, _Stack] = weakref.WeakValueDictionary()
+        self._stacks: weakref.WeakValueDictionary[int, Stack] = weakref.WeakValueDictionary()
         # background threads and what they collect
         self._sampler: Worker | None = None
         self._sample_period_ns = 10_000_000
@@ -304,10 +265,10 @@ class Collector:
             return self._python_ids(sys._getframe(), floor)
 
     # --- scopes (per thread) -------------------------------------------
-    def _stack(self) -> _Stack:
+    def _stack(self) -> Stack:
         stack = getattr(self._local, "stack", None)
         if stack is None:
-            stack = self._local.stack = _Stack()
+            stack = self._local.stack = Stack()
             self._stacks[threading.get_ident()] = stack
         elif stack.pid != os.getpid():
             stack.bind()
@@ -328,82 +289,38 @@ class Collector:
                 user_depth = scopes[-1].user_depth if scopes else 0
             elif user_depth < 0:
                 user_depth = self._user_depth(here)
-            inside = bool(scopes) and self._ancestor(base, self._depth[scopes[-1].node]) == scopes[-1].node
+            inside = bool(scopes) and ancestor(self._parent, self._depth, base, self._depth[scopes[-1].node]) \
+                == scopes[-1].node
             start = now_ns()
             if scopes:
-                self._bill_between(scopes, context, inside, start)
-            scopes.append(_Scope(node, start, user_depth, context, inside, last_ns=start, last_context=node,
+                self._bill_between(scopes[-1], scopes, context, inside, start)
+            scopes.append(Scope(node, start, user_depth, context, inside, last_ns=start, last_context=node,
                                  last_inside=True))
             return node
 
-    def _bill_between(self, scopes: _Stack, context: int, inside: bool, start: int) -> None:
-        """Bill the Python time from the last scope closed inside the innermost
-        one to a new one opened at ``context`` (``_stretch_node``); what the
-        thread lent away is billed nowhere here."""
-        scope = scopes[-1]
+    def _bill_between(self, scope: Scope, stack: Stack, context: int, inside: bool, start: int) -> None:
+        """Bill the Python time from the last thing recorded inside ``scope`` to
+        ``start``, when the next one, opened at ``context``, starts (``stretch_node``);
+        what the thread lent away is billed nowhere here."""
         between = start - scope.last_ns
         if between <= 0:
             return
-        lent = self._take_lent(scopes, scope.last_ns, start)
+        lent = take_lent(stack, scope.last_ns, start)
         scope.nested_ns += lent
         between -= lent
-        at = self._stretch_node(scope, context, inside)
+        at = stretch_node(self._parent, self._depth, scope, context, inside)
         if at >= 0 and between > 0:
             self._values[METRIC_CPU_TIME][at] += between
             scope.nested_ns += between
-
-    def _stretch_node(self, scope: _Scope, context: int, inside: bool) -> int:
-        """Where the time between ``scope``'s last call and the next one (opened
-        at ``context``) goes: the deepest node both hang from, below ``scope``;
-        where they share none, the outermost frame of the call before, else of
-        the call after; -1 where neither is below ``scope``."""
-        depth = self._depth[scope.node]
-        after = scope.last_inside and scope.last_context != scope.node and self._depth[scope.last_context] > depth
-        before = inside and context >= 0 and self._depth[context] > depth
-        if after and before:
-            at = self._common(scope.last_context, context)
-            if self._depth[at] > depth:
-                return at
-        if after:
-            return self._ancestor(scope.last_context, depth + 1)
-        if before:
-            return self._ancestor(context, depth + 1)
-        return -1
-
-    @staticmethod
-    def _take_lent(scopes: _Stack, start: int, end: int) -> int:
-        """The part of [start, end] lent away; spans that end by ``end`` are used up."""
-        taken = sum(max(0, min(b, end) - max(a, start)) for a, b in scopes.lent)
-        scopes.lent[:] = [(a, b) for a, b in scopes.lent if b > end]
-        return taken
 
     def lend(self, thread: int, start_ns: int, end_ns: int) -> None:
         with self._lock:
             scopes = self._stacks.get(thread)
             if scopes is None or not scopes or end_ns <= start_ns:
                 return
-            if len(scopes.lent) >= 64:  # bounded: the oldest go
+            if len(scopes.lent) >= MAX_LENT:  # bounded: the oldest go
                 del scopes.lent[0]
             scopes.lent.append((start_ns, end_ns))
-
-    def _ancestor(self, node: int, depth: int) -> int:
-        """``node``'s ancestor at ``depth`` (-1 when ``node`` is shallower)."""
-        if self._depth[node] < depth:
-            return -1
-        while self._depth[node] > depth:
-            node = self._parent[node]
-        return node
-
-    def _common(self, a: int, b: int) -> int:
-        """The deepest node both ``a`` and ``b`` descend from."""
-        depth, parent = self._depth, self._parent
-        while depth[a] > depth[b]:
-            a = parent[a]
-        while depth[b] > depth[a]:
-            b = parent[b]
-        while a != b:
-            a, b = parent[a], parent[b]
-        return a
 
     def exit(self) -> int:
         end = now_ns()
@@ -412,13 +329,7 @@ class Collector:
             if not scopes:
                 return -1
             scope = scopes.pop()
-            # its last stretch: what was waited away, then the rest after its last call
-            lent = self._take_lent(scopes, scope.last_ns, end)
-            tail = end - scope.last_ns - lent
-            at = self._stretch_node(scope, -1, False) if tail > 0 else -1
-            scope.nested_ns += lent + (tail if at >= 0 else 0)
-            if at >= 0:
-                self._values[METRIC_CPU_TIME][at] += tail
+            self._bill_between(scope, scopes, -1, False, end)  # its last stretch, after its last call
             elapsed = end - scope.start_ns
             self._values[METRIC_COUNT][scope.node] += 1
             self._values[METRIC_CPU_TIME][scope.node] += elapsed - scope.nested_ns
@@ -465,7 +376,7 @@ class Collector:
                 if n:
                     self._values[METRIC_SAMPLES][scopes[-1].node] += n
 
-    def _cpu_periods(self, scopes: _Stack) -> int:
+    def _cpu_periods(self, scopes: Stack) -> int:
         """Whole sampler periods of CPU time ``scopes``' thread ran since the
         last tick, to bill at its innermost scope (0 with none open)."""
         if scopes.cpu_clock is None:  # no per-thread clock: every tick counts as busy
