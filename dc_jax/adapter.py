@@ -34,7 +34,7 @@ from dc_core.collect.collector import (
     METRIC_CPU_TIME,
 )
 from dc_core.collect.ownfiles import skip_framework_files
-from dc_core.record.session import WindowSkipped
+from dc_core.record.adapter import WindowSkipped
 
 from dc_jax import trace
 from dc_jax.context import context_of, is_library
@@ -65,7 +65,7 @@ def _barrier() -> None:
 
 
 class JaxAdapter:
-    """Session adapter for JAX (see ``dc_core.record.session.Adapter``)."""
+    """Session adapter for JAX (see ``dc_core.record.adapter.Adapter``)."""
 
     framework = "jax"
 

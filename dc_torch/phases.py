@@ -84,7 +84,7 @@ class PhaseHooks:
 
     def _optimizer_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         step = self._end()
-        if step == self.hub.session._last_step:  # not when the update also ended the step (deepcontext run)
+        if step == self.hub.session.last_step:  # not when the update also ended the step (deepcontext run)
             self.hub.session.update_end()
 
     def _begin(self, name: str, optimizer: type | None = None, frame: tuple[str, str, int] | None = None) -> None:
@@ -101,7 +101,7 @@ class PhaseHooks:
                     frame = self._step_frame(optimizer)
                 if frame is not None:
                     hub.collector.enter((hub.session.frame(KIND_PYTHON, *frame),), capture=True)
-            state.phases.append((phase, hub.session._last_step))  # None too, so that _end pops what this call pushed
+            state.phases.append((phase, hub.session.last_step))  # None too, so that _end pops what this call pushed
         except Exception as exc:
             hub.fail(exc, "phase")
 
@@ -135,17 +135,17 @@ class PhaseHooks:
         try:
             state = hub.thread_state()
             state.mode_depth += 1
-            if state.mode_depth > 1 or not hub.active or get_ident() not in (hub.session._step_thread, 0) \
+            if state.mode_depth > 1 or not hub.active or get_ident() not in (hub.session.step_thread, 0) \
                     or hub.session.default_phase == "eval":  # an evaluation window's steps are eval already
                 return state
             session, open_ = hub.session, state.evaluating
             if not training and open_ is None and next(module.children(), None) is not None:
                 phase = session.phase("eval")
                 phase.__enter__()
-                state.evaluating = (module, phase, session._last_step)
+                state.evaluating = (module, phase, session.last_step)
             elif training and open_ is not None and open_[0] is module:
                 state.evaluating = None
-                if open_[2] == session._last_step:  # else the step's end closed it already
+                if open_[2] == session.last_step:  # else the step's end closed it already
                     open_[1].__exit__(None, None, None)
             return state
         except Exception as exc:

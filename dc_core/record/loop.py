@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, ContextManager, TypeVar
 
 from .config import ProfilerConfig
-from .session import Adapter, Session
+from .adapter import Adapter
+from .session import Session
 
 _Loop = TypeVar("_Loop", bound="StepLoop")
 

@@ -20,11 +20,13 @@ import time
 import weakref
 from threading import get_ident
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from ..collect import collector as collector_mod
+from .adapter import Adapter, WindowSkipped
 from .config import ProfilerConfig, resolve
 from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
+from .step_clock import StepClock
 from ..model.report import PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
@@ -64,27 +66,6 @@ def watch_windows(callback: Callable[[bool], None]) -> None:
     ``callback(False)`` when none has one any more (``deepcontext run`` writes
     open windows at SIGTERM only meanwhile). A callback that raises is dropped."""
     _WATCHERS.append(callback)
-
-
-class Adapter(Protocol):
-    """What a framework adapter provides; every method is optional."""
-
-    framework: str
-
-    def install(self, session: "Session") -> None: ...  # window opens: hook (undone by itself if it fails)
-    # window closes: unhook, ingest device activity; False while a hook could not be removed yet
-    def uninstall(self, session: "Session") -> bool | None: ...
-    def restore(self) -> bool: ...  # unhook what uninstall could not; True when nothing is left
-    def prepare(self, session: "Session") -> None: ...  # at session creation: one-off costs out of the steps
-    def environment(self) -> dict[str, str]: ...
-    def step_overhead_ns(self) -> int: ...  # framework one-offs (compiles) in the step just ended: not step time
-
-
-class WindowSkipped(Exception):
-    """Raised by an adapter's ``install`` when a window cannot be recorded for a
-    reason outside the profiler (the user's own ``jax.profiler`` trace is
-    running): the window is skipped with one warning, nothing is written for
-    it, and later windows are tried as scheduled."""
 
 
 def _guarded(method: Callable) -> Callable:
@@ -152,22 +133,13 @@ class Session:
         self._unrestored = False  # the adapter left a hook it could not remove yet (see _restore)
         self._collector: Any = None
         self._frames: dict[tuple, int] = {}
-        self._step_times: list[int] = []
-        self._step_start_ns = 0
+        self._steps = StepClock(clock)  # where the window's time is
         self._last_step = -1
         self._planned: tuple[int, int] | None = None
         self._steps_seen = 0  # for the one warning when a session closes with nothing written
         self._last_seen = -1
         self._window_t0 = 0
         self._window_unix = 0
-        # Where the window's time is (see _step_begin, _leave_phase, update_end).
-        self._step_thread = 0  # the thread that drives the steps
-        self._between_ns: int | None = None  # a trainer's loop between two steps, since (session clock)
-        self._lent_from: dict[int, list[int]] = {}  # phases other threads run for the step: their starts
-        self._updates = 0  # optimizer updates of the step running
-        self._updates_per_step = 1  # ... and of the last one ended
-        self._tail = False  # the step's updates are done: the rest of it is `other`
-        self._step_open = False  # a step begun and not ended
         self.notes: dict[str, str] = {}  # facts for each profile's environment (what defined the steps)
         _OPEN.add(self)
         self._prepare()
@@ -197,6 +169,16 @@ class Session:
     @property
     def in_window(self) -> bool:
         return self.window is not None
+
+    @property
+    def step_thread(self) -> int:
+        """``threading.get_ident()`` of the thread that drives the steps (0 before the first)."""
+        return self._steps.thread
+
+    @property
+    def last_step(self) -> int:
+        """The step begun (or ended) last; -1 before the first."""
+        return self._last_step
 
     def frame(self, kind: int, name: str, file: str = "", line: int = 0, detail: str = "", flags: int = 0) -> int:
         """Interned frame id (cached on the Python side for the hot path)."""
@@ -240,17 +222,7 @@ class Session:
                     logger.warning("DeepContext skips the window of steps %d–%d: %s", window[0], window[1] - 1, skipped)
                 return
         self._last_step = step
-        between = self._close_scopes(self._between_ns)  # on the thread that opened them, before it changes
-        self._step_thread = get_ident()
-        self._updates, self._tail = 0, False
-        self._step_open = True
-        if self._between_ns is not None and self._step_times:
-            # A trainer's own loop between two steps (its logging, fetching
-            # the next batch) is the earlier step's: a step runs to the next.
-            self._step_times[-1] += between
-        self._between_ns = None
-        self._step_start_ns = self.clock()
-        self.collector.enter([self.phase_frame(self.default_phase)], 0, False, 0)
+        self._steps.begin(self.collector, self.phase_frame(self.default_phase))
 
     def step_end(self, step: int) -> None:
         """Call at the end of training step ``step``."""
@@ -262,34 +234,13 @@ class Session:
 
     @_guarded
     def _step_end(self, step: int) -> None:
-        elapsed = self._close_scopes(self._step_start_ns if self._step_open else None)
-        now = self.clock()
-        # One-off work of the framework inside the step (JAX compiling a new
-        # shape) is reported as its own phase, not as a slow step.
         overhead = getattr(self.adapter, "step_overhead_ns", None)
-        self._step_times.append(max(elapsed - (overhead() if overhead is not None else 0), 0))
-        self._step_open = False
+        self._steps.end(self.collector, overhead() if overhead is not None else 0)
         self._last_step = step
-        if self._updates:
-            self._updates_per_step = self._updates
-        if self._schedule.should_close(step, now, self._window_t0):
+        if self._schedule.should_close(step, self.clock(), self._window_t0):
             self._close_window(step + 1)
         else:
-            self.collector.enter([self.phase_frame("other")], 0, False, 0)
-            self._between_ns = self.clock()
-
-    def _close_scopes(self, since: int | None) -> int:
-        """Close this thread's scopes; the time the outermost one (the step's,
-        or the loop's between two steps) spanned, by the clock the tree was
-        timed with, so step times and the tree time the same span: a preemption
-        between two clock reads would split them. Another thread than the
-        step's (a time range's step, ended from the main thread) times from ``since``."""
-        c = self.collector
-        if c.depth() == 0 or get_ident() != self._step_thread:
-            c.unwind(0)
-            return max(self.clock() - since, 0) if since is not None else 0
-        c.unwind(1)
-        return max(c.exit(), 0)
+            self._steps.between(self.collector, self.phase_frame("other"))
 
     def cut_time_range(self) -> None:
         """Close an open time-range window at the next step end, before its
@@ -313,29 +264,19 @@ class Session:
         of an optimizer). Once the step running has made as many updates as the
         step before it, the rest of the step (host reads of the loss, logging,
         a scheduler) is phase ``other``, not the default phase it began in."""
-        if self.window is not None and not self.disabled and get_ident() == self._step_thread:
+        if self.window is not None and not self.disabled and get_ident() == self._steps.thread:
             self._update_end()
 
     @_guarded
     def _update_end(self) -> None:
-        self._updates += 1
-        c = self.collector
-        if not self._tail and self._updates >= self._updates_per_step and c.depth() == 1:
-            self._tail = True
-            # On top of the step's scope, not in its place: no instant between
-            # the two goes untimed, and the step's end closes both.
-            c.enter([self.phase_frame("other")], 0, False, 0)
+        self._steps.update_end(self.collector, self.phase_frame("other"))
 
     @_guarded
     def _enter_phase(self, name: str, below_caller: bool = False) -> int:
         depth = self.collector.depth()
         # user depth -1: measured here, so captures inside start below this call
         self.collector.enter([self.phase_frame(name)], 0, False, -1 if below_caller else 0)
-        thread = get_ident()
-        if self._step_thread and thread != self._step_thread:
-            # Work another thread does for the step (a backward it joins):
-            # the step's thread waits meanwhile, and that wait is this time.
-            self._lent_from.setdefault(thread, []).append(collector_mod.now_ns())
+        self._steps.phase_entered()
         return depth
 
     def region(self, name: str, backward: bool = False) -> Any:
@@ -356,9 +297,8 @@ class Session:
         if self.window is None:
             return
         self.collector.unwind(depth)
-        starts = self._lent_from.get(get_ident()) if phase else None
-        if starts:
-            self.collector.lend(self._step_thread, starts.pop(), collector_mod.now_ns())
+        if phase:
+            self._steps.phase_left(self.collector)
 
     def close(self) -> None:
         """Flush an open window (with the steps it saw) and release everything."""
@@ -409,7 +349,7 @@ class Session:
         self.window = window
         self._planned = window  # what the written profile says it planned (a loop may end early)
         self._track()
-        self._step_times = []
+        self._steps.open_window()
         self._window_t0 = now
         self._window_unix = time.time_ns()
         try:
@@ -482,9 +422,7 @@ class Session:
         # waits for both (writing is bounded: one profile of at most max_nodes).
         with deferred_interrupts():
             start = self.window[0] if self.window else end
-            self.collector.unwind(0)  # first: stopping the profiler's threads is not the user's time
-            self._time_the_rest()
-            self._lent_from.clear()
+            self._steps.close(self.collector)  # first: stopping the profiler's threads is not the user's time
             try:
                 self._stop_collecting()
             finally:  # what was collected is written even when unhooking failed
@@ -493,19 +431,6 @@ class Session:
                 self.collector.unwind(0)
                 self._write((start, max(end, start + 1)))
                 self.collector.reset()
-
-    def _time_the_rest(self) -> None:
-        """A window closed before its step ended (the loop stopped, the process
-        ends): the time since the last step ended, which the tree holds, is that
-        step's (a step runs to the next); with no step ended, it is the one step."""
-        since = self._between_ns if self._between_ns is not None else self._step_start_ns if self._step_open else None
-        if since is not None:
-            rest = max(self.clock() - since, 0)
-            if self._step_times:
-                self._step_times[-1] += rest
-            else:
-                self._step_times.append(rest)
-        self._between_ns, self._step_open = None, False
 
     def _write(self, steps: tuple[int, int]) -> None:
         env = environment(self.framework, self.config.mode)
@@ -518,7 +443,7 @@ class Session:
             self.collector.snapshot(),
             self.collector.monitor_samples(),
             steps=steps,
-            step_times_ns=self._step_times,
+            step_times_ns=self._steps.times,
             window_t0=self._window_t0,
             run=self.config.run or ".",
             rank=self.rank,
@@ -567,8 +492,7 @@ class Session:
             with deferred_interrupts():
                 if self.window is not None:
                     steps = (self.window[0], max(self._last_step + 1, self.window[0] + 1))
-                    self.collector.unwind(0)
-                    self._time_the_rest()
+                    self._steps.close(self.collector)
                     try:
                         self._stop_collecting()
                     finally:

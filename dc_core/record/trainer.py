@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping
 from ..collect.ownfiles import skip_framework_files
 from .config import ProfilerConfig
 from .eval_windows import EvalWindows
-from .session import Adapter, Session
+from .adapter import Adapter
+from .session import Session
 
 
 class TrainerSession:

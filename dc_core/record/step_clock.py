@@ -1,0 +1,116 @@
+"""Where a window's time is: its steps' times, and the parts of a step that
+run outside the phase it began in.
+
+A step runs from its begin to the next step's begin: a trainer's own loop
+between two steps (its logging, fetching the next batch) is phase ``other``
+and counts in the earlier step. Once a step has made as many optimizer
+updates as the step before it, the rest of it (a host read of the loss,
+logging, a scheduler) is ``other`` too. A phase another thread runs for the
+step (a backward it joins) is time the step's thread spent waiting: that
+span is lent to the other thread's record (``Collector.lend``), so the wall
+time is billed once.
+
+Every span is read off the collector's own scopes as they close, by the
+clock the tree was timed with, so the step times and the tree time the same
+span: a preemption between two clock reads would split them.
+"""
+
+from __future__ import annotations
+
+from threading import get_ident
+from typing import Any, Callable
+
+from dc_core.collect import collector as collector_mod
+
+
+class StepClock:
+    """The step accounting of one session's window (the session drives it)."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock  # the session's: a time range's step ended from another thread
+        self.times: list[int] = []  # per step of the window, ns
+        self.thread = 0  # the thread that drives the steps
+        self._start_ns = 0  # the step running began (session clock)
+        self._open = False  # a step begun and not ended
+        self._between_ns: int | None = None  # a trainer's loop between two steps, since (session clock)
+        self._lent_from: dict[int, list[int]] = {}  # phases other threads run for the step: their starts
+        self._updates = 0  # optimizer updates of the step running
+        self._updates_per_step = 1  # ... and of the last one ended
+        self._tail = False  # the step's updates are done: the rest of it is `other`
+
+    def open_window(self) -> None:
+        """A window opens: its steps are timed afresh."""
+        self.times = []
+
+    def begin(self, c: Any, phase: int) -> None:
+        """A step begins on this thread, in phase frame ``phase``."""
+        between = self._close_scopes(c, self._between_ns)  # on the thread that opened them, before it changes
+        self.thread = get_ident()
+        self._updates, self._tail = 0, False
+        self._open = True
+        if self._between_ns is not None and self.times:
+            self.times[-1] += between  # a step runs to the next
+        self._between_ns = None
+        self._start_ns = self.clock()
+        c.enter([phase], 0, False, 0)
+
+    def end(self, c: Any, overhead_ns: int) -> None:
+        """The step ends; ``overhead_ns`` of it were the framework's one-offs
+        (JAX compiling a new shape), reported as a phase of their own, not step time."""
+        elapsed = self._close_scopes(c, self._start_ns if self._open else None)
+        self.times.append(max(elapsed - overhead_ns, 0))
+        self._open = False
+        if self._updates:
+            self._updates_per_step = self._updates
+
+    def between(self, c: Any, other: int) -> None:
+        """The window stays open after a step ended: the loop until the next
+        step begins is phase frame ``other``."""
+        c.enter([other], 0, False, 0)
+        self._between_ns = self.clock()
+
+    def update_end(self, c: Any, other: int) -> None:
+        """An optimizer update ended on the step's thread."""
+        self._updates += 1
+        if not self._tail and self._updates >= self._updates_per_step and c.depth() == 1:
+            self._tail = True
+            # On top of the step's scope, not in its place: no instant between
+            # the two goes untimed, and the step's end closes both.
+            c.enter([other], 0, False, 0)
+
+    def phase_entered(self) -> None:
+        """A phase was entered on this thread: on another thread than the
+        step's, work done for the step while the step's thread waits."""
+        thread = get_ident()
+        if self.thread and thread != self.thread:
+            self._lent_from.setdefault(thread, []).append(collector_mod.now_ns())
+
+    def phase_left(self, c: Any) -> None:
+        """A phase was left on this thread: the step's thread waited for it meanwhile."""
+        starts = self._lent_from.get(get_ident())
+        if starts:
+            c.lend(self.thread, starts.pop(), collector_mod.now_ns())
+
+    def close(self, c: Any) -> None:
+        """The window closes (its loop stopped, the process ends, the profiler
+        failed), maybe mid-step: the time since the last step ended, which the
+        tree holds, is that step's; with no step ended, it is the one step."""
+        since = self._between_ns if self._between_ns is not None else self._start_ns if self._open else None
+        rest = self._close_scopes(c, since)
+        if since is not None:
+            if self.times:
+                self.times[-1] += rest
+            else:
+                self.times.append(rest)
+        self._between_ns, self._open = None, False
+        self._lent_from.clear()
+
+    def _close_scopes(self, c: Any, since: int | None) -> int:
+        """Close this thread's scopes; the time the outermost one (the step's,
+        or the loop's between two steps) spanned. Another thread than the
+        step's (a time range's step, ended from the main thread) times from ``since``."""
+        if c.depth() == 0 or get_ident() != self.thread:
+            c.unwind(0)
+            return max(self.clock() - since, 0) if since is not None else 0
+        c.unwind(1)
+        return max(c.exit(), 0)
