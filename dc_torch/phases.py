@@ -127,14 +127,17 @@ class PhaseHooks:
         return self.steps[cls]
 
     # --- evaluation: model.eval() ... model.train() -----------------------------
-    def _mode(self, module: Any, training: bool) -> ThreadState | None:
-        """Before ``module.train(training)`` runs: open or close the eval phase
-        on the outermost call (``eval()`` recurses into every submodule).
+    def _mode(self, module: Any, args: tuple, kwargs: dict) -> ThreadState | None:
+        """Before ``module.train(*args, **kwargs)`` runs: open or close the eval
+        phase on the outermost call (``eval()`` recurses into every submodule).
         Returns the thread state whose ``mode_depth`` the caller restores."""
         hub = self.hub
         try:
             state = hub.thread_state()
+            training = args[0] if args else kwargs.get("mode", True)  # train(mode=True)
             state.mode_depth += 1
+            if not isinstance(training, bool):  # torch's train() raises its own error for it
+                return state
             if state.mode_depth > 1 or not hub.active or get_ident() not in (hub.session.step_thread, 0) \
                     or hub.session.default_phase == "eval":  # an evaluation window's steps are eval already
                 return state
@@ -157,7 +160,7 @@ class PhaseHooks:
 
         @functools.wraps(cls.__dict__["train"])
         def train(module: Any, *args: Any, **kwargs: Any) -> Any:
-            state = hooks._mode(module, bool(args[0] if args else kwargs.get("mode", True)))
+            state = hooks._mode(module, args, kwargs)
             try:
                 return train.__wrapped__(module, *args, **kwargs)
             finally:

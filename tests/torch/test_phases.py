@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 import dc_torch
@@ -70,6 +71,20 @@ def test_evaluation_inside_a_training_window_is_eval(tmp_path):
     assert _phases_of(tree, "aten::softmax") == {"forward", "eval"}
     (softmax,) = find(tree, lambda fs: fs[0].name == "eval" and op_name(fs[-1].name) == op_name("aten::softmax"))
     assert tree.value(softmax, "count") == 2
+
+
+def test_a_bad_train_argument_is_torchs_own_error_and_the_profiler_stays_on(tmp_path):
+    model = TwoLine()
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
+        for _ in range(2):
+            with pytest.raises(ValueError, match="training mode is expected to be boolean"):
+                model.train(torch.ones(2))  # bool() of it would raise inside the profiler's wrapper
+            model.eval()
+            model(torch.randn(4, 8)).exp()
+            model.train()
+            prof.step()
+    assert not prof.session.disabled
+    assert _phases_of(only_profile(tmp_path).tree, "aten::exp") == {"eval"}
 
 
 def test_a_host_read_of_the_loss_after_the_update_is_other(tmp_path):
