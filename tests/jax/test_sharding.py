@@ -50,13 +50,18 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_a_sharded_program_keeps_each_devices_op_time(tmp_path):
+def _run(script: str, tmp_path) -> dict:
+    """``script`` run in a child process from the repository root; the JSON of its last line."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
                           cwd=root, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_sharded_program_keeps_each_devices_op_time(tmp_path):
+    result = _run(SCRIPT, tmp_path)
     devices: dict[str, set[str]] = {}
     for op, device, time_ns in result["kernels"]:
         assert time_ns > 0
@@ -144,11 +149,7 @@ def test_a_combined_all_reduce_of_a_shard_map_is_an_all_reduce_under_its_module(
     # merged) kept the joined list as its operator name, under no module, and set
     # off the NNX warning that the step was compiled before the profiler started;
     # ``shard_map`` showed as a module and hid the modules under it.
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", SHARD_MAP, str(tmp_path)], capture_output=True, text=True,
-                          cwd=root, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _run(SHARD_MAP, tmp_path)
     assert result["warned"] == [] and result["violations"] == []
     executed = {name: op_name for name, op_name in result["reduces"].items() if name in result["traced"]}
     combined = {name for name, op_name in executed.items() if re.search(r"/\(.*:.*\)$", op_name)}
