@@ -100,6 +100,13 @@ class Collector:
     def add(self, node: int, metric: int, value: int) -> None:
         """Add ``value`` to the node's exclusive metric."""
     def node_count(self) -> int: ...
+    def mark_step(self) -> None:
+        """A step ended: each node's exclusive ``cpu_time_ns`` since the last
+        mark is that step's value. The snapshot's ``step_bounds`` then holds,
+        per node, the least (``cpu_time_ns.min``) and greatest
+        (``cpu_time_ns.max``) value over the marked steps, 0 for a step the
+        node did not run in; ``steps_marked`` counts the marks. Two columns
+        however many steps. Cleared by ``reset``."""
 
     # --- Python call paths --------------------------------------------
     def python_frames(self) -> list[int]:
@@ -222,6 +229,8 @@ class Collector:
            "metrics": {name: array('q')}, "units": {name: unit},  # per node, exclusive
            "frames": {"kind", "name", "file", "line", "detail", "flags": array('q')},  # per frame; name/file/detail index strings
            "strings": list[str],
+           "step_bounds": {"cpu_time_ns.min", "cpu_time_ns.max": array('q')},  # per node; only once a step was marked
+           "steps_marked": int,
            "drops": {"nodes": int, "samples": int, "monitor": int}}``"""
     def reset(self) -> None:
         """Drop nodes, metric values, scopes of every thread, samples and drop

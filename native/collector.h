@@ -66,6 +66,10 @@ class Collector {
     DC_HOT_LOCK;
     tree_.add(node, metric, value);
   }
+  void mark_step() {
+    DC_HOT_LOCK;
+    tree_.mark_step(METRIC_CPU_TIME);
+  }
 
   // Python call paths and scopes
   void python_frames(std::vector<int64_t>* out);

@@ -60,6 +60,13 @@ py::dict snapshot(Collector& c) {
   }
   out["metrics"] = metrics;
   out["units"] = units;
+  if (t.steps_marked() > 0) {
+    py::dict bounds;
+    bounds["cpu_time_ns.min"] = int64_array(t.step_min().data(), t.step_min().size(), nodes);
+    bounds["cpu_time_ns.max"] = int64_array(t.step_max().data(), t.step_max().size(), nodes);
+    out["step_bounds"] = bounds;
+    out["steps_marked"] = py::int_(t.steps_marked());
+  }
 
   const std::vector<dc::Frame>& all = c.frames().all();
   std::vector<int64_t> cols[6];
@@ -241,6 +248,7 @@ PYBIND11_MODULE(_native, m) {
       .def("stop_monitor", &Collector::stop_monitor)
       .def("monitor_samples", &monitor_samples)
       .def("snapshot", &snapshot)
+      .def("mark_step", &Collector::mark_step)
       .def("reset", &Collector::reset)
       .def("capture_start",
            [](Collector& c, int64_t backward_frame, bool nested, py::object context_code,

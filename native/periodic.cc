@@ -1,5 +1,7 @@
 #include "periodic.h"
 
+#include <pthread.h>
+
 #include <Python.h>
 
 #include <new>
@@ -42,6 +44,9 @@ void PeriodicThread::after_fork_child() {
 }
 
 void PeriodicThread::loop(std::chrono::nanoseconds period) {
+  // Named, so that the analyzer's count of worker threads waiting for a CPU
+  // (dc_core/collect/sysmon.py) leaves the profiler's own threads out.
+  pthread_setname_np(pthread_self(), kThreadName);
   using Clock = std::chrono::steady_clock;
   const bool fixed_rate = schedule_ == Schedule::kFixedRate;
   std::unique_lock<std::mutex> lock(mu_);

@@ -17,6 +17,9 @@
 
 namespace dc {
 
+// The OS name of the profiler's own threads (at most 15 characters).
+constexpr const char* kThreadName = "deepcontext";
+
 class PeriodicThread {
  public:
   enum class Schedule {

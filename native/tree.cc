@@ -45,6 +45,29 @@ int64_t Tree::mirror(int64_t node, int64_t top) {
   return out;
 }
 
+void Tree::mark_step(size_t metric) {
+  const std::vector<int64_t>& col = columns_[metric];
+  const size_t n = parent_.size(), seen = step_last_.size();
+  step_last_.resize(n, 0);
+  step_min_.resize(n, 0);
+  step_max_.resize(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t now = i < col.size() ? col[i] : 0;
+    const int64_t value = now - step_last_[i];
+    step_last_[i] = now;
+    if (steps_marked_ == 0) {
+      step_min_[i] = step_max_[i] = value;
+    } else if (i >= seen) {  // new since the last mark: 0 in every earlier step
+      step_min_[i] = value < 0 ? value : 0;
+      step_max_[i] = value > 0 ? value : 0;
+    } else {
+      if (value < step_min_[i]) step_min_[i] = value;
+      if (value > step_max_[i]) step_max_[i] = value;
+    }
+  }
+  ++steps_marked_;
+}
+
 void Tree::clear() {
   parent_.assign(1, -1);  // node 0: the root, frame 0
   depth_.assign(1, 0);
@@ -53,6 +76,10 @@ void Tree::clear() {
   mirrors_.clear();
   for (auto& c : columns_) std::vector<int64_t>().swap(c);
   dropped_nodes_ = 0;
+  steps_marked_ = 0;
+  std::vector<int64_t>().swap(step_last_);
+  std::vector<int64_t>().swap(step_min_);
+  std::vector<int64_t>().swap(step_max_);
 }
 
 }  // namespace dc

@@ -79,6 +79,16 @@ class Tree {
   // May be shorter than node_count(): columns grow lazily, readers pad with 0.
   const std::vector<int64_t>& raw_column(size_t i) const { return columns_[i]; }
 
+  // A step ended: each node's exclusive `metric` since the last mark is one
+  // step's value; step_min/step_max keep each node's least and greatest over
+  // the marked steps (a node absent from a step had 0 in it). Two columns
+  // however many steps, so a rule can tell a cost every step pays from one a
+  // preempted step added.
+  void mark_step(size_t metric);
+  int64_t steps_marked() const { return steps_marked_; }
+  const std::vector<int64_t>& step_min() const { return step_min_; }
+  const std::vector<int64_t>& step_max() const { return step_max_; }
+
   // Drops nodes and values; keeps registrations and the root.
   void clear();
 
@@ -95,6 +105,8 @@ class Tree {
   std::vector<int64_t> mirror_frames_;  // reused scratch
   std::vector<std::string> names_, units_;
   std::vector<std::vector<int64_t>> columns_;
+  int64_t steps_marked_ = 0;
+  std::vector<int64_t> step_last_, step_min_, step_max_;  // per node, see mark_step
 };
 
 }  // namespace dc

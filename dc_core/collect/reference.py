@@ -115,6 +115,8 @@ class Collector:
         self._children: dict[tuple[int, int], int] = {}
         self._mirrors: dict[tuple[int, int], int] = {}
         self._values: list[array] = []
+        self._steps_marked = 0
+        self._step_last, self._step_min, self._step_max = array("q"), array("q"), array("q")
         # scopes: each thread finds its stack through a thread-local; the
         # registry (thread id -> stack) lets the sampler and reset() reach all
         # of them, and forgets a thread's stack when the thread ends.
@@ -235,6 +237,24 @@ class Collector:
 
     def node_count(self) -> int:
         return len(self._parent)
+
+    def mark_step(self) -> None:
+        with self._lock:
+            column, seen = self._values[METRIC_CPU_TIME], len(self._step_last)
+            last, low, high = self._step_last, self._step_min, self._step_max
+            grow = len(column) - seen
+            for bounds in (last, low, high):
+                bounds.extend([0] * grow)
+            for i, now in enumerate(column):
+                value = now - last[i]
+                last[i] = now
+                if not self._steps_marked:
+                    low[i] = high[i] = value
+                elif i >= seen:  # new since the last mark: 0 in every earlier step
+                    low[i], high[i] = min(value, 0), max(value, 0)
+                else:
+                    low[i], high[i] = min(low[i], value), max(high[i], value)
+            self._steps_marked += 1
 
     # --- Python call paths --------------------------------------------
     def _skipped(self, file: str) -> bool:
@@ -450,7 +470,7 @@ class Collector:
             drops = dict(self._drops)
             if self._sampler is not None:
                 drops["samples"] += self._sampler.missed
-            return {
+            out = {
                 "parent": array("q", self._parent),
                 "frame": array("q", self._node_frame),
                 "metrics": {n: array("q", v) for n, v in zip(self._metric_names, self._values)},
@@ -459,6 +479,12 @@ class Collector:
                 "strings": list(self._strings),
                 "drops": drops,
             }
+            if self._steps_marked:
+                pad = [0] * (len(self._parent) - len(self._step_min))
+                out["step_bounds"] = {"cpu_time_ns.min": array("q", [*self._step_min, *pad]),
+                                      "cpu_time_ns.max": array("q", [*self._step_max, *pad])}
+                out["steps_marked"] = self._steps_marked
+            return out
 
     def reset(self) -> None:
         self.stop_sampler()
@@ -472,6 +498,9 @@ class Collector:
             for column in self._values:
                 del column[1:]
                 column[0] = 0
+            self._steps_marked = 0
+            for bounds in (self._step_last, self._step_min, self._step_max):
+                del bounds[:]
             for scopes in list(self._stacks.values()):
                 scopes.clear()
                 scopes.lent.clear()

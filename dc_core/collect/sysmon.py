@@ -10,6 +10,7 @@ empty here: NVML is the native collector's job.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +27,48 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+def run_queue_wait_ns() -> int:
+    """ns the calling thread has waited, runnable, for a CPU (the second field
+    of ``/proc/thread-self/schedstat``): time the host gave to other work.
+    -1 where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+#: The OS name of the native collector's own threads (``native/periodic.h``).
+OWN_THREAD_NAME = b"deepcontext"
+
+
+def workers_wait_ns() -> int:
+    """ns the process's native worker threads (intra-op pools: OpenMP,
+    XLA's) have waited, runnable, for a CPU (their ``schedstat``), summed; -1
+    where the kernel does not say. A parallel operator waits for its slowest
+    worker, so a worker's wait for a CPU is time the operator shows. Python
+    threads (the step's own, the profiler's and the user's) and the native
+    collector's threads are left out: no operator waits for them."""
+    python = {t.native_id for t in threading.enumerate()}
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return -1
+    for task in tasks:
+        if not task.isdigit() or int(task) in python:
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/comm", "rb") as f:
+                if f.read().strip() == OWN_THREAD_NAME:
+                    continue
+            with open(f"/proc/self/task/{task}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total
 
 
 def read_cpu_times(proc: Path = _PROC) -> list[tuple[int, int]]:

@@ -444,6 +444,8 @@ class Session:
             self.collector.monitor_samples(),
             steps=steps,
             step_times_ns=self._steps.times,
+            step_wait_ns=self._steps.waits if len(self._steps.waits) == len(self._steps.times) else [],
+            others_wait_ns=self._steps.others_wait,
             window_t0=self._window_t0,
             run=self.config.run or ".",
             rank=self.rank,

@@ -80,12 +80,21 @@ def profile_from_snapshot(
     Native frames the collector left as library + offset are named here, once
     per address, from the libraries' symbol tables (`dc_core.collect.symbols`)."""
     frames = frames_from_snapshot(snap)
-    parent, frame, metrics = snap["parent"], snap["frame"], snap["metrics"]
+    parent, frame, metrics = snap["parent"], snap["frame"], dict(snap["metrics"])
+    # Step bounds travel with the metrics through a merge of equal siblings
+    # (summed: a lower and an upper bound stay one), then leave the tree.
+    bounds = {_BOUND + name: column for name, column in snap.get("step_bounds", {}).items()}
+    metrics.update(bounds)
     used = set(frame)
     if any(symbols.is_unresolved(frames[f]) for f in used):
         frames = symbols.resolve(frames, used)
         frames, parent, frame, metrics = merge_equal_siblings(
             frames, parent, frame, metrics, folds_into=symbols.folds_into)
+    step_bounds = {name[len(_BOUND):]: list(metrics.pop(name)) for name in bounds if name in metrics}
     tree = from_columns(frames, parent, frame, metrics, snap.get("units"))
     drops = {k: int(v) for k, v in snap.get("drops", {}).items()}
-    return Profile(tree=tree, system=series_from_monitor(monitor, window_t0), drops=drops, **fields)
+    return Profile(tree=tree, system=series_from_monitor(monitor, window_t0), drops=drops,
+                   step_bounds=step_bounds, **fields)
+
+
+_BOUND = "step bound "  # a name no metric has

@@ -13,6 +13,10 @@ time is billed once.
 Every span is read off the collector's own scopes as they close, by the
 clock the tree was timed with, so the step times and the tree time the same
 span: a preemption between two clock reads would split them.
+
+Each step's end marks the collector's step bounds (`Collector.mark_step`),
+and each step records how long its thread waited, runnable, for a CPU: what
+the analyzer needs to tell a cost every step pays from one the machine added.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from threading import get_ident
 from typing import Any, Callable
 
 from dc_core.collect import collector as collector_mod
+from dc_core.collect.sysmon import run_queue_wait_ns, workers_wait_ns
 
 
 class StepClock:
@@ -29,6 +34,10 @@ class StepClock:
     def __init__(self, clock: Callable[[], int]) -> None:
         self.clock = clock  # the session's: a time range's step ended from another thread
         self.times: list[int] = []  # per step of the window, ns
+        self.waits: list[int] = []  # per step: ns its thread waited for a CPU (empty: unknown)
+        self.others_wait = -1  # ns the process's worker threads waited for a CPU in the window (-1: unknown)
+        self._others_from = -1  # ... their total when the window opened
+        self._wait_ns = -1  # the step thread's run-queue wait when its step (or the loop after it) began
         self.thread = 0  # the thread that drives the steps
         self._start_ns = 0  # the step running began (session clock)
         self._open = False  # a step begun and not ended
@@ -40,7 +49,8 @@ class StepClock:
 
     def open_window(self) -> None:
         """A window opens: its steps are timed afresh."""
-        self.times = []
+        self.times, self.waits = [], []
+        self.others_wait, self._others_from = -1, workers_wait_ns()
 
     def begin(self, c: Any, phase: int) -> None:
         """A step begins on this thread, in phase frame ``phase``."""
@@ -50,6 +60,9 @@ class StepClock:
         self._open = True
         if self._between_ns is not None and self.times:
             self.times[-1] += between  # a step runs to the next
+            self._add_wait()
+        if self._between_ns is None or not self.waits:
+            self._wait_ns = run_queue_wait_ns()
         self._between_ns = None
         self._start_ns = self.clock()
         c.enter([phase], 0, False, 0)
@@ -59,6 +72,10 @@ class StepClock:
         (JAX compiling a new shape), reported as a phase of their own, not step time."""
         elapsed = self._close_scopes(c, self._start_ns if self._open else None)
         self.times.append(max(elapsed - overhead_ns, 0))
+        if len(self.waits) == len(self.times) - 1:
+            self.waits.append(0)
+            self._add_wait()
+        c.mark_step()
         self._open = False
         if self._updates:
             self._updates_per_step = self._updates
@@ -102,8 +119,25 @@ class StepClock:
                 self.times[-1] += rest
             else:
                 self.times.append(rest)
+                self.waits.append(0)
+            self._add_wait()
         self._between_ns, self._open = None, False
         self._lent_from.clear()
+        now = workers_wait_ns()
+        self.others_wait = now - self._others_from if now >= 0 and self._others_from >= 0 else -1
+
+    def _add_wait(self) -> None:
+        """Add the step thread's run-queue wait since the last reading to the
+        last step (on that thread only: the counter is per thread); an unknown
+        reading leaves the window without waits."""
+        if not self.waits or get_ident() != self.thread:
+            return
+        now = run_queue_wait_ns()
+        if now < 0 or self._wait_ns < 0:
+            self.waits = []
+            return
+        self.waits[-1] += now - self._wait_ns
+        self._wait_ns = now
 
     def _close_scopes(self, c: Any, since: int | None) -> int:
         """Close this thread's scopes; the time the outermost one (the step's,

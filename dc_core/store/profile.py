@@ -89,9 +89,33 @@ class Profile:
     init_ns: int = -1
     world_size: int = 1
     source: str = ""  # the file this profile was read from
+    #: Per node, ``"cpu_time_ns.min"`` / ``"cpu_time_ns.max"``: the least and
+    #: greatest exclusive value of one step over the window's steps (empty in
+    #: profiles written before steps were marked); see `step_range`.
+    step_bounds: dict[str, list[int]] = field(default_factory=dict)
+    step_wait_ns: list[int] = field(default_factory=list)  # per step: runnable, waiting for a CPU
+    others_wait_ns: int = -1  # the window's other threads, runnable, waiting for a CPU (-1: unknown)
 
     def series(self, name: str) -> list[Series]:
         return [s for s in self.system if s.name == name]
+
+    def step_range(self, metric: str = "cpu_time_ns") -> tuple[list[int], list[int]] | None:
+        """Per node, bounds of its inclusive ``metric`` in one step: a lower
+        bound of its quietest step and an upper bound of its busiest (each
+        node's exclusive extremes summed over its subtree; extremes of
+        different nodes may come from different steps). None where the
+        profile has no step bounds for ``metric``."""
+        low, high = self.step_bounds.get(f"{metric}.min"), self.step_bounds.get(f"{metric}.max")
+        if low is None or high is None:
+            return None
+        return _subtree_sums(self.tree.parent, low), _subtree_sums(self.tree.parent, high)
+
+
+def _subtree_sums(parent: list[int], column: list[int]) -> list[int]:
+    out = list(column)
+    for node in range(len(parent) - 1, 0, -1):  # parents come first
+        out[parent[node]] += out[node]
+    return out
 
 
 def encode(profile: Profile) -> bytes:
@@ -129,6 +153,10 @@ def encode(profile: Profile) -> bytes:
         )
     for name, column in tree.excl.items():
         msg.tree.metrics.add(name=name, unit=tree.units.get(name, "1"), values=column)
+    for name, column in profile.step_bounds.items():
+        msg.step_bounds.add(name=name, unit=tree.units.get(name.partition(".")[0], "1"), values=column)
+    msg.step_wait_ns.extend(profile.step_wait_ns)
+    msg.others_wait_ns = profile.others_wait_ns + 1  # 0 on the wire: unknown
     for s in profile.system:
         msg.system.add(name=s.name, unit=s.unit, device=s.device, t_ns=s.t_ns, values=s.values)
     msg.drops.update(profile.drops)
@@ -138,7 +166,8 @@ def encode(profile: Profile) -> bytes:
             rule=finding["rule"], severity=finding["severity"], message=finding["message"],
             suggestion=finding.get("suggestion", ""), path=finding.get("path", []),
             evidence_json=json.dumps(finding.get("evidence", {}), sort_keys=True),
-            node=finding.get("node", -1),
+            node=finding.get("node", -1), gain_ns=finding.get("gain_ns"),
+            gain_basis=finding.get("gain_basis", ""),
         )
     msg.strings.extend(strings)  # dicts keep insertion order = index order
     return msg.SerializeToString()
@@ -180,6 +209,8 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
             raise ValueError("parents do not form a tree")
         if any(len(m.values) != n for m in t.metrics):
             raise ValueError("a metric column has the wrong length")
+        if any(len(m.values) != n for m in msg.step_bounds):
+            raise ValueError("a step-bounds column has the wrong length")
         if any(len(s.t_ns) != len(s.values) for s in msg.system):
             raise ValueError("a system series has times and values of different lengths")
         findings = [_finding(f, i) for i, f in enumerate(msg.findings)]
@@ -210,6 +241,9 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         init_ns=msg.init_ns,
         world_size=msg.world_size or 1,
         source=str(source),
+        step_bounds={m.name: list(m.values) for m in msg.step_bounds},
+        step_wait_ns=list(msg.step_wait_ns),
+        others_wait_ns=msg.others_wait_ns - 1,
     )
 
 
@@ -238,6 +272,7 @@ def _finding(f: profile_pb2.Finding, index: int) -> dict[str, Any]:
     return {
         "rule": f.rule, "severity": f.severity, "message": f.message, "suggestion": f.suggestion,
         "path": list(f.path), "evidence": evidence, "node": f.node,
+        "gain_ns": f.gain_ns if f.HasField("gain_ns") else None, "gain_basis": f.gain_basis,
     }
 
 

@@ -265,6 +265,40 @@ def test_snapshot_columns_are_int64_arrays_of_consistent_length(collector):
     assert s["drops"] == {"nodes": 0, "samples": 0, "monitor": 0}
 
 
+def test_step_bounds_keep_each_nodes_least_and_greatest_step(collector):
+    c = collector
+    op = lambda name: c.child(0, c.intern(reference.KIND_OPERATOR, name))  # noqa: E731
+    steady, spiky = op("aten::mm"), op("aten::add")
+    assert "step_bounds" not in Snap(c).raw  # no step marked yet
+    for steady_ns, spiky_ns in ((10, 5), (12, 500), (11, 6)):  # one step preempted the add
+        c.add(steady, reference.METRIC_CPU_TIME, steady_ns)
+        c.add(spiky, reference.METRIC_CPU_TIME, spiky_ns)
+        c.mark_step()
+    late = op("aten::cat")  # runs only in the fourth step: 0 in the others
+    c.add(late, reference.METRIC_CPU_TIME, 7)
+    c.mark_step()
+    c.add(steady, reference.METRIC_CPU_TIME, 1000)  # after the last mark: in no step's bounds
+    s = Snap(c).raw
+    low, high = (list(s["step_bounds"][f"cpu_time_ns.{b}"]) for b in ("min", "max"))
+    assert s["steps_marked"] == 4
+    assert (low[steady], high[steady]) == (0, 12)  # the fourth step had no mm
+    assert (low[spiky], high[spiky]) == (0, 500)
+    assert (low[late], high[late]) == (0, 7)
+    assert len(low) == len(high) == c.node_count()
+    c.reset()
+    assert "step_bounds" not in Snap(c).raw
+
+
+def test_step_bounds_of_a_node_every_step_runs(collector):
+    c = collector
+    node = c.child(0, c.intern(reference.KIND_OPERATOR, "aten::mm"))
+    for ns in (30, 20, 25):
+        c.add(node, reference.METRIC_CPU_TIME, ns)
+        c.mark_step()
+    bounds = Snap(c).raw["step_bounds"]
+    assert (bounds["cpu_time_ns.min"][node], bounds["cpu_time_ns.max"][node]) == (20, 30)
+
+
 def test_node_cap_returns_the_parent_and_counts_drops(make_collector):
     c = make_collector(max_nodes=10)
     frames = [c.intern(reference.KIND_OPERATOR, f"op{i}") for i in range(20)]
