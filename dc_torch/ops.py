@@ -78,6 +78,19 @@ def op_name(func: Callable) -> str:
     return f"{module}.{qualname}" if module and not qualname.startswith(module) else qualname
 
 
+_TENSOR_TO = torch.Tensor.to
+_TO_DEVICE = ("torch.Tensor.to", "device")  # its frame's key in ``Frames.ops``
+
+
+def moves_device(args: tuple, kwargs: dict) -> bool:
+    """Whether a ``Tensor.to`` call names a device and no dtype: ``x.to("cuda")``,
+    ``x.to("cpu", copy=True)`` (ATen's ``to.device`` overload with the dtype kept)."""
+    if "dtype" in kwargs or any(isinstance(a, (torch.dtype, torch.Tensor)) for a in args[1:]):
+        return False
+    return "device" in kwargs or any(isinstance(a, (str, torch.device, int)) and not isinstance(a, bool)
+                                     for a in args[1:])
+
+
 def classify(frames: Frames, func: Callable) -> int:
     """Frame id of ``func``'s operator frame, or ``SKIP`` or ``BACKWARD_ENTRY``; cached in ``frames.ops``."""
     name = op_name(func)
@@ -187,6 +200,10 @@ class OperatorMode(TorchFunctionMode):
                 return func(*args, **kwargs)
         if fid == BACKWARD_ENTRY:
             return hub.backward.run(func, args, kwargs)
+        if func is _TENSOR_TO and moves_device(args, kwargs):  # a transfer, not a cast
+            fid = self.ops.get(_TO_DEVICE)
+            if fid is None:
+                fid = self.ops[_TO_DEVICE] = hub.frames.op("torch.Tensor.to", detail="device")
         suspended = hub.window.suspended
         if suspended and get_ident() in suspended:  # inside a compiled region: it records itself
             return func(*args, **kwargs)

@@ -52,6 +52,10 @@ void publish(OpThread& t, int d) {
 int64_t api_op_frame(void* c, const char* name, int32_t backward) {
   return static_cast<Collector*>(c)->op_frame(name, backward != 0);
 }
+
+int64_t api_op_frame_detail(void* c, const char* name, const char* detail, int32_t backward) {
+  return static_cast<Collector*>(c)->op_frame(name, backward != 0, detail);
+}
 int64_t api_op_enter(void* c, int64_t frame, int64_t seq, uint64_t thread, int32_t flags) {
   return static_cast<Collector*>(c)->op_enter(frame, seq, thread, flags);
 }
@@ -72,6 +76,7 @@ dc_capture_api make_capture_api(Collector* c) {
   api.abi = DC_CAPTURE_ABI;
   api.collector = c;
   api.op_frame = api_op_frame;
+  api.op_frame_detail = api_op_frame_detail;
   api.op_enter = api_op_enter;
   api.backward_enter = api_backward_enter;
   api.op_exit = api_op_exit;
@@ -140,9 +145,9 @@ std::pair<int64_t, int64_t> Collector::capture_stop() {
 
 // --- the hot calls (any thread, GIL or not) ---------------------------------
 
-int64_t Collector::op_frame(const char* name, bool backward) {
+int64_t Collector::op_frame(const char* name, bool backward, const char* detail) {
   DC_HOT_LOCK;
-  return frames_.intern(KIND_OPERATOR, name, "", 0, "", backward ? FLAG_BACKWARD : 0);
+  return frames_.intern(KIND_OPERATOR, name, "", 0, detail, backward ? FLAG_BACKWARD : 0);
 }
 
 OpThread& Collector::op_thread(bool python) {

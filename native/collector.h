@@ -113,7 +113,7 @@ class Collector {
   std::pair<int64_t, int64_t> capture_stop();
   bool capturing() const { return capturing_.load(std::memory_order_relaxed); }
   const dc_capture_api* capture_api() const { return &api_; }
-  int64_t op_frame(const char* name, bool backward);
+  int64_t op_frame(const char* name, bool backward, const char* detail = "");
   int64_t op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t flags);
   int64_t backward_enter(int64_t frame, int64_t seq, uint64_t forward_thread);
   void op_exit(int64_t metric, int64_t value);

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define DC_CAPTURE_CAPSULE "dc_core._native.capture_api"
-#define DC_CAPTURE_ABI 3
+#define DC_CAPTURE_ABI 4
 
 /* op_enter flags */
 #define DC_OP_REGION 1 /* a named region (an autograd.Function, a compiled region), not an ATen
@@ -45,6 +45,9 @@ typedef struct dc_capture_api {
   /* Adds `value` of metric `metric` to the calling thread's innermost
    * recorded operator. */
   void (*op_add)(void* collector, int64_t metric, int64_t value);
+  /* As op_frame, the frame's detail `detail` (e.g. "device": an aten::to
+   * overload that moves a tensor between devices, not between dtypes). */
+  int64_t (*op_frame_detail)(void* collector, const char* name, const char* detail, int32_t backward);
 } dc_capture_api;
 
 #ifdef __cplusplus

@@ -32,10 +32,12 @@ int64_t g_flops = -1;  // metric id of matmul FLOPs, -1: off
 int64_t g_alloc = -1;  // metric id of output bytes, -1: off
 bool g_marks = false;  // open a "dc#<node>" record per recorded op, for Kineto
 
-// Matmul family, for FLOPs from input shapes: which inputs are the operands.
-enum Family : int8_t { NONE, MM, ADDMM, BMM, BADDBMM };
+// Matmul family, for FLOPs from input shapes: which inputs are the operands;
+// TO for aten::to, whose overload tells a device move from a cast.
+enum Family : int8_t { NONE, MM, ADDMM, BMM, BADDBMM, TO };
 
 Family family_of(const char* name) {
+  if (std::strcmp(name, "aten::to") == 0) return TO;  // its overload says: a device move or a cast
   if (std::strcmp(name, "aten::mm") == 0) return MM;
   if (std::strcmp(name, "aten::addmm") == 0 || std::strcmp(name, "aten::_addmm_activation") == 0)
     return ADDMM;
@@ -109,9 +111,10 @@ class NameCache {
     bool in_place = false;
     bool twin = false;  // a bare-named record of an ATen op, inside that op's own record
     int32_t flags = 0;  // DC_OP_REGION for records that are not ATen ops
+    int64_t device_frame = kSkip;  // TO: the frame of its `device` overload (kSkip: not made yet)
   };
 
-  const Known& lookup(const dc_capture_api* api, const char* name, bool backward) {
+  Known& lookup(const dc_capture_api* api, const char* name, bool backward) {
     const uint64_t gen = g_generation.load(std::memory_order_relaxed);
     if (gen != generation_) {
       for (Known& k : known_) k = Known();
@@ -123,7 +126,7 @@ class NameCache {
     }
     Recent& r = recent_[(reinterpret_cast<uintptr_t>(name) >> 3) & (kSlots - 1)];
     if (r.ptr == name) {
-      const Known& k = known_[r.known];
+      Known& k = known_[r.known];
       if (k.backward == backward && same_text(k.text, name)) return k;
     }
     // Open addressing: two names sharing a slot would otherwise evict each
@@ -268,9 +271,15 @@ void enter(const at::RecordFunction& fn) {
   if (api == nullptr) return;
   NameCache& cache = names();
   const bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
-  const NameCache::Known& k = cache.lookup(api, fn.name(), backward);
+  NameCache::Known& k = cache.lookup(api, fn.name(), backward);
   // The twin record of an op already open as itself is that op, once.
-  const int64_t frame = k.twin && !cache.open.empty() && cache.open.back().frame == k.frame ? kSkip : k.frame;
+  int64_t frame = k.twin && !cache.open.empty() && cache.open.back().frame == k.frame ? kSkip : k.frame;
+  if (k.family == TO && frame >= 0 && std::strcmp(fn.overload_name(), "dtype_layout") == 0) {
+    // x.to("cuda"), x.cpu(): Python's Tensor.to with a device and no dtype
+    // calls this overload with the tensor's own options: a transfer, not a cast
+    if (k.device_frame == kSkip) k.device_frame = api->op_frame_detail(api->collector, fn.name(), "device", 0);
+    frame = k.device_frame;
+  }
   const int64_t node =
       backward && frame >= 0
           ? api->backward_enter(api->collector, frame, fn.seqNr(), fn.forwardThreadId())
@@ -280,7 +289,7 @@ void enter(const at::RecordFunction& fn) {
   o.frame = frame;
   if (fn.needsInputs() && !backward) {
     c10::ArrayRef<const c10::IValue> in = fn.inputs();
-    if (g_flops >= 0 && k.family != NONE) {
+    if (g_flops >= 0 && k.family != NONE && k.family != TO) {
       const int64_t flops = matmul_flops(k.family, in);
       if (flops > 0) api->op_add(api->collector, g_flops, flops);
     }
