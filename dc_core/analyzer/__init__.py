@@ -3,7 +3,11 @@
 A rule is a small pure function ``rule(window) -> list[finding]``; a finding is
 ``{rule, severity, message, suggestion, path, evidence, node}`` where ``path``
 is the labels of the node's call path (root's child first) and ``node`` its
-index in the profile's tree (-1 when the finding is about the whole window).
+index in the profile's tree (-1 when the finding is about the whole window),
+plus ``gain_ns``, the time per step its fix would save (None: not
+estimable), and ``gain_basis``, the sentence saying which time that is.
+Timing rules weigh each node's quietest step (`base.Window.quiet`), so one
+step the machine stole cannot make a finding.
 Thresholds live in `thresholds.DEFAULTS`; ``ProfilerConfig.analyzer`` overrides
 them. ``analyze`` sees one window of one rank; ``analyze_ranks`` compares the
 windows and ranks of a run; `stream.analyze_files` does both over a logdir's
@@ -95,9 +99,15 @@ def findings_of(profile: Profile) -> list[dict[str, Any]]:
 
 
 def sort_findings(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Most severe first; within a severity, in rule order (stable)."""
+    """Most severe first; within a severity, the biggest saving per step
+    first, those with none after, in rule order (stable)."""
     order = {rule: i for i, rule in enumerate(RULE_IDS)}
-    return sorted(findings, key=lambda f: (SEVERITIES.index(f["severity"]), order.get(f["rule"], len(order))))
+
+    def key(f: dict[str, Any]) -> tuple:
+        gain = f.get("gain_ns")
+        return (SEVERITIES.index(f["severity"]), gain is None, -(gain or 0), order.get(f["rule"], len(order)))
+
+    return sorted(findings, key=key)
 
 
 def analyze(profile: Profile, overrides: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
@@ -116,6 +126,7 @@ def analyze(profile: Profile, overrides: Mapping[str, float] | None = None) -> l
     for rule, check in RULES.items():
         if thresholds.enabled(rule):
             found.extend(_guarded(rule, check, window))
+    window.on_this_host(found)
     return sort_findings(found)
 
 

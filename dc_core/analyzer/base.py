@@ -7,8 +7,9 @@ through the helpers here so that "an operator's context", "its scope" and
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterable
 
 from ..model.kinds import CONTEXT_KINDS
 from ..model.opnames import op_name as bare_op_name
@@ -22,19 +23,41 @@ def op_name(frame: Frame) -> str:
 
 
 def finding(
-    rule: str, severity: str, message: str, suggestion: str, tree: Tree | None, node: int, evidence: dict[str, Any]
+    rule: str, severity: str, message: str, suggestion: str, tree: Tree | None, node: int, evidence: dict[str, Any],
+    *, gain_ns: float | None, gain_basis: str,
 ) -> dict[str, Any]:
-    """A finding as stored in the profile and shown by the report."""
+    """A finding as stored in the profile and shown by the report.
+
+    ``gain_ns`` is the time per step the fix would save (an upper bound where
+    the basis says so; None where no saving can be estimated) and
+    ``gain_basis`` one sentence saying which nodes' time it is and why."""
     path = [tree.node_frame(n).label() for n in tree.path(node)] if tree is not None and node > 0 else []
     return {
         "rule": rule, "severity": severity, "message": message, "suggestion": suggestion,
         "path": path, "evidence": evidence, "node": node if path else -1,
+        "gain_ns": _gain(gain_ns), "gain_basis": gain_basis,
     }
+
+
+def _gain(ns: float | None) -> int | None:
+    """A saving as stored: whole ns, never negative, within int64 (None stays None;
+    a non-finite estimate from damaged input is none)."""
+    if ns is None or not math.isfinite(ns):
+        return None
+    return min(max(int(ns), 0), 2**63 - 1)
 
 
 def located(p: Profile) -> dict[str, Any]:
     """The evidence naming a finding's profile (see `dc_core.analyzer.attach`)."""
     return {"run": p.run, "rank": p.rank, "steps": list(p.steps)}
+
+
+#: Rules whose saving already leaves out what the host took from the step.
+_OWN_DISCOUNT = frozenset({"step_outlier"})
+
+#: Steps a window needs before a timing rule may warn: each node's quietest of
+#: them is what the rules weigh, and one preempted step must not be all there is.
+MIN_JUDGED_STEPS = 3
 
 
 def percent(share: float) -> str:
@@ -101,6 +124,8 @@ class Window:
         self.gpu = (device and not no_accelerator) or bool(profile.series("gpu_util_percent"))
         self.metric = "device_time_ns" if device else "cpu_time_ns"
         self.cpu_only = not self.gpu and no_accelerator
+        self._ranges: dict[str, tuple[list[int], list[int]] | None] = {}
+        self._top_scopes: dict[bool, dict[tuple, list[int]]] = {}
 
     # --- sizes ----------------------------------------------------------------
     @cached_property
@@ -128,6 +153,121 @@ class Window:
 
     def share(self, node: int) -> float:
         return self.incl[node] / self.total
+
+    # --- per step -----------------------------------------------------------
+    # A window's sums let one preempted step decide a rule: a 700x backward on
+    # a loaded host. Timing rules weigh each node's quietest step instead (the
+    # collector keeps, per node, its least and greatest time of one step):
+    # noise only ever adds time, so a cost there is one every step paid.
+    def marked(self, metric: str | None = None) -> int:
+        """Steps the profile has per-step bounds of ``metric`` (default: the
+        rules' ``metric``) for; 0: none (JAX's device time, older writers)."""
+        name = f"{metric or self.metric}.min"
+        return len(self.profile.step_times_ns) if name in self.profile.step_bounds else 0
+
+    def _range(self, metric: str | None) -> tuple[list[int], list[int]] | None:
+        metric = metric or self.metric
+        if metric not in self._ranges:
+            self._ranges[metric] = self.profile.step_range(metric) if self.marked(metric) >= 2 else None
+        return self._ranges[metric]
+
+    def per_step(self, node: int, metric: str | None = None) -> float:
+        """The node's mean inclusive ``metric`` per step."""
+        incl = self.incl if metric in (None, self.metric) else self.tree.inclusive(metric)
+        return incl[node] / self.steps
+
+    def quiet(self, node: int, metric: str | None = None) -> float:
+        """The node's inclusive ``metric`` in one step, as noise cannot make
+        it: a lower bound of its quietest step where steps are marked, else its mean."""
+        bounds = self._range(metric)
+        return bounds[0][node] if bounds else self.per_step(node, metric)
+
+    def quiet_own(self, node: int, metric: str | None = None) -> float:
+        """The node's exclusive ``metric`` in its quietest step (else its mean)."""
+        metric = metric or self.metric
+        if self._range(metric):
+            return self.profile.step_bounds[f"{metric}.min"][node]
+        return self.tree.value(node, metric) / self.steps
+
+    def busiest(self, node: int, metric: str | None = None) -> float:
+        """An upper bound of the node's inclusive ``metric`` in its busiest
+        step (all of it where steps are not marked: one step may hold it all)."""
+        bounds = self._range(metric)
+        return bounds[1][node] if bounds else self.per_step(node, metric) * self.steps
+
+    def quiet_sum(self, nodes: Iterable[int], metric: str | None = None) -> float:
+        return sum(self.quiet(n, metric) for n in nodes)
+
+    def mean_sum(self, nodes: Iterable[int], metric: str | None = None) -> float:
+        """The nodes' mean ``metric`` per step: what a fix removing them saves
+        on the mean step (noise a node's time draws goes with it)."""
+        return sum(self.per_step(n, metric) for n in nodes)
+
+    def mean_own(self, node: int, metric: str | None = None) -> float:
+        """The node's mean exclusive ``metric`` per step."""
+        return self.tree.value(node, metric or self.metric) / self.steps
+
+    def quiet_share(self, nodes: Iterable[int], metric: str | None = None) -> float:
+        """Share of a quiet step the nodes hold (both sides quiet)."""
+        return self.quiet_sum(nodes, metric) / max(self.quiet(0, metric), 1)
+
+    def spread(self, nodes: list[int], metric: str | None = None) -> dict[str, int]:
+        """Evidence of the nodes' time per step: quietest, mean, busiest."""
+        return {"quiet_ns": int(self.quiet_sum(nodes, metric)),
+                "mean_ns": int(sum(self.per_step(n, metric) for n in nodes)),
+                "busiest_ns": int(sum(self.busiest(n, metric) for n in nodes))}
+
+    @cached_property
+    def noise_caveat(self) -> str:
+        """Why this window's timings cannot rule machine noise out ("" where they can)."""
+        if self.marked() >= MIN_JUDGED_STEPS or (self.metric == "device_time_ns" and self.steps >= MIN_JUDGED_STEPS):
+            return ""
+        return (f"{self.steps} step{'s' if self.steps != 1 else ''} cannot tell a cost from machine noise; "
+                f"profile {MIN_JUDGED_STEPS} or more")
+
+    @cached_property
+    def running_share(self) -> float:
+        """Share of the window's step time its thread had a CPU (1 where the
+        waits are unknown): a loaded host stretches every node's time by its
+        inverse, which no fix in the program removes."""
+        wall = sum(self.profile.step_times_ns)
+        if not self.stolen or wall <= 0:
+            return 1.0
+        return min(max(1 - sum(self.stolen) / wall, 0.0), 1.0)
+
+    def on_this_host(self, found: list[dict[str, Any]]) -> None:
+        """Scale the findings' savings to the program's own time: less the
+        share of the window the host gave to other work (`running_share`)."""
+        share = self.running_share
+        if share >= 0.99:
+            return
+        for f in found:
+            if f.get("gain_ns") is not None and f["rule"] not in _OWN_DISCOUNT:
+                f["gain_ns"] = int(f["gain_ns"] * share)
+                f["gain_basis"] += f"; less the {percent(1 - share)} of the window the step waited for a CPU"
+
+    @cached_property
+    def others_waited(self) -> float:
+        """ns per step the process's other threads (intra-op workers) waited,
+        runnable, for a CPU: time a parallel operator may show as its own."""
+        return max(self.profile.others_wait_ns, 0) / self.steps
+
+    def judge(self, severity: str, excess_ns: float) -> tuple[str, str]:
+        """A timing finding's severity and caveat: ``info`` where too few steps
+        rule noise out, or where its excess over normal per step is no more
+        than the workers' wait for a CPU, which a loaded host puts there."""
+        if self.noise_caveat:
+            return "info", self.noise_caveat
+        if excess_ns <= self.others_waited:
+            return "info", (f"the process's other threads waited {ms(self.others_waited)} per step for a CPU, "
+                            "as much as this: the host's load may be all of it")
+        return severity, ""
+
+    @cached_property
+    def stolen(self) -> list[int]:
+        """Per step, ns its thread waited, runnable, for a CPU (empty: unknown)."""
+        waits = self.profile.step_wait_ns
+        return list(waits) if len(waits) == len(self.profile.step_times_ns) else []
 
     def count(self, node: int) -> int:
         return self.tree.inclusive("count")[node] if node else 0
@@ -217,9 +357,13 @@ class Window:
 
     def scopes(self, ops: list[int], by_function: bool = True) -> dict[tuple, list[int]]:
         """Group operator nodes by the context (function or line) that called them."""
+        if ops is self.top_ops and by_function in self._top_scopes:  # several rules group them all
+            return self._top_scopes[by_function]
         groups: dict[tuple, list[int]] = {}
         for op in ops:
             groups.setdefault(self.context_key(self.anchor(op), by_function), []).append(op)
+        if ops is self.top_ops:
+            self._top_scopes[by_function] = groups
         return groups
 
     def heaviest(self, nodes: list[int]) -> int:

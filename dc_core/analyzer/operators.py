@@ -38,25 +38,30 @@ def _is_cast(w: Window, op: int) -> bool:
 
 
 def dtype_conversion(w: Window) -> list[dict[str, Any]]:
-    """Casts between dtypes taking ≥ min_share of the window under one function (warning)."""
+    """Casts between dtypes taking ≥ min_share of a quiet step under one function (warning)."""
     casts = [op for op in w.top_ops if _is_cast(w, op)]
     out = []
     for ops in w.scopes(casts).values():
-        time_ns = sum(w.incl[o] for o in ops)
-        share = time_ns / w.total
+        time_ns = w.quiet_sum(ops)
+        share = w.quiet_share(ops)
         if share < w.t["dtype_conversion.min_share"]:
             continue
         calls = sum(w.tree.value(o, "count") for o in ops)
         node = w.heaviest(ops)
+        where = w.tree.node_frame(w.anchor(node)).label()
+        severity, caveat = w.judge("warning", time_ns)
         out.append(finding(
-            "dtype_conversion", "warning",
-            f"dtype conversions take {percent(share)} of the window ({ms(time_ns)}, "
-            f"{calls / w.steps:.0f} per step) in {w.tree.node_frame(w.anchor(node)).label()}",
+            "dtype_conversion", severity,
+            f"dtype conversions take {percent(share)} of a step ({ms(time_ns)}, "
+            f"{calls / w.steps:.0f} per step) in {where}" + (f" ({caveat})" if caveat else ""),
             "keep tensors in one dtype across this code; for mixed precision use torch.autocast "
             "instead of manual .half()/.float() casts, and cast parameters once, not per step",
             w.tree, node,
-            {"share": round(share, 4), "time_ns": time_ns, "calls": calls, "per_step": calls / w.steps,
-             "operators": _names(w, ops), "metric": w.metric},
+            {"share": round(share, 4), "time_ns": int(time_ns), "calls": calls, "per_step": calls / w.steps,
+             "operators": _names(w, ops), "metric": w.metric, "per_step_ns": w.spread(ops)},
+            gain_ns=w.mean_sum(ops),
+            gain_basis=f"the casts under {where}, forward and backward (mean per step): "
+                       "all of their time, where the code can stay in one dtype",
         ))
     return out
 
@@ -78,8 +83,8 @@ def layout_conversion(w: Window) -> list[dict[str, Any]]:
     out = []
     scopes = w.scopes(w.top_ops)
     for key, ops in w.scopes(copies).items():
-        time_ns = sum(w.incl[o] for o in ops)
-        share = time_ns / w.total
+        time_ns = w.quiet_sum(ops)
+        share = w.quiet_share(ops)
         if share < w.t["layout_conversion.min_share"]:
             continue
         transposes = sum(
@@ -93,20 +98,26 @@ def layout_conversion(w: Window) -> list[dict[str, Any]]:
                   if has_conv else
                   "avoid materialising the transpose: keep the layout the next operator wants, "
                   "use a matmul/einsum that takes the transposed view directly, or fuse with torch.compile")
+        where = w.tree.node_frame(w.anchor(node)).label()
+        severity, caveat = w.judge("warning", time_ns)
         out.append(finding(
-            "layout_conversion", "warning",
-            f"layout copies (contiguous/reshape) take {percent(share)} of the window ({ms(time_ns)}) "
-            f"in {w.tree.node_frame(w.anchor(node)).label()}",
+            "layout_conversion", severity,
+            f"layout copies (contiguous/reshape) take {percent(share)} of a step ({ms(time_ns)}) "
+            f"in {where}" + (f" ({caveat})" if caveat else ""),
             advice, w.tree, node,
-            {"share": round(share, 4), "time_ns": time_ns, "calls": calls, "transposes": transposes,
-             "operators": _names(w, ops), "metric": w.metric},
+            {"share": round(share, 4), "time_ns": int(time_ns), "calls": calls, "transposes": transposes,
+             "operators": _names(w, ops), "metric": w.metric, "per_step_ns": w.spread(ops)},
+            gain_ns=w.mean_sum(ops),
+            gain_basis=f"the layout copies under {where} (mean per step): all of their time, "
+                       "where the next operator takes the layout it is given",
         ))
     return out
 
 
 def small_ops(w: Window) -> list[dict[str, Any]]:
     """Many short operators under one function: median < max_median_us and
-    ≥ min_per_step calls per step (warning). The optimizer is left to ``optimizer_unfused``."""
+    ≥ min_per_step calls per step, ≥ min_share of a quiet step's host time with
+    the Python between them (warning). The optimizer is left to ``optimizer_unfused``."""
     ops = [o for o in w.top_ops if w.phase(o) != "optimizer"]
     out = []
     for scope_ops in w.scopes(ops).values():
@@ -115,21 +126,30 @@ def small_ops(w: Window) -> list[dict[str, Any]]:
         if per_step < w.t["small_ops.min_per_step"]:
             continue
         med_ns = weighted_median([(w.per_call_ns(o), w.tree.value(o, "count")) for o in scope_ops])
-        time_ns = sum(w.cpu[o] for o in scope_ops)
-        share = time_ns / w.host_total
+        # the ops and the Python of their lines between them: what a loop of them costs
+        lines = {w.anchor(o) for o in scope_ops} - {0}
+        time_ns = w.quiet_sum(scope_ops, "cpu_time_ns") + sum(w.quiet_own(n, "cpu_time_ns") for n in lines)
+        share = time_ns / max(w.quiet(0, "cpu_time_ns"), 1)
         if med_ns >= w.t["small_ops.max_median_us"] * 1e3 or share < w.t["small_ops.min_share"]:
             continue
         anchor = w.anchor(w.heaviest(scope_ops))
+        where = w.tree.node_frame(anchor).label() if anchor else "code outside any user frame"
+        severity, caveat = w.judge("warning", time_ns)
         out.append(finding(
-            "small_ops", "warning",
-            f"{per_step:.0f} operators per step with a median of {med_ns / 1e3:.1f} µs in "
-            f"{w.tree.node_frame(anchor).label() if anchor else 'code outside any user frame'} "
-            f"({percent(share)} of host time)",
-            "per-operator overhead dominates: fuse with torch.compile (mode='reduce-overhead' on GPU), "
-            "use torch._foreach_* for per-tensor loops, or vectorise the Python loop",
+            "small_ops", severity,
+            f"{per_step:.0f} operators per step with a median of {med_ns / 1e3:.1f} µs in {where} "
+            f"({percent(share)} of a step's host time with the Python between them)"
+            + (f" ({caveat})" if caveat else ""),
+            "per-operator overhead dominates: replace the Python loop by one batched operator (index a "
+            "stacked tensor, torch._foreach_* for per-tensor loops), or fuse with torch.compile "
+            "(mode='reduce-overhead' on GPU)",
             w.tree, anchor or w.heaviest(scope_ops),
             {"per_step": round(per_step, 1), "calls": calls, "median_us": round(med_ns / 1e3, 2),
-             "time_ns": time_ns, "share": round(share, 4), "operators": _names(w, scope_ops)[:10]},
+             "time_ns": int(time_ns), "share": round(share, 4), "operators": _names(w, scope_ops)[:10]},
+            gain_ns=w.mean_sum(scope_ops, "cpu_time_ns") + sum(w.mean_own(n, "cpu_time_ns") for n in lines) - med_ns,
+            gain_basis=f"the {per_step:.0f} operators per step under {where} and the Python between them "
+                       "(mean per step), less one call of their median: an upper bound, one batched call "
+                       "doing their work",
         ))
     return out
 
@@ -147,22 +167,30 @@ def unfused_norm(w: Window) -> list[dict[str, Any]]:
             continue
         if names & _FUSED_NORMS:
             continue
-        time_ns = sum(w.incl[o] for o in ops)
-        share = time_ns / w.total
+        time_ns = w.quiet_sum(ops)
+        share = w.quiet_share(ops)
         if share < w.t["unfused_norm.min_share"]:
             continue
         kind = "LayerNorm" if "sub" in names or "var" in names or "var_mean" in names else "RMSNorm"
         anchor = w.anchor(w.heaviest(forward))
         fused = "torch.nn.LayerNorm / F.layer_norm" if kind == "LayerNorm" else "torch.nn.RMSNorm / F.rms_norm"
+        where = w.tree.node_frame(anchor).label() if anchor else "?"
+        # A fused norm reads its input once for the statistics and once to
+        # normalise; the chain makes a pass per operator.
+        passes = max(len(forward), 2)
+        severity, caveat = w.judge("warning", time_ns)
         out.append(finding(
-            "unfused_norm", "warning",
+            "unfused_norm", severity,
             f"a hand-written {kind} ({', '.join(sorted(names & {'pow', 'square', 'mean', 'var', 'rsqrt', 'sqrt', 'mul', 'sub', 'div'}))}) "
-            f"in {w.tree.node_frame(anchor).label() if anchor else '?'} takes {percent(share)} of the window "
-            f"in {len(forward)} separate operators",
+            f"in {where} takes {percent(share)} of a step ({ms(time_ns)}) in {len(forward)} separate operators"
+            + (f" ({caveat})" if caveat else ""),
             f"use the fused {fused}, or torch.compile the block so the chain becomes one kernel",
             w.tree, anchor or w.heaviest(forward),
-            {"kind": kind, "operators": sorted(names), "ops": len(forward), "time_ns": time_ns,
-             "share": round(share, 4), "metric": w.metric},
+            {"kind": kind, "operators": sorted(names), "ops": len(forward), "time_ns": int(time_ns),
+             "share": round(share, 4), "metric": w.metric, "per_step_ns": w.spread(ops)},
+            gain_ns=w.mean_sum(ops) * (1 - 2 / passes),
+            gain_basis=f"the chain's {len(forward)} forward operators and their backward under {where} (mean "
+                       f"per step), less the 2 of {passes} passes over the data a fused norm makes",
         ))
     return out
 
@@ -170,33 +198,46 @@ def unfused_norm(w: Window) -> list[dict[str, Any]]:
 def host_sync(w: Window) -> list[dict[str, Any]]:
     """Synchronising calls (``.item()``, ``nonzero``, ``.cpu()``...) inside the step, per line.
 
-    None on a CPU-only run: there is no device to wait for, the call is just
-    an operator. Warning where device activity was recorded (each sync stalls
-    the launch queue) or when frequent or heavy; info otherwise."""
-    if w.cpu_only:
-        return []
+    Warning where device activity was recorded (each sync stalls the launch
+    queue) or when frequent or heavy; info otherwise. On a CPU-only run there
+    is no device to wait for: only heavy ones, as info (a value read into
+    Python per call, which a GPU would make a stall)."""
     # Syncs inside backward and the optimizer step come from the framework's own
     # code (e.g. a for-loop AdamW reads its step counter with .item()), not from
     # a line the user can change; optimizer_unfused covers the optimizer.
     syncs = [o for o in w.top_ops
              if op_name(w.tree.node_frame(o)) in _SYNCS and w.phase(o) not in ("backward", "optimizer")]
+    lines = w.scopes(w.top_ops, by_function=False)
     out = []
-    for ops in w.scopes(syncs, by_function=False).values():
+    for key, ops in w.scopes(syncs, by_function=False).items():
         calls = sum(w.tree.value(o, "count") for o in ops)
         per_step = calls / w.steps
-        time_ns = sum(w.cpu[o] for o in ops)
-        share = time_ns / w.host_total
+        # what the line spends around its syncs: its operators and its own Python
+        line_ops = lines.get(key, ops)
+        anchors = {w.anchor(o) for o in line_ops} - {0}
+        line_ns = w.quiet_sum(line_ops, "cpu_time_ns") + sum(w.quiet_own(n, "cpu_time_ns") for n in anchors)
+        line_mean = w.mean_sum(line_ops, "cpu_time_ns") + sum(w.mean_own(n, "cpu_time_ns") for n in anchors)
+        share = line_ns / max(w.quiet(0, "cpu_time_ns"), 1)
         heavy = per_step > w.t["host_sync.warn_per_step"] or share >= w.t["host_sync.warn_share"]
+        if w.cpu_only and not (heavy and share >= w.t["host_sync.warn_share"]):
+            continue
         node = w.heaviest(ops)
         anchor = w.anchor(node)
         where = w.tree.node_frame(anchor).label() if anchor else "the step"
+        what = (f"reads a tensor into Python {per_step:.1f}x per step at {where} ({ms(line_ns)} per step with "
+                "the line's other work; no device here, on a GPU each read stalls the launch queue)"
+                if w.cpu_only else f"synchronises host and device {per_step:.1f}x per step at {where}")
         out.append(finding(
-            "host_sync", "warning" if w.gpu or heavy else "info",
-            f"{', '.join(_names(w, ops))} synchronises host and device {per_step:.1f}x per step at {where}",
-            "keep values on the device (accumulate the loss as a tensor, log every N steps), use masks or "
-            "nonzero_static with fixed sizes instead of data-dependent shapes",
+            "host_sync", "info" if w.cpu_only else w.judge("warning", line_ns)[0] if w.gpu or heavy else "info",
+            f"{', '.join(_names(w, ops))} {what}",
+            "keep values on the device (accumulate the loss as a tensor, read it once per step or every N "
+            "steps), use masks or nonzero_static with fixed sizes instead of data-dependent shapes",
             w.tree, node,
-            {"operators": _names(w, ops), "calls": calls, "per_step": round(per_step, 2), "time_ns": time_ns,
+            {"operators": _names(w, ops), "calls": calls, "per_step": round(per_step, 2),
+             "time_ns": int(w.quiet_sum(ops, "cpu_time_ns")), "line_ns": int(line_ns),
              "share": round(share, 4), "phase": w.phase(node)},
+            gain_ns=line_mean * (1 - 1 / max(per_step, 1)),
+            gain_basis=f"the time of {where}, which reads {per_step:.0f} values per step (mean per step), "
+                       "less one read: an upper bound, the values kept in one tensor and read once",
         ))
     return out

@@ -193,6 +193,9 @@ def outlier_finding(ensemble: Ensemble, t: Thresholds,
          "nodes": [{"path": [ensemble.node_frame(n).label() for n in ensemble.path(k)], "excess_ns": int(v)}
                    for k, v in top.explain],
          "outlier_ranks": [o.rank for o in found]},
+        gain_ns=top.excess,
+        gain_basis=f"rank {top.rank}'s {top.measure} time per step above the median rank's: every rank waits "
+                   "for it, so evening the work out saves that much of each rank's step",
     )
 
 
@@ -240,6 +243,9 @@ def _straggler(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict
          **({"work_ratio_per_rank": {str(r): round(v, 3) for r, v in sorted(work.items())}} if work else {}),
          "step_ns": int(step[rank]), "median_step_ns": int(med),
          "step_ns_per_rank": {str(r): int(v) for r, v in sorted(step.items())}},
+        gain_ns=step[rank] - med,
+        gain_basis=f"rank {rank}'s step time above the median rank's: an upper bound, the others wait for it "
+                   "in their collectives",
     )
 
 
@@ -272,6 +278,7 @@ def _share_difference(windows: dict[int, Window], t: Thresholds, paths: _Paths) 
         "the ranks do different work here: check data sharding and rank-specific code paths",
         w.tree, node,
         {**located(w.profile), "share_per_rank": {str(r): round(per_rank.get(r, 0.0), 4) for r in sorted(windows)}},
+        gain_ns=None, gain_basis="a difference between ranks' shares, not a cost: no saving can be estimated",
     )
 
 
@@ -305,6 +312,7 @@ def memory_growth_windows(profiles: list[Profile], t: Thresholds) -> list[dict[s
             None, -1,
             {**located(last), "series": "rss_bytes", "windows": [list(p.steps) for p, _ in points],
              "median_bytes": [int(m) for m in medians], "growth_bytes": int(growth)},
+            gain_ns=None, gain_basis="memory, not time: no saving per step can be estimated",
         ))
     return out
 

@@ -48,6 +48,7 @@ def low_gpu_utilization(w: Window) -> list[dict[str, Any]]:
             "the GPU waits for the host: see dataloader_bottleneck, gpu_idle and host_sync findings; "
             "a larger batch, more DataLoader workers or torch.compile usually help",
             None, -1, {"device": device, "samples": len(values), **stats},
+            gain_ns=None, gain_basis="a utilisation, not a cost: the findings on what the GPU waits for say the saving",
         ))
     return out
 
@@ -71,6 +72,7 @@ def cpu_bottleneck(w: Window) -> list[dict[str, Any]]:
         "move work off the host: more DataLoader workers, GPU-side augmentation, fewer Python-side "
         "loops in the step; check the hottest host context shown",
         w.tree, hot, {"cpu": _stats(cpu), "gpu_p50": round(gpu_p50, 2), "samples": len(cpu)},
+        gain_ns=None, gain_basis="a utilisation, not a cost: the host-time findings say what moving work saves",
     )]
 
 
@@ -107,6 +109,9 @@ def io_bottleneck(w: Window) -> list[dict[str, Any]]:
         w.tree, hot,
         {"dataloader_share": round(share, 4), "busiest_core": _stats(busiest), "cpu": _stats(cpu_mean(w)),
          "disk_read_bytes_per_s": _stats(rates) if rates else {}, "samples": len(rows)},
+        gain_ns=w.mean_sum(phases, "cpu_time_ns"),
+        gain_basis="the step's wait for data (mean per step): an upper bound, all of it hidden "
+                   "where reads keep ahead of the step",
     )]
 
 
@@ -130,6 +135,7 @@ def batch_size(w: Window) -> list[dict[str, Any]]:
         + (f", GPU p95 {max(percentile(v, 95) for v in gpus.values()):.0f}%" if gpus else "") + ")",
         "try a larger batch size (scale the learning rate with it), or a smaller instance",
         None, -1, evidence,
+        gain_ns=None, gain_basis="spare capacity, not a cost: a larger batch raises throughput, not a step's time",
     )]
 
 
@@ -164,5 +170,6 @@ def memory_growth(w: Window) -> list[dict[str, Any]]:
             "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
             ".detach()), growing lists or caches, hooks that store activations",
             None, -1, {"series": s.name, "device": s.device, "samples": len(s.values), **grew},
+            gain_ns=None, gain_basis="memory, not time: no saving per step can be estimated",
         ))
     return out

@@ -81,7 +81,8 @@ def _finding(ensemble, last: Profile, trend: Trend, metric: str) -> dict[str, An
         "first_rise_step": first_step,
     }
     node = _node_in(last, frames)
-    f = finding("share_trend", "warning", message, SUGGESTION, last.tree if node > 0 else None, node, evidence)
+    f = finding("share_trend", "warning", message, SUGGESTION, last.tree if node > 0 else None, node, evidence,
+                gain_ns=None, gain_basis="a drift across windows: what stopping it saves depends on how far it goes")
     if node < 0:  # not in the last window (its share fell to 0 there): still name the path
         f["path"] = [frame.label() for frame in frames]
     return f

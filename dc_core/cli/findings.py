@@ -28,9 +28,22 @@ def short_path(path: list[str], keep: int = _KEEP) -> str:
     return " › ".join(parts)
 
 
+def gain_text(finding: dict[str, Any]) -> str:
+    """``saves ≈ 4.1 ms per step`` (or the reason none is estimated)."""
+    gain = finding.get("gain_ns")
+    if gain is None:
+        return "no saving estimated"
+    if gain >= 1e6:
+        amount = f"{gain / 1e6:.1f} ms"
+    else:
+        amount = f"{gain / 1e3:.0f} µs"
+    return f"saves \u2248 {amount} per step"
+
+
 def finding_text(finding: dict[str, Any]) -> Hanging:
-    """One finding: the severity, then the rule and message, the call path and
-    the suggestion, each wrapping under its own start (a hanging indent)."""
+    """One finding: the severity, then the rule and message, the call path,
+    the estimated saving with its basis and the suggestion, each wrapping
+    under its own start (a hanging indent)."""
     severity = finding.get("severity", "info")
     head = Text()
     head.append(str(finding.get("rule", "?")), style="bold")
@@ -39,13 +52,18 @@ def finding_text(finding: dict[str, Any]) -> Hanging:
     where = short_path(list(finding.get("path", [])))
     if where:
         parts.append(hanging(Text(" at ", style="dim"), Text(where, style="green")))
+    if "gain_basis" in finding:
+        basis = finding.get("gain_basis") or ""
+        parts.append(hanging(Text(" \u2248 ", style="dim"),
+                             Text(gain_text(finding), style="bold") + Text(f": {basis}" if basis else "", style="dim")))
     if finding.get("suggestion"):
         parts.append(hanging(Text(" \u2192 ", style="dim"), Text(finding["suggestion"], style="italic")))
     return hanging(Text(f" {severity.upper():8}", style=SEVERITY_STYLE.get(severity, "")) + " ", Group(*parts))
 
 
 def render_findings(findings: Iterable[dict[str, Any]], console: Console, title: str = "findings") -> None:
-    """Print findings, most severe first (the order they are stored in)."""
+    """Print findings, most severe first, the biggest saving first within a
+    severity (the order they are stored in)."""
     findings = list(findings)
     if not findings:
         return

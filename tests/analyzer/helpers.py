@@ -9,13 +9,18 @@ MS = 1_000_000
 US = 1_000
 
 
-def profile(*specs, steps=(5, 8), step_times=None, system=(), **fields) -> Profile:
+def profile(*specs, steps=(5, 8), step_times=None, system=(), uniform=True, **fields) -> Profile:
     """A profile of ``tree_from_lists(*specs)``; step times default to the tree's
-    host time split evenly over the steps."""
+    host time split evenly over the steps. ``uniform``: every step's host time
+    is the same (the step bounds say so); False: no step bounds, as an older
+    writer's file."""
     tree = tree_from_lists(*specs)
+    n = steps[1] - steps[0]
     if step_times is None:
-        n = steps[1] - steps[0]
         step_times = [tree.total("cpu_time_ns") // n] * n
+    if uniform and "cpu_time_ns" in tree.excl and "step_bounds" not in fields:
+        even = [v // n for v in tree.excl["cpu_time_ns"]]
+        fields["step_bounds"] = {"cpu_time_ns.min": even, "cpu_time_ns.max": list(even)}
     return Profile(tree=tree, steps=steps, step_times_ns=list(step_times), system=list(system), **fields)
 
 

@@ -109,3 +109,17 @@ def test_step_outlier_sigma_test_is_robust_to_the_outliers_themselves():
 def test_step_outlier_thresholds_can_make_a_short_window_warn():
     p = profile(TREE, steps=(2, 5), step_times=[100 * MS, 1000 * MS, 101 * MS])
     assert only(analyze(p, {"step_outlier.warn_min_steps": 3}), "step_outlier")["severity"] == "warning"
+
+
+def test_a_slow_step_the_host_took_is_a_note_and_saves_nothing():
+    times = [100 * MS, 102 * MS, 1000 * MS, 101 * MS, 99 * MS]  # as above: 10x the median...
+    waits = [0, MS, 880 * MS, 0, 0]  # ...but 880 ms of it the step's thread waited for a CPU
+    f = only(analyze(profile(TREE, steps=(10, 15), step_times=times, step_wait_ns=waits)), "step_outlier")
+    assert f["severity"] == "info" and "the host gave 880.0 ms of it to other work" in f["message"]
+    assert f["evidence"]["stolen_ns"] == {12: 880 * MS} and f["gain_ns"] == 0
+
+
+def test_a_truly_slow_step_saves_its_excess_spread_over_the_window():
+    times = [100 * MS, 102 * MS, 1000 * MS, 101 * MS, 99 * MS]
+    f = only(analyze(profile(TREE, steps=(10, 15), step_times=times, step_wait_ns=[0] * 5)), "step_outlier")
+    assert f["severity"] == "warning" and f["gain_ns"] == (1000 - 101) * MS // 5

@@ -48,8 +48,8 @@ def test_healthy_mlp_gets_no_warning(tmp_path):
     loud = [f for f in p.findings if f["severity"] != "info"]
     assert loud == [], loud
     # it is analysed, not skipped: the heaviest operator is the linear layers' backward
-    hot = [f for f in p.findings if f["rule"] == "hotspot" and f["evidence"]["kind"] == "operator"]
-    assert hot and op_name(hot[0]["evidence"]["operator"].split(" ")[0]) == "linear"
+    (hot,) = [f for f in p.findings if f["rule"] == "hotspot"]
+    assert op_name(hot["evidence"]["operators"][0]["operator"].split(" ")[0]) == "linear"
 
 
 def test_slow_getitem_is_the_dataloader_bottleneck(tmp_path):
@@ -111,3 +111,28 @@ def test_findings_recomputed_match_the_stored_ones(tmp_path):
     assert [f["rule"] for f in analyze(p) if f["severity"] != "info"] == [
         f["rule"] for f in p.findings if f["severity"] != "info"
     ]
+
+
+def test_a_device_move_and_a_same_dtype_copy_are_not_dtype_conversions(tmp_path):
+    torch = pytest.importorskip("torch")
+    import dc_torch
+
+    x = torch.randn(1024, 1024)
+    with dc_torch.profile(logdir=str(tmp_path / "moves"), steps={"start": 0, "count": 3}) as prof:
+        for _ in range(3):
+            copies = [x.to("cpu", copy=True) for _ in range(4)] + [x.cpu()]  # same dtype, same device
+            prof.step()
+    moves = read_profile(prof.written[0])
+    assert [f for f in planted.findings_of(moves) if f["rule"] == "dtype_conversion"] == []
+    detail = {moves.tree.node_frame(n).detail for n in range(len(moves.tree))
+              if op_name(moves.tree.node_frame(n).name) == "to"}
+    assert detail == {"device"}, detail
+    with dc_torch.profile(logdir=str(tmp_path / "casts"), steps={"start": 0, "count": 3}) as prof:
+        for _ in range(3):
+            casts = [x.to(torch.float64) for _ in range(4)] + [x.double()]
+            prof.step()
+    casts_profile = read_profile(prof.written[0])
+    found = [f for f in planted.findings_of(casts_profile) if f["rule"] == "dtype_conversion"]
+    # the list comprehension's casts and the line after it: one finding per function
+    assert sum(f["evidence"]["calls"] for f in found) == 15 and all(f["gain_ns"] > 0 for f in found)
+    del copies, casts

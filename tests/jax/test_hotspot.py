@@ -6,7 +6,7 @@ import pytest
 
 from dc_core.analyzer import analyze
 
-from tests.analyzer.helpers import MS, line, profile
+from tests.analyzer.helpers import MS, line, only, profile
 
 ATTENTION = "Decoder/EncoderDecoder1DBlock_0/MultiHeadDotProductAttention_0"
 BLOCK = line("EncoderDecoder1DBlock.__call__", "models.py:210")
@@ -14,6 +14,11 @@ MLP = line("EncoderDecoder1DBlock.__call__", "models.py:214")
 LOSS = line("loss_fn", "train.py:80")
 JAX = {"framework": "jax", "env": {"jax": "0.10.2", "backend": "cpu"}}
 EVERY = {"hotspot.top": 100, "hotspot.min_share": 0}  # every place, whatever its share
+
+
+def _places(summary: dict) -> dict[str, dict]:
+    """The hotspot summary's places by label."""
+    return {place["label"]: place for place in summary["evidence"]["lines"]}
 
 
 def _attention(scale: int, backward: bool = False) -> tuple:
@@ -43,16 +48,17 @@ def test_a_modules_hotspot_is_its_inclusive_time_as_the_tree_shows_it():
     time = tree.inclusive("device_time_ns")
     shown = sum(time[n] for n in range(len(tree)) if tree.node_frame(n).name == ATTENTION)
     assert shown == 8 * MS + 16 * MS  # forward (4 + 4x1) and backward (8 + 4x2)
-    hot = {f["path"][-1]: f for f in analyze(p, EVERY) if f["rule"] == "hotspot" and f["evidence"]["kind"] == "line"}
+    summary = only(analyze(p, EVERY), "hotspot")
+    hot = _places(summary)
     attention = hot[ATTENTION]
-    assert attention["evidence"]["time_ns"] == shown
-    assert attention["evidence"]["share"] == round(shown / time[0], 4)
-    assert attention["evidence"]["forward_ns"] == 8 * MS and attention["evidence"]["backward_ns"] == 16 * MS
-    assert attention["path"][0] == "backward"  # shown where it spends most
-    assert attention["message"].startswith(f"{ATTENTION}: {100 * shown / time[0]:.1f}% of the window")
+    assert attention["time_ns"] == shown
+    assert attention["share"] == round(shown / time[0], 4)
+    assert attention["forward_ns"] == 8 * MS and attention["backward_ns"] == 16 * MS
+    assert p.tree.path_frames(attention["node"])[0].name == "backward"  # shown where it spends most
+    assert f"{ATTENTION} {100 * shown / time[0]:.1f}%" in summary["message"]
     # its layers are in it, not places of their own; a module of its own stays one
     assert not [label for label in hot if label.startswith(f"{ATTENTION}/")]
-    assert hot["Decoder/EncoderDecoder1DBlock_0/MlpBlock_0"]["evidence"]["time_ns"] == 30 * MS
+    assert hot["Decoder/EncoderDecoder1DBlock_0/MlpBlock_0"]["time_ns"] == 30 * MS
 
 
 def test_a_module_calling_modules_that_call_modules_keeps_them_apart():
@@ -69,8 +75,7 @@ def test_a_module_calling_modules_that_call_modules_keeps_them_apart():
                              ("module:transformer.h.0.mlp",
                               ("module:transformer.h.0.mlp.c_fc", f"operator:aten::addmm @cpu_time_ns={30 * MS}")))))),
     )
-    hot = {f["path"][-1]: f["evidence"]["time_ns"] for f in analyze(p, EVERY)
-           if f["rule"] == "hotspot" and f["evidence"]["kind"] == "line"}
+    hot = {label: place["time_ns"] for label, place in _places(only(analyze(p, EVERY), "hotspot")).items()}
     assert hot == {"transformer.h.0.attn": 30 * MS, "transformer.h.0.mlp": 30 * MS, "transformer.h.0": MS,
                    "GPT2LMHeadModel": MS}
 
@@ -96,8 +101,6 @@ def test_linen_attentions_hotspot_is_its_share_in_the_tree(tmp_path):
     time = tree.inclusive("device_time_ns")
     attention = "Classifier/Block_0/MultiHeadDotProductAttention_0"
     shown = sum(time[n] for n in range(len(tree)) if tree.node_frame(n).name == attention)
-    (finding,) = [f for f in analyze(profile, EVERY) if f["rule"] == "hotspot"
-                  and f["path"][-1] == f"{attention} (MultiHeadDotProductAttention)"]
-    assert finding["evidence"]["time_ns"] == shown > 0
-    assert not [f for f in analyze(profile, EVERY) if f["rule"] == "hotspot"
-                and f["path"][-1].startswith(f"{attention}/")]  # query, key, value, out are in it
+    hot = _places(only(analyze(profile, EVERY), "hotspot"))
+    assert hot[f"{attention} (MultiHeadDotProductAttention)"]["time_ns"] == shown > 0
+    assert not [label for label in hot if label.startswith(f"{attention}/")]  # query, key, value, out are in it
