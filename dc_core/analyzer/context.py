@@ -97,7 +97,7 @@ def hotspot(w: Window) -> list[dict[str, Any]]:
         "start with the first of these when looking for time; the findings above say what to change",
         w.tree, places_out[0]["node"] if places_out else operators[0]["node"],
         {"lines": places_out, "operators": operators, "metric": w.metric},
-        gain_ns=None, gain_basis="a summary of the tree, not a fix: no saving of its own",
+        gain_ns=None, gain_basis="a summary of where the time is, not a fix",
     )]
 
 

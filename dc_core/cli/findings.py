@@ -29,15 +29,12 @@ def short_path(path: list[str], keep: int = _KEEP) -> str:
 
 
 def gain_text(finding: dict[str, Any]) -> str:
-    """``saves ≈ 4.1 ms per step`` (or the reason none is estimated)."""
+    """``≈ 4.1 ms per step``, what the fix saves (``none estimated`` where there is no estimate)."""
     gain = finding.get("gain_ns")
     if gain is None:
-        return "no saving estimated"
-    if gain >= 1e6:
-        amount = f"{gain / 1e6:.1f} ms"
-    else:
-        amount = f"{gain / 1e3:.0f} µs"
-    return f"saves \u2248 {amount} per step"
+        return "none estimated"
+    amount = f"{gain / 1e6:.1f} ms" if gain >= 1e6 else f"{gain / 1e3:.0f} µs"
+    return f"\u2248 {amount} per step"
 
 
 def finding_text(finding: dict[str, Any]) -> Hanging:
@@ -54,7 +51,7 @@ def finding_text(finding: dict[str, Any]) -> Hanging:
         parts.append(hanging(Text(" at ", style="dim"), Text(where, style="green")))
     if "gain_basis" in finding:
         basis = finding.get("gain_basis") or ""
-        parts.append(hanging(Text(" \u2248 ", style="dim"),
+        parts.append(hanging(Text(" saves ", style="dim"),
                              Text(gain_text(finding), style="bold") + Text(f": {basis}" if basis else "", style="dim")))
     if finding.get("suggestion"):
         parts.append(hanging(Text(" \u2192 ", style="dim"), Text(finding["suggestion"], style="italic")))

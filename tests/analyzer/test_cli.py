@@ -84,6 +84,33 @@ def test_render_findings_shows_severity_rule_path_and_suggestion():
     assert "other › t.py:3 loop › aten::item" in text and "→ keep values on the device" in text
 
 
+def test_render_findings_says_what_each_fix_saves_and_why():
+    buf = io.StringIO()
+    base = {"severity": "warning", "suggestion": "", "path": [], "evidence": {}, "node": -1}
+    render_findings([
+        {**base, "rule": "optimizer_unfused", "message": "the optimizer", "gain_ns": 6_340_000,
+         "gain_basis": "the optimizer's Python"},
+        {**base, "rule": "small_ops", "message": "tiny ops", "gain_ns": 420_000, "gain_basis": "the loop"},
+        {**base, "rule": "memory_growth", "message": "RSS grew", "gain_ns": None, "gain_basis": "memory, not time"},
+    ], Console(file=buf, width=200, color_system=None))
+    lines = [line.strip() for line in buf.getvalue().splitlines()]
+    assert "saves ≈ 6.3 ms per step: the optimizer's Python" in lines
+    assert "saves ≈ 420 µs per step: the loop" in lines
+    assert "saves none estimated: memory, not time" in lines
+
+
+def test_findings_rank_by_severity_then_by_their_saving():
+    from dc_core.analyzer import sort_findings
+
+    def f(rule, severity, gain):
+        return {"rule": rule, "severity": severity, "gain_ns": gain}
+
+    ranked = sort_findings([f("hotspot", "info", None), f("small_ops", "warning", 2), f("step_outlier", "warning", None),
+                            f("dtype_conversion", "warning", 9), f("dataloader_bottleneck", "critical", 1)])
+    assert [x["rule"] for x in ranked] == ["dataloader_bottleneck", "dtype_conversion", "small_ops", "step_outlier",
+                                           "hotspot"]
+
+
 def test_parse_overrides():
     assert analyze_cmd.parse_overrides(["dataloader_bottleneck.min_share=1", "hotspot.enabled = 0"]) == {
         "dataloader_bottleneck.min_share": 1.0, "hotspot.enabled": 0.0}

@@ -70,7 +70,8 @@ def _write_profiles(logdir: Path, src: Path) -> str:
         word = "attn"
     hostile = make_profile(src, 0, (5, 8))
     note = {"rule": "note", "message": "fyi", "suggestion": "", "path": [], "evidence": {}, "node": -1}
-    hostile.findings = [{**note, "severity": "info"}, *hostile.findings, {**note, "severity": "critical"}]
+    hostile.findings = [{**note, "severity": "info", "gain_ns": None, "gain_basis": "a note"}, *hostile.findings,
+                        {**note, "severity": "critical", "gain_ns": 5_000_000, "gain_basis": "the planted cost"}]
     write_profile(hostile, logdir, "zz-hostile")
     # Three ranks of one window, rank 2's forward aten::mm 5x; rank 2 also has a later window.
     for rank, scale in ((0, 1), (1, 1), (2, 5)):
@@ -226,6 +227,9 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
                 "CPU time", "20 ns", "0 ns"]
             # Findings are ordered by the vocabulary's severities, most severe first.
             assert tab.locator(".finding .sev").all_text_contents() == list(kinds.SEVERITIES)
+            # Each says what its fix saves, and why.
+            assert tab.locator(".finding.sev-critical .gain").inner_text() == "saves ≈ 5.0 ms per step: the planted cost"
+            assert tab.locator(".finding.sev-info .gain").inner_text() == "saves none estimated: a note"
             # A match three levels under the loaded rows (forward is closed, the hot
             # path runs through backward) opens in one go.
             assert tab.locator(".row .label", has_text="aten::relu").count() == 0

@@ -66,9 +66,9 @@ function sourceSection(src) {
   return el("div", {}, el("h4", {}, "Source"), pre);
 }
 
-/** "saves ≈ 4.1 ms per step" for a finding's `gain_ns` (ns per step), or why none. */
+/** "saves ≈ 4.1 ms per step" for a finding's `gain_ns` (ns per step), or "saves none estimated". */
 export function gainText(gain) {
-  if (gain === null || gain === undefined) return "no saving estimated";
+  if (gain === null || gain === undefined) return "saves none estimated";
   const amount = gain >= 1e6 ? `${(gain / 1e6).toFixed(1)} ms` : `${Math.round(gain / 1e3)} µs`;
   return `saves \u2248 ${amount} per step`;
 }
