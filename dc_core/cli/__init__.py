@@ -1,4 +1,4 @@
-"""``deepcontext`` command line: run, report, analyze, export, demo, view."""
+"""``deepcontext`` command line: run, report, diff, analyze, export, demo, view."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Sequence
 
 # Subcommands, one module each; a module that cannot import (an optional
 # component missing) leaves its subcommand out instead of breaking the CLI.
-_SUBCOMMANDS = ("run", "report", "analyze", "export", "demo", "view")
+_SUBCOMMANDS = ("run", "report", "diff", "analyze", "export", "demo", "view")
 
 
 def version() -> str:

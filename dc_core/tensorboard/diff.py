@@ -1,104 +1,54 @@
-"""Two profiles as one delta tree: nodes matched by call path, biggest change first.
+"""The tab's Diff: two loaded windows as one delta tree, biggest change first.
 
-The union tree keeps profile A's node ids (so a node picked in A's tree is
-the same id here); a call path only B has is ``len(A) + its node id in B``.
-Ids are thus fixed by the two files alone, and the union is matched lazily:
-only the levels a request expands are paired by frame, so a first diff of
-two 100k-node windows costs what its rows cost, not a walk of both trees.
+The matching is `dc_core.model.diff`'s, shared with ``deepcontext diff``:
+ids (A's node ids; a path only B has is ``len(A) + its id in B``), moved
+lines, and the per-step change with its spread. This module only feeds it
+the tab's indexes and shapes rows: a first diff of two 100k-node windows
+costs what its rows cost, not a walk of both trees.
 """
 
 from __future__ import annotations
 
-from ..model.tree import Frame
+from ..model import diff as shared
 from .params import NotFound
 from .store import Index
 
 
-class Union:
-    """A and B merged by call path; ids as the module says.
-
-    Safe to share between request threads without a lock: the lazily filled
-    maps only gain entries (one dict store each, atomic in CPython), and
-    racing requests compute the same value.
-    """
+class Union(shared.Union):
+    """`dc_core.model.diff.Union` over two loaded windows, keeping their indexes."""
 
     def __init__(self, a_index: Index, b_index: Index) -> None:
+        super().__init__(_side(a_index), _side(b_index))
         self.a_index, self.b_index = a_index, b_index
-        self.size_a = len(a_index)
-        self._b_of: dict[int, int] = {0: 0}  # A node -> B node, -1 where B lacks the path
-        self._a_of: dict[int, int] = {0: 0}  # B node -> A node, -1 where A lacks the path
-        self._by_frame: dict[tuple[int, int], dict[Frame, int]] = {}
-        self._kids: dict[int, list[int]] = {}  # union children of A's nodes
-
-    def __len__(self) -> int:
-        return self.size_a + len(self.b_index)
-
-    # --- matching ---------------------------------------------------------
-    def _kids_by_frame(self, side: int, node: int) -> dict[Frame, int]:
-        """Children of ``node`` in A (side 0) or B (1), keyed by frame. (Keyed
-        by the frames themselves: keys made per child, as tuples, would keep
-        tens of thousands of new objects alive and wake the cyclic garbage
-        collector over every loaded profile mid-request.)"""
-        key = (side, node)
-        found = self._by_frame.get(key)
-        if found is None:
-            index = self.b_index if side else self.a_index
-            tree = index.tree
-            frames, frame = tree.frames, tree.frame
-            found = self._by_frame[key] = {frames[frame[k]]: k for k in index.children(node)}
-        return found
-
-    def _match(self, side: int, node: int) -> int:
-        """The other profile's node on the call path of ``node`` (of A when
-        ``side`` is 0, of B when 1), or -1; walks up to the nearest known node."""
-        known = self._a_of if side else self._b_of
-        tree = (self.b_index if side else self.a_index).tree
-        path = []
-        while node not in known:
-            path.append(node)
-            node = tree.parent[node]
-        other = known[node]
-        for node in reversed(path):
-            if other >= 0:
-                other = self._kids_by_frame(1 - side, other).get(tree.node_frame(node), -1)
-            known[node] = other
-        return other
-
-    def b_node(self, node: int) -> int:
-        """B's node of union ``node``, -1 where B lacks the path."""
-        return self._match(0, node) if node < self.size_a else node - self.size_a
 
     def check(self, node: int) -> None:
         """Raise `NotFound` for an id in range that names no union node (a B
         path that A also has goes by A's id)."""
-        if node >= self.size_a and self._match(1, node - self.size_a) >= 0:
+        if not self.is_node(node):
             raise NotFound(f"node {node} is not in this diff")
 
-    # --- reading ----------------------------------------------------------
-    def frame(self, node: int) -> Frame:
-        if node < self.size_a:
-            return self.a_index.tree.node_frame(node)
-        return self.b_index.tree.node_frame(node - self.size_a)
 
-    def children(self, node: int) -> list[int]:
-        """A's children (A's ids), then B's children A lacks (B-only ids)."""
-        if node >= self.size_a:
-            return [self.size_a + k for k in self.b_index.children(node - self.size_a)]
-        kids = self._kids.get(node)
-        if kids is None:
-            kids = list(self.a_index.children(node))
-            b = self.b_node(node)
-            if b >= 0:
-                in_a = self._kids_by_frame(0, node)
-                kids += [self.size_a + k for frame, k in self._kids_by_frame(1, b).items() if frame not in in_a]
-            self._kids[node] = kids
-        return kids
+def _side(index: Index) -> shared.Side:
+    """The index's profile as a side, with the index's fast lookups."""
+    return shared.side_of(index.profile, children=index.children, inclusive=index.incl,
+                          step_range=lambda metric: _step_range(index, metric))
 
-    def values(self, metric: str, node: int) -> tuple[int, int]:
-        """Inclusive ``metric`` of ``node`` in A and in B (0 where absent)."""
-        a = self.a_index.incl(metric)[node] if node < self.size_a else 0
-        b = self.b_node(node)
-        return a, (self.b_index.incl(metric)[b] if b >= 0 else 0)
+
+def _step_range(index: Index, metric: str):
+    """`Profile.step_range` by the index's numpy levels (boxed: `memo` takes
+    None for "not built yet")."""
+    def build():
+        bounds = index.profile.step_bounds
+        low, high = bounds.get(f"{metric}.min"), bounds.get(f"{metric}.max")
+        if low is None or high is None:
+            return (None,)
+        levels = index.levels()
+        if levels.levels is None:  # too deep for the level passes: the model's loop
+            return (index.profile.step_range(metric),)
+        sums = levels.subtree_sums({"low": low, "high": high})
+        return ((sums["low"], sums["high"]),)
+
+    return index.memo(("step_range", metric), build)[0]
 
 
 def build_union(a: Index, b: Index) -> Union:
@@ -115,9 +65,15 @@ def union_of(a: Index, b: Index) -> Union:
 def _row(union: Union, node: int, metric: str) -> dict:
     frame = union.frame(node)
     a, b = union.values(metric, node)
-    return {"id": node, "kind": frame.kind, "label": frame.label() if node else "A vs B", "name": frame.name,
-            "file": frame.file, "line": frame.line, "backward": frame.backward, "a": a, "b": b,
-            "in_a": node < union.size_a, "in_b": union.b_node(node) >= 0, "kids": len(union.children(node))}
+    change = union.change(metric, node)
+    row = {"id": node, "kind": frame.kind, "label": frame.label() if node else "A vs B", "name": frame.name,
+           "file": frame.file, "line": frame.line, "backward": frame.backward, "a": a, "b": b,
+           "in_a": node < union.size_a, "in_b": change.b_node >= 0, "kids": len(union.children(node)),
+           "delta_ns": round(change.delta_ns), "spread_ns": change.spread_ns, "significant": change.significant}
+    moved = union.b_frame(node) if node and node < union.size_a else None
+    if moved is not None and moved != frame:
+        row["b_label"] = moved.label()
+    return row
 
 
 def _by_change(union: Union, kids: list[int], metric: str) -> list[int]:
@@ -127,7 +83,8 @@ def _by_change(union: Union, kids: list[int], metric: str) -> list[int]:
 
 def diff_children(union: Union, nodes: list[int], metric: str, limit: int = 200) -> dict:
     """Children of each of ``nodes`` in the union, sorted by |B - A| of ``metric``
-    (rows carry that metric only: ``a``, ``b`` inclusive)."""
+    (rows carry that metric only: ``a``, ``b`` inclusive; ``delta_ns`` per
+    step, with ``spread_ns`` and ``significant`` as `dc_core.model.diff.Change`)."""
     out, more = {}, {}
     for node in nodes:
         union.check(node)
@@ -162,4 +119,5 @@ def diff_hot_path(union: Union, metric: str, threshold: float = 0.02, limit: int
 
 
 def union_size(union: Union) -> int:
+    """Ids of ``union`` lie in ``range(union_size(union))``."""
     return len(union)
