@@ -52,8 +52,10 @@ def located(p: Profile) -> dict[str, Any]:
     return {"run": p.run, "rank": p.rank, "steps": list(p.steps)}
 
 
-#: Rules whose saving already leaves out what the host took from the step.
-_OWN_DISCOUNT = frozenset({"step_outlier"})
+#: Rules whose saving is not scaled by the step's running share: step_outlier
+#: leaves the host's share out itself; a wait for data is mostly the thread
+#: blocked (reading, on a worker's queue), which a loaded host does not stretch.
+_OWN_DISCOUNT = frozenset({"step_outlier", "dataloader_bottleneck", "io_bottleneck"})
 
 #: Steps a window needs before a timing rule may warn: each node's quietest of
 #: them is what the rules weigh, and one preempted step must not be all there is.

@@ -1,0 +1,58 @@
+"""Each planted problem, run before and after its fix: the finding is there
+before and gone after, and the saving `deepcontext diff` measures between the
+two runs is the one the finding estimated, within ±40%.
+
+Both sides leave out the time the host gave to other work: the findings'
+savings are scaled to the step's own running time, and the measured saving
+is the change of the mean step less its wait for a CPU. A shared 2-core
+machine also drifts: the same loop runs 1.5x slower in one
+second than in the next, as much as some fixes save. So each problem runs
+as `PAIRS` before/after pairs back to back, and the median of their ratios
+(measured saving over estimate) is judged: a pair is two adjacent runs, which
+drift together."""
+
+from __future__ import annotations
+
+import json
+from statistics import median
+
+import pytest
+
+pytest.importorskip("torch")
+
+from dc_core.cli import main
+
+from tests.analyzer import fixes
+
+TOLERANCE = 0.4
+PAIRS = 3
+
+
+def measured_saving(before, after, capsys) -> float:
+    """ns per step the fix saved, as ``deepcontext diff before after --json``
+    says: the change of the mean step less its wait for a CPU, which a loaded
+    host puts in either run (the findings' savings leave it out too)."""
+    capsys.readouterr()
+    assert main(["diff", before.source, after.source, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["step_delta_running_ns"] is not None  # Linux says how long a thread waited
+    return -doc["step_delta_running_ns"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(fixes.PROBLEMS))
+def test_a_fix_clears_its_finding_and_saves_what_the_finding_said(tmp_path, capsys, name):
+    run, rule, where = fixes.PROBLEMS[name]
+    ratios, seen = [], []
+    for pair in range(PAIRS):
+        before, after = run(tmp_path / f"before{pair}", False), run(tmp_path / f"after{pair}", True)
+        found = [f for f in before.findings if f["rule"] == rule]
+        assert len(found) == 1, before.findings
+        (finding,) = found
+        assert any(where in label for label in finding["path"]), finding["path"]
+        assert finding["gain_basis"] and finding["gain_ns"] > 1_000_000, finding  # above a loaded host's jitter
+        assert not [f for f in after.findings if f["rule"] == rule], after.findings
+        saved = measured_saving(before, after, capsys)
+        ratios.append(saved / finding["gain_ns"])
+        seen.append((round(saved / 1e6, 2), round(finding["gain_ns"] / 1e6, 2)))
+    assert 1 - TOLERANCE <= median(ratios) <= 1 + TOLERANCE, seen  # (measured, estimated) ms per step
