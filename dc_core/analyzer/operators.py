@@ -21,6 +21,7 @@ _SYNCS = {
     "unique_dim", "unique_consecutive", "cpu", "numpy", "synchronize", "equal",
     "bool_scalar", "int_scalar", "float_scalar", "index_scalar",
 }
+_FUSED_PASSES = 4  # a fused norm's passes over its input: statistics and normalisation, forward and backward
 _FUSED_NORMS = {"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm", "batch_norm"}
 
 
@@ -155,8 +156,10 @@ def small_ops(w: Window) -> list[dict[str, Any]]:
 
 
 def unfused_norm(w: Window) -> list[dict[str, Any]]:
-    """A normalisation written as an elementwise chain (pow/mean/rsqrt/mul) in one function (warning)."""
-    out = []
+    """A normalisation written as an elementwise chain (pow/mean/rsqrt/mul) in
+    one function (warning): one finding per function, over every place it is
+    called from (a model's twelve LayerNorms are one fix)."""
+    chains: dict[tuple, list[tuple[list[int], list[int], set[str]]]] = {}
     for ops in w.scopes(w.top_ops).values():
         forward = [o for o in ops if not w.tree.node_frame(o).backward and w.phase(o) != "backward"]
         names = {op_name(w.tree.node_frame(o)) for o in forward}
@@ -167,6 +170,13 @@ def unfused_norm(w: Window) -> list[dict[str, Any]]:
             continue
         if names & _FUSED_NORMS:
             continue
+        frame = w.tree.node_frame(w.anchor(w.heaviest(forward)))
+        chains.setdefault((frame.kind, frame.name, frame.file), []).append((ops, forward, names))
+    out = []
+    for places in chains.values():
+        ops = [o for chain, _, _ in places for o in chain]
+        forward = [o for _, chain, _ in places for o in chain]
+        names = set().union(*(n for _, _, n in places))
         time_ns = w.quiet_sum(ops)
         share = w.quiet_share(ops)
         if share < w.t["unfused_norm.min_share"]:
@@ -177,20 +187,31 @@ def unfused_norm(w: Window) -> list[dict[str, Any]]:
         where = w.tree.node_frame(anchor).label() if anchor else "?"
         # A fused norm reads its input once for the statistics and once to
         # normalise; the chain makes a pass per operator.
-        passes = max(len(forward), 2)
+        per_place = max(len(f) for _, f, _ in places)
+        # the chain's Python between its operators, and autograd's between
+        # their backward functions, sit on its lines: they go with it
+        lines = {w.anchor(o) for o in ops} - {0}
+        chain_ns = w.mean_sum(ops) + sum(w.mean_own(n) for n in lines)
+        # A fused norm passes over the data about four times (statistics and
+        # normalisation, forward and backward); the chain's forward operators
+        # cost one pass each.
+        fused_ns = _FUSED_PASSES * w.mean_sum(forward) / max(per_place, 1)
+        called = f", called from {len(places)} places," if len(places) > 1 else ""
         severity, caveat = w.judge("warning", time_ns)
         out.append(finding(
             "unfused_norm", severity,
             f"a hand-written {kind} ({', '.join(sorted(names & {'pow', 'square', 'mean', 'var', 'rsqrt', 'sqrt', 'mul', 'sub', 'div'}))}) "
-            f"in {where} takes {percent(share)} of a step ({ms(time_ns)}) in {len(forward)} separate operators"
+            f"in {where}{called} takes {percent(share)} of a step ({ms(time_ns)}) in {per_place} separate operators"
             + (f" ({caveat})" if caveat else ""),
             f"use the fused {fused}, or torch.compile the block so the chain becomes one kernel",
             w.tree, anchor or w.heaviest(forward),
-            {"kind": kind, "operators": sorted(names), "ops": len(forward), "time_ns": int(time_ns),
-             "share": round(share, 4), "metric": w.metric, "per_step_ns": w.spread(ops)},
-            gain_ns=w.mean_sum(ops) * (1 - 2 / passes),
-            gain_basis=f"the chain's {len(forward)} forward operators and their backward under {where} (mean "
-                       f"per step), less the 2 of {passes} passes over the data a fused norm makes",
+            {"kind": kind, "operators": sorted(names), "ops": per_place, "places": len(places),
+             "time_ns": int(time_ns), "share": round(share, 4), "metric": w.metric, "per_step_ns": w.spread(ops)},
+            gain_ns=chain_ns - fused_ns,
+            gain_basis=f"the chain's {per_place} forward operators, their backward and the code between them in "
+                       f"{where} (mean per step" + (f", all {len(places)} places" if len(places) > 1 else "")
+                       + f"), less a fused norm's {_FUSED_PASSES} passes over the data, each at the cost of one "
+                       "of the chain's forward operators",
         ))
     return out
 

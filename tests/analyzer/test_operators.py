@@ -84,7 +84,8 @@ def test_unfused_norm_finds_a_hand_written_rmsnorm():
     f = only(analyze(p), "unfused_norm")
     assert f["evidence"]["kind"] == "RMSNorm" and f["evidence"]["ops"] == 5
     assert f["evidence"]["time_ns"] == approx(7 * MS / 3, abs=5)
-    assert f["gain_ns"] == approx(7 * MS / 3 * (1 - 2 / 5), abs=5)  # 2 of the chain's 5 passes remain
+    # per step: the chain's 7 ms, less a fused norm's 4 passes at the chain's 7/5 ms per operator
+    assert f["gain_ns"] == approx((7 * MS - 4 * 7 * MS / 5) / 3, abs=5)
     assert f["path"][-1].endswith("rmsnorm") and f["path"][1] == "train.py:20 train"
     assert "RMSNorm" in f["suggestion"]
 
