@@ -160,12 +160,15 @@ class RowSum(nn.Module):
         return total
 
 
+def _fit(logdir, model: nn.Module, x: torch.Tensor) -> Profile:
+    """Train ``model`` on a fixed input with SGD, its loss the mean square of its output."""
+    return _train(logdir, _sgd_step(model, lambda: model(x).square().mean()))
+
+
 @_on_one_thread
 def run_loop(logdir, fixed: bool) -> Profile:
     torch.manual_seed(0)
-    model = RowSum(fixed)
-    x = torch.randn(600, 64)
-    return _train(logdir, _sgd_step(model, lambda: model(x).square().mean()))
+    return _fit(logdir, RowSum(fixed), torch.randn(600, 64))
 
 
 class Norm(nn.Module):
@@ -198,9 +201,7 @@ class Normed(nn.Module):
 @_on_one_thread
 def run_norm(logdir, fixed: bool) -> Profile:
     torch.manual_seed(0)
-    model = Normed(fixed)
-    x = torch.randn(8192, 256)
-    return _train(logdir, _sgd_step(model, lambda: model(x).square().mean()))
+    return _fit(logdir, Normed(fixed), torch.randn(8192, 256))
 
 
 #: name -> (runner, the rule that must find it, a frame its path names)

@@ -134,12 +134,11 @@ def test_attention_hotspot_is_judged_against_op_time_at_its_line(tmp_path):
     source, first = inspect.getsourcelines(nnx_workloads.Block.__call__)
     line = first + next(i for i, text in enumerate(source) if "self.attn(" in text)
     label = f"nnx_workloads.py:{line} Block.__call__"
-    findings = analyze(profile)
-    attention = [f for f in findings if f["rule"] == "hotspot" and f["path"][-1] == label]
-    assert attention, [(f["rule"], f["path"][-1]) for f in findings]
-    for finding in attention:
-        evidence = finding["evidence"]
-        assert evidence["kind"] == "line" and evidence["metric"] == "device_time_ns"
+    (summary,) = [f for f in analyze(profile) if f["rule"] == "hotspot"]
+    assert summary["evidence"]["metric"] == "device_time_ns"
+    attention = [place for place in summary["evidence"]["lines"] if place["label"] == label]
+    assert attention, [place["label"] for place in summary["evidence"]["lines"]]
+    for place in attention:
         # a share of op time, not of op time plus the steps' host wall time
-        assert evidence["share"] == round(evidence["time_ns"] / time[0], 4)
-        assert evidence["time_ns"] <= time[0]
+        assert place["share"] == round(place["time_ns"] / time[0], 4)
+        assert place["time_ns"] <= time[0]
