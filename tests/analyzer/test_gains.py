@@ -28,7 +28,7 @@ from dc_core.cli import main
 from tests.analyzer import fixes
 
 TOLERANCE = 0.4
-PAIRS = 3
+PAIRS = 5
 
 
 def measured_saving(before, after, capsys) -> float:
