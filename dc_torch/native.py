@@ -32,6 +32,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).parent / "csrc" / "capture.cc"
+_HEADERS = (Path(__file__).parent / "csrc" / "names.h",)  # beside it, included by it
 _INCLUDE = Path(__file__).resolve().parent.parent / "dc_core" / "include"
 
 #: A metric id that takes nothing: ``NativeCapture.start`` leaves that metric
@@ -57,7 +58,7 @@ def build_key() -> str:
                  platform.machine()):
         digest.update(part.encode() + b"\0")
     digest.update(b"-O2 -DNDEBUG")  # the flags below
-    for path in (_SOURCE, _INCLUDE / "capture_api.h"):
+    for path in (_SOURCE, *_HEADERS, _INCLUDE / "capture_api.h"):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -73,7 +74,9 @@ def build(verbose: bool = False) -> ModuleType:
     source = directory / "src" / _SOURCE.name
     include = directory / "src" / "include"
     include.mkdir(parents=True, exist_ok=True)
-    for src, dst in ((_SOURCE, source), (_INCLUDE / "capture_api.h", include / "capture_api.h")):
+    copies = [(_SOURCE, source), *((h, source.parent / h.name) for h in _HEADERS),
+              (_INCLUDE / "capture_api.h", include / "capture_api.h")]
+    for src, dst in copies:
         if not dst.exists() or dst.read_bytes() != src.read_bytes():
             dst.write_bytes(src.read_bytes())
     # ninja may be installed into this environment's bin/ without it being on PATH.

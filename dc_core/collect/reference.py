@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Sequence
 
 from dc_core.collect import sysmon
+from dc_core.collect.step_bounds import StepBounds
 from dc_core.collect.scopes import MAX_LENT, Scope, Stack, ancestor, stretch_node, take_lent
 from dc_core.collect.worker import Worker
 from dc_core.model.kinds import KINDS, UNITS
@@ -115,8 +116,7 @@ class Collector:
         self._children: dict[tuple[int, int], int] = {}
         self._mirrors: dict[tuple[int, int], int] = {}
         self._values: list[array] = []
-        self._steps_marked = 0
-        self._step_last, self._step_min, self._step_max = array("q"), array("q"), array("q")
+        self._step_bounds = StepBounds()  # of cpu_time_ns, see mark_step
         # scopes: each thread finds its stack through a thread-local; the
         # registry (thread id -> stack) lets the sampler and reset() reach all
         # of them, and forgets a thread's stack when the thread ends.
@@ -240,21 +240,7 @@ class Collector:
 
     def mark_step(self) -> None:
         with self._lock:
-            column, seen = self._values[METRIC_CPU_TIME], len(self._step_last)
-            last, low, high = self._step_last, self._step_min, self._step_max
-            grow = len(column) - seen
-            for bounds in (last, low, high):
-                bounds.extend([0] * grow)
-            for i, now in enumerate(column):
-                value = now - last[i]
-                last[i] = now
-                if not self._steps_marked:
-                    low[i] = high[i] = value
-                elif i >= seen:  # new since the last mark: 0 in every earlier step
-                    low[i], high[i] = min(value, 0), max(value, 0)
-                else:
-                    low[i], high[i] = min(low[i], value), max(high[i], value)
-            self._steps_marked += 1
+            self._step_bounds.mark(self._values[METRIC_CPU_TIME])
 
     # --- Python call paths --------------------------------------------
     def _skipped(self, file: str) -> bool:
@@ -479,11 +465,9 @@ class Collector:
                 "strings": list(self._strings),
                 "drops": drops,
             }
-            if self._steps_marked:
-                pad = [0] * (len(self._parent) - len(self._step_min))
-                out["step_bounds"] = {"cpu_time_ns.min": array("q", [*self._step_min, *pad]),
-                                      "cpu_time_ns.max": array("q", [*self._step_max, *pad])}
-                out["steps_marked"] = self._steps_marked
+            if self._step_bounds.marked:
+                out["step_bounds"] = self._step_bounds.snapshot(len(self._parent))
+                out["steps_marked"] = self._step_bounds.marked
             return out
 
     def reset(self) -> None:
@@ -498,9 +482,7 @@ class Collector:
             for column in self._values:
                 del column[1:]
                 column[0] = 0
-            self._steps_marked = 0
-            for bounds in (self._step_last, self._step_min, self._step_max):
-                del bounds[:]
+            self._step_bounds.clear()
             for scopes in list(self._stacks.values()):
                 scopes.clear()
                 scopes.lent.clear()

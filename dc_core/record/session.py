@@ -17,13 +17,14 @@ import functools
 import logging
 import os
 import time
-import weakref
 from threading import get_ident
 from pathlib import Path
 from typing import Any, Callable
 
 from ..collect import collector as collector_mod
+from . import registry
 from .adapter import Adapter, WindowSkipped
+from .registry import active_sessions, open_sessions, watch_windows  # noqa: F401 (where integrations look)
 from .config import ProfilerConfig, resolve
 from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
 from .step_clock import StepClock
@@ -42,31 +43,6 @@ KIND_PHASE = kind_id("phase")
 KIND_OPERATOR = kind_id("operator")
 
 logger = logging.getLogger("deepcontext")
-
-# The one explicit registry of sessions: those with hooks in (a window open,
-# or unhooking pending), those not closed yet, and who watches windows open.
-_ACTIVE: list["Session"] = []
-_OPEN: "weakref.WeakSet[Session]" = weakref.WeakSet()
-_WATCHERS: list[Callable[[bool], None]] = []
-
-
-def active_sessions() -> list["Session"]:
-    """Sessions whose hooks may be in (a window is open, or unhooking is still
-    pending), oldest first."""
-    return list(_ACTIVE)
-
-
-def open_sessions() -> list["Session"]:
-    """Sessions made and not closed yet (enabled ones), in no order."""
-    return [s for s in list(_OPEN) if not s.closed and not s.disabled]
-
-
-def watch_windows(callback: Callable[[bool], None]) -> None:
-    """Call ``callback(True)`` when a first session opens a window and
-    ``callback(False)`` when none has one any more (``deepcontext run`` writes
-    open windows at SIGTERM only meanwhile). A callback that raises is dropped."""
-    _WATCHERS.append(callback)
-
 
 def _guarded(method: Callable) -> Callable:
     """Run a session method fail-open: profiler errors disable the session."""
@@ -141,7 +117,7 @@ class Session:
         self._window_t0 = 0
         self._window_unix = 0
         self.notes: dict[str, str] = {}  # facts for each profile's environment (what defined the steps)
-        _OPEN.add(self)
+        registry.opened(self)
         self._prepare()
 
     def _prepare(self) -> None:
@@ -403,19 +379,7 @@ class Session:
 
     def _track(self) -> None:
         """Keep this session in the registry exactly while hooks of its may be in."""
-        live = self.window is not None or self._unrestored
-        before = bool(_ACTIVE)
-        if live and self not in _ACTIVE:
-            _ACTIVE.append(self)
-        elif not live and self in _ACTIVE:
-            _ACTIVE.remove(self)
-        if bool(_ACTIVE) != before:
-            for watcher in list(_WATCHERS):
-                try:
-                    watcher(bool(_ACTIVE))
-                except Exception:  # a watcher never breaks a window
-                    logger.debug("DeepContext: a window watcher failed", exc_info=True)
-                    _WATCHERS.remove(watcher)
+        registry.track(self, self.window is not None or self._unrestored)
 
     def _close_window(self, end: int) -> None:
         # A window closes whole, unhooked and then written: a Ctrl-C meanwhile
@@ -443,9 +407,7 @@ class Session:
             self.collector.snapshot(),
             self.collector.monitor_samples(),
             steps=steps,
-            step_times_ns=self._steps.times,
-            step_wait_ns=self._steps.waits if len(self._steps.waits) == len(self._steps.times) else [],
-            others_wait_ns=self._steps.others_wait,
+            **self._steps.profile_fields(),
             window_t0=self._window_t0,
             run=self.config.run or ".",
             rank=self.rank,

@@ -126,6 +126,12 @@ class StepClock:
         now = workers_wait_ns()
         self.others_wait = now - self._others_from if now >= 0 and self._others_from >= 0 else -1
 
+    def profile_fields(self) -> dict[str, Any]:
+        """What the window's profile says of its steps: their times, their
+        threads' waits for a CPU (none unless known for every step), the workers'."""
+        waits = self.waits if len(self.waits) == len(self.times) else []
+        return {"step_times_ns": self.times, "step_wait_ns": waits, "others_wait_ns": self.others_wait}
+
     def _add_wait(self) -> None:
         """Add the step thread's run-queue wait since the last reading to the
         last step (on that thread only: the counter is per thread); an unknown
