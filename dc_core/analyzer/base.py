@@ -128,6 +128,7 @@ class Window:
         self.cpu_only = not self.gpu and no_accelerator
         self._ranges: dict[str, tuple[list[int], list[int]] | None] = {}
         self._top_scopes: dict[bool, dict[tuple, list[int]]] = {}
+        self._incl_of: dict[str, list[int]] = {}  # inclusive columns of other metrics
 
     # --- sizes ----------------------------------------------------------------
     @cached_property
@@ -173,10 +174,16 @@ class Window:
             self._ranges[metric] = self.profile.step_range(metric) if self.marked(metric) >= 2 else None
         return self._ranges[metric]
 
+    def _inclusive(self, metric: str | None) -> list[int]:
+        if metric in (None, self.metric):
+            return self.incl
+        if metric not in self._incl_of:
+            self._incl_of[metric] = self.tree.inclusive(metric)
+        return self._incl_of[metric]
+
     def per_step(self, node: int, metric: str | None = None) -> float:
         """The node's mean inclusive ``metric`` per step."""
-        incl = self.incl if metric in (None, self.metric) else self.tree.inclusive(metric)
-        return incl[node] / self.steps
+        return self._inclusive(metric)[node] / self.steps
 
     def quiet(self, node: int, metric: str | None = None) -> float:
         """The node's inclusive ``metric`` in one step, as noise cannot make
@@ -208,6 +215,13 @@ class Window:
     def mean_own(self, node: int, metric: str | None = None) -> float:
         """The node's mean exclusive ``metric`` per step."""
         return self.tree.value(node, metric or self.metric) / self.steps
+
+    def with_lines(self, ops: list[int], metric: str | None = None) -> tuple[float, float]:
+        """The operators' time per step with the code between them on their
+        own lines (their anchors' exclusive time): quiet, and mean."""
+        lines = {self.anchor(o) for o in ops} - {0}
+        return (self.quiet_sum(ops, metric) + sum(self.quiet_own(n, metric) for n in lines),
+                self.mean_sum(ops, metric) + sum(self.mean_own(n, metric) for n in lines))
 
     def quiet_share(self, nodes: Iterable[int], metric: str | None = None) -> float:
         """Share of a quiet step the nodes hold (both sides quiet)."""

@@ -128,8 +128,7 @@ def small_ops(w: Window) -> list[dict[str, Any]]:
             continue
         med_ns = weighted_median([(w.per_call_ns(o), w.tree.value(o, "count")) for o in scope_ops])
         # the ops and the Python of their lines between them: what a loop of them costs
-        lines = {w.anchor(o) for o in scope_ops} - {0}
-        time_ns = w.quiet_sum(scope_ops, "cpu_time_ns") + sum(w.quiet_own(n, "cpu_time_ns") for n in lines)
+        time_ns, mean_ns = w.with_lines(scope_ops, "cpu_time_ns")
         share = time_ns / max(w.quiet(0, "cpu_time_ns"), 1)
         if med_ns >= w.t["small_ops.max_median_us"] * 1e3 or share < w.t["small_ops.min_share"]:
             continue
@@ -147,7 +146,7 @@ def small_ops(w: Window) -> list[dict[str, Any]]:
             w.tree, anchor or w.heaviest(scope_ops),
             {"per_step": round(per_step, 1), "calls": calls, "median_us": round(med_ns / 1e3, 2),
              "time_ns": int(time_ns), "share": round(share, 4), "operators": _names(w, scope_ops)[:10]},
-            gain_ns=w.mean_sum(scope_ops, "cpu_time_ns") + sum(w.mean_own(n, "cpu_time_ns") for n in lines) - med_ns,
+            gain_ns=mean_ns - med_ns,
             gain_basis=f"the {per_step:.0f} operators per step under {where} and the Python between them "
                        "(mean per step), less one call of their median: an upper bound, one batched call "
                        "doing their work",
@@ -185,13 +184,10 @@ def unfused_norm(w: Window) -> list[dict[str, Any]]:
         anchor = w.anchor(w.heaviest(forward))
         fused = "torch.nn.LayerNorm / F.layer_norm" if kind == "LayerNorm" else "torch.nn.RMSNorm / F.rms_norm"
         where = w.tree.node_frame(anchor).label() if anchor else "?"
-        # A fused norm reads its input once for the statistics and once to
-        # normalise; the chain makes a pass per operator.
         per_place = max(len(f) for _, f, _ in places)
         # the chain's Python between its operators, and autograd's between
         # their backward functions, sit on its lines: they go with it
-        lines = {w.anchor(o) for o in ops} - {0}
-        chain_ns = w.mean_sum(ops) + sum(w.mean_own(n) for n in lines)
+        chain_ns = w.with_lines(ops)[1]
         # A fused norm passes over the data about four times (statistics and
         # normalisation, forward and backward); the chain's forward operators
         # cost one pass each.
@@ -235,9 +231,7 @@ def host_sync(w: Window) -> list[dict[str, Any]]:
         per_step = calls / w.steps
         # what the line spends around its syncs: its operators and its own Python
         line_ops = lines.get(key, ops)
-        anchors = {w.anchor(o) for o in line_ops} - {0}
-        line_ns = w.quiet_sum(line_ops, "cpu_time_ns") + sum(w.quiet_own(n, "cpu_time_ns") for n in anchors)
-        line_mean = w.mean_sum(line_ops, "cpu_time_ns") + sum(w.mean_own(n, "cpu_time_ns") for n in anchors)
+        line_ns, line_mean = w.with_lines(line_ops, "cpu_time_ns")
         share = line_ns / max(w.quiet(0, "cpu_time_ns"), 1)
         heavy = per_step > w.t["host_sync.warn_per_step"] or share >= w.t["host_sync.warn_share"]
         if w.cpu_only and not (heavy and share >= w.t["host_sync.warn_share"]):
