@@ -203,7 +203,11 @@ class OperatorMode(TorchFunctionMode):
         if func is _TENSOR_TO and moves_device(args, kwargs):  # a transfer, not a cast
             fid = self.ops.get(_TO_DEVICE)
             if fid is None:
-                fid = self.ops[_TO_DEVICE] = hub.frames.op("torch.Tensor.to", detail="device")
+                try:
+                    fid = self.ops[_TO_DEVICE] = hub.frames.op("torch.Tensor.to", detail="device")
+                except Exception as exc:  # the profiler's error: the user's call still runs, once
+                    hub.fail(exc, "operator")
+                    return func(*args, **kwargs)
         suspended = hub.window.suspended
         if suspended and get_ident() in suspended:  # inside a compiled region: it records itself
             return func(*args, **kwargs)
