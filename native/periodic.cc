@@ -9,6 +9,7 @@
 namespace dc {
 
 void PeriodicThread::start(std::chrono::nanoseconds period) {
+  std::lock_guard<std::mutex> life(life_mu_);
   if (thread_) return;
   if (period.count() < 1) period = std::chrono::nanoseconds(1);
   {
@@ -16,30 +17,42 @@ void PeriodicThread::start(std::chrono::nanoseconds period) {
     stop_ = false;
   }
   thread_.reset(new std::thread([this, period] { loop(period); }));
+  running_.store(true);
 }
 
 void PeriodicThread::stop() {
-  if (!thread_) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
+  // Two callers may stop one thread at once (the window's end on one Python
+  // thread, the atexit hook on another): the second waits for the first's
+  // join instead of joining the same thread again, which never returns. The
+  // GIL is released before life_mu_ is taken, so its holder never waits on it.
+  auto stop_and_join = [this] {
+    std::lock_guard<std::mutex> life(life_mu_);
+    if (!thread_) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_->join();
+    thread_.reset();
+    running_.store(false);
+  };
   if (PyGILState_Check()) {
     Py_BEGIN_ALLOW_THREADS
-    thread_->join();
+    stop_and_join();
     Py_END_ALLOW_THREADS
   } else {
-    thread_->join();
+    stop_and_join();
   }
-  thread_.reset();
 }
 
 void PeriodicThread::after_fork_child() {
   // The mutex may have been held by the thread at fork time.
   new (&mu_) std::mutex();
+  new (&life_mu_) std::mutex();
   new (&wake_) std::condition_variable();
   (void)thread_.release();  // leak: joining or destroying it would abort
+  running_.store(false);
   stop_ = true;
 }
 

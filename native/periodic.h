@@ -48,9 +48,10 @@ class PeriodicThread {
   // Joins the thread; a caller holding the GIL releases it meanwhile, so the
   // Python threads run while a tick (which may wait on signal handlers in
   // comprehensive mode, or on NVML) finishes. Call it without holding a lock
-  // the tick takes.
+  // the tick takes. Any thread, several at once: each returns once the
+  // thread has ended.
   void stop();
-  bool running() const { return thread_ != nullptr; }
+  bool running() const { return running_.load(); }
   // Ticks skipped (kFixedRate only).
   int64_t missed() const { return missed_.load(); }
   void clear_missed() { missed_.store(0); }
@@ -68,7 +69,9 @@ class PeriodicThread {
 
   const Schedule schedule_;
   std::function<void()> tick_;
-  std::unique_ptr<std::thread> thread_;  // GIL (its callers')
+  std::unique_ptr<std::thread> thread_;  // life_mu_
+  std::mutex life_mu_;                   // guards thread_: one start or stop at a time
+  std::atomic<bool> running_{false};     // thread_ set, readable without life_mu_
   std::mutex mu_;                        // guards stop_
   std::condition_variable wake_;
   bool stop_ = false;

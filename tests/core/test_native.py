@@ -154,6 +154,33 @@ def test_exit_without_stopping_threads_does_not_hang(native):
     assert done.stdout.strip() == "exiting"
 
 
+def test_threads_stopped_from_several_threads_at_once_all_return(c):
+    """A window's end on one thread and the atexit hook on another stop the
+    same sampler and monitor at once (`deepcontext run`, a process ending
+    while its time range closes): every caller returns, the threads end."""
+    failures = []
+
+    def stopper(barrier, stop):
+        try:
+            barrier.wait(10)
+            stop()
+        except Exception as exc:  # reported below: a hang shows as a thread still alive
+            failures.append(exc)
+
+    for _ in range(300):
+        c.start_sampler(1000, False)
+        c.start_monitor(1)
+        barrier = threading.Barrier(3)
+        stops = (c.stop_sampler, c.stop_monitor, _native._stop_all)
+        threads = [threading.Thread(target=stopper, args=(barrier, stop), daemon=True) for stop in stops]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads), "a stop never returned"
+        assert not failures and not c.sampler_running()
+
+
 def test_node_cap_drops_captured_python_frames_too():
     c = _native.Collector(max_nodes=3)
     op = c.intern(_native.KIND_OPERATOR, "aten::mm")
