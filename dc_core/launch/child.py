@@ -98,8 +98,9 @@ class Launch:
 
     def user_profiling(self) -> bool:
         """Whether a DeepContext session our drivers did not make is open."""
-        session_mod = sys.modules.get("dc_core.record.session")  # none was made if it is not loaded
-        return session_mod is not None and any(s not in self._ours for s in session_mod.open_sessions())
+        # None was made if it is not loaded (or still being imported, half made).
+        open_sessions = getattr(sys.modules.get("dc_core.record.session"), "open_sessions", None)
+        return open_sessions is not None and any(s not in self._ours for s in open_sessions())
 
     def own_file(self, filename: str) -> bool:
         """Whether ``filename`` is the user's code: not the standard library,
@@ -115,7 +116,10 @@ class Launch:
         if os.getpid() != self.pid:
             return
         with self._closing:
-            self._close_all()
+            try:
+                self._close_all()
+            except Exception:  # the script's exit is never the profiler's error
+                logger.warning("DeepContext could not write every open window at exit", exc_info=True)
 
     def _close_all(self) -> None:
         self._done.set()
@@ -125,12 +129,14 @@ class Launch:
                 close()
             except Exception:  # closing is fail-open like the rest
                 logger.debug("DeepContext: closing a driver failed", exc_info=True)
-        session_mod = sys.modules.get("dc_core.record.session")
-        for session in session_mod.active_sessions() if session_mod is not None else ():
+        # A module the time-range thread is still importing is in sys.modules
+        # half made: it has no session of ours yet, nor anything to flush.
+        active = getattr(sys.modules.get("dc_core.record.session"), "active_sessions", None)
+        for session in active() if active is not None else ():
             session.close()
-        writer_mod = sys.modules.get("dc_core.store.writer")
-        if writer_mod is not None:  # windows closed before, still being written (SIGTERM ends us next)
-            writer_mod.flush_all()
+        flush_all = getattr(sys.modules.get("dc_core.store.writer"), "flush_all", None)
+        if flush_all is not None:  # windows closed before, still being written (SIGTERM ends us next)
+            flush_all()
 
     def _end_time_range(self) -> None:
         """Write the time range's window if it is still open; its one step is

@@ -147,6 +147,27 @@ def test_the_program_runs_as_its_own_main_with_its_own_argv(tmp_path, form):
     assert "the command exited with status 5 · 1 process profiled" in done.stdout
 
 
+def test_a_process_that_ends_while_its_time_range_is_being_set_up_exits_as_it_would(tmp_path):
+    # The script ends while the time-range thread is halfway through importing
+    # the session module (held there by a finder of the script's own).
+    (tmp_path / "short.py").write_text(
+        "import sys, threading, time\n"
+        "halfway = threading.Event()\n"
+        "class Stall:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if threading.current_thread().name == 'deepcontext-time-range' and not halfway.is_set() \\\n"
+        "                and 'dc_core.record.session' in sys.modules:\n"
+        "            halfway.set()\n"
+        "            time.sleep(3)\n"
+        "sys.meta_path.insert(0, Stall())\n"
+        "assert halfway.wait(120)\n"
+        "print('half made:', not hasattr(sys.modules['dc_core.record.session'], 'active_sessions'))\n")
+    done = subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", "--time-fallback", "0.2", "short.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stdout.startswith("half made: True\n"), done.stdout + done.stderr
+    assert done.stderr == "", done.stderr
+
+
 def test_a_process_that_cannot_be_hooked_runs_unprofiled_with_one_warning(tmp_path):
     from dc_core.cli.run import BOOT_DIR
 
