@@ -148,7 +148,7 @@ class Ensemble:
         (what a views/export function takes)."""
         excl = {}
         for metric in self.incl:
-            total = np.clip(self.stats(metric).sum, _INT64.min, _INT64.max).astype(np.int64)
+            total = np.clip(self.stats(metric).sum, _INT64.min, _FLOAT_BELOW_INT64_MAX).astype(np.int64)
             own = total.copy()
             if len(self) > 1:
                 np.subtract.at(own, np.asarray(self.parent[1:]), total[1:])
@@ -158,6 +158,8 @@ class Ensemble:
 
 
 _INT64 = np.iinfo(np.int64)
+#: The largest float64 below 2**63 (int64's max rounds up to 2**63, which no int64 holds).
+_FLOAT_BELOW_INT64_MAX = float(np.nextafter(np.float64(2.0**63), 0))
 
 
 def _int64(values: list[int]) -> np.ndarray:

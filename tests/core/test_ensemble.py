@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -58,6 +59,16 @@ def test_merged_tree_sums_exclusive_values(tmp_path):
     assert tree.inclusive("cpu_time_ns")[0] == 20 + 400 + 40
     excl = e.exclusive("cpu_time_ns")
     assert excl[e.find("forward")].tolist() == [10, 10]
+
+
+def test_a_merged_sum_past_int64_is_held_at_its_limit_without_a_warning(tmp_path):
+    big = 2**63 - 1  # a corrupt or fuzzed file's value: two ranks of it pass int64
+    e, _ = merge(write_ranks(tmp_path, [big, big]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tree = e.tree()
+    mm = tree.find("forward", "t.py:3 step", "aten::mm")
+    assert 0 < tree.value(mm, "cpu_time_ns") <= big and tree.value(mm, "cpu_time_ns") > 2**62
 
 
 def test_worker_processes_give_the_same_ensemble(tmp_path):
