@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def command_line(args: argparse.Namespace) -> list[str]:
         return [sys.executable, "-m", *args.module]
     command = list(args.command or [])
     if command[:1] == ["--"]:
-        return command[1:] or _missing()
+        return _startable(command[1:] or _missing())
     if not command:
         _missing()
     if not command[0].endswith(".py") and not Path(command[0]).is_file():
@@ -95,6 +96,41 @@ def command_line(args: argparse.Namespace) -> list[str]:
     if not Path(command[0]).is_file():
         raise ValueError(f"script {command[0]!r} does not exist")
     return [sys.executable, *command]
+
+
+def _startable(command: list[str]) -> list[str]:
+    """``command``, unless its program is a file here that cannot start as
+    written: a script without its exec bit, or a bare name, which is looked up
+    on PATH and not here.
+
+    Raises:
+        ValueError: naming the file and how to run it.
+    """
+    program = command[0]
+    here = Path(program)
+    if not here.is_file() or (os.sep not in program and shutil.which(program) is not None):
+        return command  # a command on PATH, or one that is nowhere: the shell's error says so
+    if os.sep in program and os.access(program, os.X_OK):
+        return command
+    why = "is not executable" if os.sep in program else "is a file here, not a command on PATH"
+    how = f"deepcontext run {shlex.join(command)}" if program.endswith(".py") else \
+        f"chmod +x {shlex.quote(program)}, then deepcontext run -- {shlex.join(['./' + program, *command[1:]])}" \
+        if os.sep not in program else f"chmod +x {shlex.quote(program)}"
+    raise ValueError(f"{program!r} {why}; to profile it: {how}")
+
+
+def _writable_logdir(logdir: str) -> None:
+    """Refuse a ``--logdir`` that is, or lies under, something other than a directory.
+
+    Raises:
+        ValueError: naming the path in the way.
+    """
+    for path in (Path(logdir), *Path(logdir).parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "" if path == Path(logdir) else f" lies under {str(path)!r}, which"
+                raise ValueError(f"--logdir {logdir!r}{where} is a file, not a directory")
+            return
 
 
 def _missing() -> list[str]:
@@ -157,6 +193,7 @@ def child_environment(settings: RunSettings, fields: dict[str, Any],
 def run(args: argparse.Namespace) -> int:
     try:
         command = command_line(args)
+        _writable_logdir(os.path.abspath(args.logdir))
         name = _unique(args.logdir, run_name(command))
         fields = config_fields(args, name)
         if args.step_function is not None and ":" not in args.step_function:

@@ -96,12 +96,16 @@ def test_bad_fields_are_named(tmp_path):
     (["ls"], "to run another command put it after --"),
     ([], "nothing to run"),
     (["--step-function", "train_step", "t.py"], "--step-function must be MODULE:QUALNAME"),
+    (["--logdir", "t.py", "t.py"], "--logdir '{tmp}/t.py' is a file, not a directory"),
+    (["--logdir", "t.py/runs", "t.py"], "--logdir '{tmp}/t.py/runs' lies under '{tmp}/t.py', which is a file"),
+    (["--", "t.py", "a"], "'t.py' is a file here, not a command on PATH; to profile it: deepcontext run t.py a"),
+    (["--", "./t.py"], "'./t.py' is not executable; to profile it: deepcontext run ./t.py"),
 ])
 def test_the_command_refuses_bad_input_before_running_anything(tmp_path, args, message):
     (tmp_path / "t.py").write_text("open('ran', 'w').close()\n")
     done = subprocess.run([sys.executable, "-m", "dc_core", "run", *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert done.returncode == 2 and message.format(tmp=tmp_path) in done.stderr, done.stderr
     assert not (tmp_path / "ran").exists() and not (tmp_path / "deepcontext").exists()
 
 
