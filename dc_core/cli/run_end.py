@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from ..launch.settings import RunSettings
-from ..store.logdir import find_profiles
+from ..store.logdir import find_profiles, shown_path
 from .common import make_console
 
 #: The first line of each profiled process's log (`dc_core.launch.child`).
@@ -70,20 +70,14 @@ def finish(settings: RunSettings, args: argparse.Namespace, status: int) -> None
 
         report.run(build_parser().parse_args(["report", str(run_dir), "--limit", str(REPORT_ROWS),
                                                        "--min-percent", str(REPORT_MIN_PERCENT)]))
-    console.print(f"{len(files)} profile{'s' if len(files) != 1 else ''} in {escape(_shown(run_dir))}; "
+    console.print(f"{len(files)} profile{'s' if len(files) != 1 else ''} in {escape(shown_path(run_dir))}; "
                   "the whole tree, and the tab:", soft_wrap=True)
-    console.print(f"  deepcontext report {escape(shlex.quote(_shown(run_dir)))}", soft_wrap=True)
-    console.print(f"  deepcontext view {escape(shlex.quote(_shown(Path(settings.logdir))))}", soft_wrap=True)
+    console.print(f"  deepcontext report {escape(shlex.quote(shown_path(run_dir)))}", soft_wrap=True)
+    console.print(f"  deepcontext view {escape(shlex.quote(shown_path(Path(settings.logdir))))}", soft_wrap=True)
     if args.view:
         from . import view
 
         view.run(argparse.Namespace(logdir=settings.logdir, port=6006, host="127.0.0.1"))
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to here when it is below, else as it is."""
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
 
 
 def _python() -> str:

@@ -97,6 +97,8 @@ class Session:
         self.disabled = not self.config.enabled
         self.closed = False
         self.written: list[Path] = []  # once on disk (`close` waits for the writes under way)
+        #: Called on the writer's thread with each profile once it is on disk.
+        self.on_written: Callable[[Path], None] | None = None
         self._writer: ProfileWriter | None = None
         self.window: tuple[int, int] | None = None  # (start, end_exclusive) while open
         self._skipped_until = 0  # steps of a skipped window are not opened again
@@ -437,6 +439,11 @@ class Session:
     def _written(self, path: Path) -> None:
         self.written.append(path)
         logger.info("DeepContext wrote %s", path)
+        if self.on_written is not None:
+            try:
+                self.on_written(path)
+            except Exception:  # a message is never worth the writer
+                logger.debug("DeepContext: on_written failed", exc_info=True)
 
     def _write_failed(self, path: Path, exc: OSError) -> None:
         # Every later window would fail the same way: stop paying for them.

@@ -11,10 +11,15 @@ It imports no framework: the callback hands it an adapter factory.
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..collect.ownfiles import skip_framework_files
+from ..launch.process import RUN_ENV
+from ..store.logdir import shown_path
 from .config import ProfilerConfig
 from .eval_windows import EvalWindows
 from .adapter import Adapter
@@ -51,6 +56,7 @@ class TrainerSession:
         self._machinery = machinery
         self._place: dict[str, Any] = {}
         self._step: int | None = None  # the optimizer step begun and not yet ended
+        self._announced = False  # the first profile's place was said
 
     @property
     def user_logdir(self) -> bool:
@@ -94,7 +100,20 @@ class TrainerSession:
                           default_phase=phase, **{**self.overrides, **self._place, **extra})
         if not session.disabled:
             skip_framework_files(session.collector, *self._machinery)
+        session.on_written = self._announce
         return session
+
+    def _announce(self, path: Path) -> None:
+        """Say once, on rank 0, where the first profile went and how to read it
+        (``deepcontext run`` says so itself when the command ends)."""
+        if self._announced or self.session is None or self.session.rank != 0 or os.environ.get(RUN_ENV):
+            return
+        self._announced = True
+        config = self.session.config
+        run_dir = Path(config.logdir) / config.run if config.run else Path(config.logdir)
+        print(f"DeepContext wrote {shown_path(path)}: read it with `deepcontext report {shlex.quote(shown_path(run_dir))}`, "
+              f"or open the tab with `deepcontext view {shlex.quote(shown_path(Path(config.logdir)))}`",
+              file=sys.stderr, flush=True)
 
     # --- training steps ------------------------------------------------------------
     def step_begin(self, step: int) -> None:
@@ -145,3 +164,4 @@ class ProfilingCallback:
     def written(self) -> list[Path]:
         """The profile files written so far."""
         return self.profiling.written
+

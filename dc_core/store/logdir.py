@@ -44,6 +44,13 @@ _TEMP_RE = re.compile(r"^\.tmp-[A-Za-z0-9_]+\.pb\.partial$")  # the names mkstem
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+def shown_path(path: str | Path) -> str:
+    """``path`` as a message shows it: relative to the working directory when
+    it is below it, else as it is."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
 def profile_dir(logdir: str | Path, run: str | None, rank: int, host: str) -> Path:
     base = Path(logdir) / run if run else Path(logdir)
     return base / "plugins" / PLUGIN_NAME / f"{rank}-{_SAFE.sub('_', host) or 'host'}"

@@ -95,7 +95,7 @@ def test_user_logdir_wins_and_eval_is_its_own_window(tmp_path):
     assert _forward_count(training) == 2
 
 
-def test_profiles_land_in_the_tensorboard_run_beside_the_scalars(tmp_path):
+def test_profiles_land_in_the_tensorboard_run_beside_the_scalars(tmp_path, capsys):
     pytest.importorskip("tensorboard")
     callback = DeepContextCallback(steps={"start": 1, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0)
     train(tmp_path, callback, report_to=["tensorboard"], logging_steps=1)
@@ -103,6 +103,10 @@ def test_profiles_land_in_the_tensorboard_run_beside_the_scalars(tmp_path):
     run_dir = written.parents[3]  # <run>/plugins/deepcontext/<rank>-<host>/steps-1-2.pb
     assert run_dir.parent == tmp_path / "out" / "runs"
     assert list(run_dir.glob("events.out.tfevents.*")), "the scalars' event file is in the same run"
+    # said once, where it went and how to open it
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DeepContext wrote")]
+    assert said == [f"DeepContext wrote {written}: read it with `deepcontext report {run_dir}`, "
+                    f"or open the tab with `deepcontext view {run_dir}`"]
 
 
 def test_regression_gradient_clipping_sat_under_forward(tmp_path):

@@ -74,7 +74,7 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     assert module_calls(tree, attn) == 4  # 2 optimizer steps × 2 micro-batches
 
 
-def test_user_logdir_wins_and_validation_is_its_own_window(tmp_path):
+def test_user_logdir_wins_and_validation_is_its_own_window(tmp_path, capsys):
     callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 1, "count": 2},
                                    profile_eval=True, **QUIET)
     fit(tmp_path, callback, max_steps=4, val=loader(batches=3), val_check_interval=4, num_sanity_val_steps=2)
@@ -85,6 +85,10 @@ def test_user_logdir_wins_and_validation_is_its_own_window(tmp_path):
     validation = by_run["validation"]  # sanity-check batches are not counted
     assert validation.steps == (0, 2) and len(validation.step_times_ns) == 2
     assert "backward" not in {validation.tree.node_frame(n).name for n in validation.tree.children(0)}
+    # two profiles, said once: the first, and how to open the logdir
+    (said,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DeepContext wrote")]
+    assert said.startswith(f"DeepContext wrote {tmp_path / 'prof'}/") and said.endswith(
+        f"or open the tab with `deepcontext view {tmp_path / 'prof'}`")
 
 
 def test_no_eval_window_by_default_and_nothing_outside_windows(tmp_path):
