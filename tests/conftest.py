@@ -147,6 +147,42 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+#: Skips CI accepts: the hardware it lacks, and a case a test's parameter makes meaningless.
+ALLOWED_SKIPS = ("needs a CUDA device", "not applicable: ")
+
+
+def _ci_refuses(report) -> bool:
+    """Under ``CI=true`` a skip is a failure (a missing extra, a failed build
+    skips silently otherwise), unless its reason is one of `ALLOWED_SKIPS`."""
+    if os.environ.get("CI") != "true" or not report.skipped:
+        return False
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return not reason.removeprefix("Skipped: ").startswith(ALLOWED_SKIPS)
+
+
+def _as_failure(report) -> None:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome, report.longrepr = "failed", f"skipped under CI=true, where everything is installed: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module skipped at import (``importorskip``) fails under CI."""
+    outcome = yield
+    report = outcome.get_result()
+    if _ci_refuses(report):
+        _as_failure(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test skipped at run time fails under CI."""
+    outcome = yield
+    report = outcome.get_result()
+    if _ci_refuses(report):
+        _as_failure(report)
+
+
 def module_calls(tree, node: int) -> int:
     """How many times the module at ``node`` ran in the window, on either capture
     path: the Python path times modules as scopes (their ``count``); the native

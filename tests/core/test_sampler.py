@@ -167,7 +167,7 @@ def test_sampler_ticks_while_the_main_thread_holds_the_gil(collector):
     handoffs. The native sampler reads no Python state."""
     c = collector
     if isinstance(c, reference.Collector):
-        pytest.skip("the reference sampler is a Python thread: it needs the GIL to tick")
+        pytest.skip("not applicable: the reference sampler is a Python thread, it needs the GIL to tick")
     interval = sys.getswitchinterval()
     c.start_sampler(HZ)
     try:
