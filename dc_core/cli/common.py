@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 from typing import Any, Mapping, TextIO
 
 from rich.cells import cell_len
@@ -16,7 +19,7 @@ from rich.progress import Progress
 from rich.segment import Segment
 from rich.text import Text
 
-from ..store.logdir import MAX_BYTES_ENV, ProfileFile, find_profiles, max_profile_bytes, read_profile
+from ..store.logdir import MAX_BYTES_ENV, ProfileFile, find_profiles, max_profile_bytes, read_profile, shown_path
 from ..store.profile import Profile, ProfileError
 
 
@@ -31,6 +34,22 @@ MANY_FILES = 50
 
 class CliError(Exception):
     """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that adds ``extra`` the way this package was installed:
+    from its checkout (``pip install -e '.[tensorboard]'`` there), or by name."""
+    try:
+        from importlib.metadata import distribution
+
+        origin = json.loads(distribution("deepcontext").read_text("direct_url.json") or "{}")
+    except Exception:  # not installed as a distribution, or no record of where from
+        origin = {}
+    url = origin.get("url", "")
+    if "dir_info" in origin and url.startswith("file://"):
+        editable = "-e " if origin["dir_info"].get("editable") else ""
+        return f"pip install {editable}{shlex.quote(shown_path(unquote(url[len('file://'):])) + f'[{extra}]')}"
+    return f"pip install 'deepcontext[{extra}]'"
 
 
 def output_width(stream: TextIO | None = None, env: Mapping[str, str] = os.environ) -> int | None:

@@ -45,7 +45,9 @@ def missing(workload: str) -> str | None:
         if name == workload:
             for alternatives in needs:
                 if not any(_installed(m) for m in alternatives):
-                    return f"{' or '.join(alternatives)} (pip install 'deepcontext[{extra}]')"
+                    from .common import install_hint
+
+                    return f"{' or '.join(alternatives)} ({install_hint(extra)})"
     return None
 
 

@@ -55,7 +55,7 @@ def warn_if_empty(logdir: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .common import fail
+    from .common import fail, install_hint
 
     if not Path(args.logdir).is_dir():
         return fail(f"logdir {args.logdir!r} does not exist or is not a directory")
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from tensorboard import program
     except ImportError:
-        return fail("TensorBoard is not installed: pip install 'deepcontext[tensorboard]'")
+        return fail(f"TensorBoard is not installed: {install_hint('tensorboard')}")
     board = program.TensorBoard(plugins=plugins())
     board.configure(argv=[None, "--logdir", str(args.logdir), "--port", str(args.port), "--host", args.host])
     return int(board.main() or 0)

@@ -151,3 +151,19 @@ def test_reading_many_profiles_says_so_on_stderr_when_not_a_terminal(tmp_path, c
     profiles, errors = common.read_files(files, limit, where=str(tmp_path))
     assert len(profiles) == common.MANY_FILES and not errors
     assert f"reading {common.MANY_FILES} profiles under {tmp_path}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("origin, hint", [
+    ({"url": "file:///src/deep%20context", "dir_info": {"editable": True}}, "pip install -e '/src/deep context[jax]'"),
+    ({"url": "file:///src/dc", "dir_info": {}}, "pip install '/src/dc[jax]'"),
+    (None, "pip install 'deepcontext[jax]'"),  # from an index: no record of a directory
+])
+def test_install_hints_follow_how_the_package_was_installed(monkeypatch, origin, hint):
+    from dc_core.cli.common import install_hint
+
+    class Installed:
+        def read_text(self, name):
+            return json.dumps(origin) if origin is not None and name == "direct_url.json" else None
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed())
+    assert install_hint("jax") == hint

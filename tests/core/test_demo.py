@@ -53,7 +53,8 @@ def test_a_jax_only_environment_runs_the_flax_workload(tmp_path):
 def test_a_workload_whose_framework_is_missing_is_named_with_its_extra(tmp_path):
     done = demo(tmp_path, "lightning,pytorch_lightning", "--workload", "lightning")
     assert done.returncode == 2
-    assert "needs lightning or pytorch_lightning (pip install 'deepcontext[lightning]')" in done.stdout
+    # the hint installs the extra the way this package was installed: here, from its checkout
+    assert "needs lightning or pytorch_lightning (pip install -e '.[lightning]')" in done.stdout
 
 
 def test_a_second_demo_reports_only_its_own_run(tmp_path):
