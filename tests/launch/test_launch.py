@@ -183,6 +183,7 @@ def test_a_process_that_cannot_be_hooked_runs_unprofiled_with_one_warning(tmp_pa
     assert done.stderr.count("\n") == 1 and "could not hook this process" in done.stderr and RUN_ENV in done.stderr
 
 
+@pytest.mark.timeout(300)  # a 4 s script: a hang at its exit fails here, not after the suite's 600 s
 def test_view_opens_the_tab_on_the_logdir_when_the_run_ends(tmp_path, monkeypatch):
     import dc_core.cli.view as view
     from dc_core.cli import main
