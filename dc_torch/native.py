@@ -3,16 +3,20 @@
 The extension (``dc_torch/csrc/capture.cc``) must be compiled against the torch
 that imports it: same version, same C++ ABI. pip's build isolation would
 compile against a torch of its own choosing, so it is not built at install
-time but on first use, by torch's own ``cpp_extension`` machinery (ninja and a
-C++17 compiler), into a cache keyed by the torch version, its C++ ABI, the
-Python tag and the source. ``make demo`` and ``make test`` warm that cache
-(``python -m dc_torch.native``); a job started by a user pays the build once
-per machine (about 20 s), before its first window.
+time but by torch's own ``cpp_extension`` machinery (ninja and a C++17
+compiler), into a cache with one entry per environment: keyed by the torch
+installation (its path, version, build and C++ ABI), the compiler, the
+interpreter and the source, so that two environments never rebuild each
+other's. ``make demo`` and ``make test`` build it (``python -m dc_torch.native``).
 
-Where it cannot be built or loaded (no compiler, a torch without headers, the
-pure-Python collector), ``load()`` says why once and the adapter falls back
-to the Python capture path (``TorchFunctionMode`` and module hooks); the
-profile's environment says which path ran (``capture``).
+A built entry is imported directly (no ninja, no setuptools). Where none is
+built yet, ``load()`` never builds in the caller's step: it starts the build
+in a process of its own, says so once, and answers ``None`` until the build is
+done; those windows take the Python path, and the first window after it the
+native one. Where it cannot be built or loaded (no compiler, a torch without
+headers, the pure-Python collector), ``load()`` says why once and the adapter
+falls back to the Python capture path (``TorchFunctionMode`` and module
+hooks); the profile's environment says which path ran (``capture``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import os
 import platform
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,10 +57,13 @@ def cache_dir() -> Path:
 
 
 def build_key() -> str:
-    """What the binary depends on: torch version and C++ ABI, Python, machine, sources."""
+    """What the binary depends on: this torch installation (path, version,
+    build, C++ ABI), the compiler, the interpreter, the machine and the sources."""
     digest = hashlib.sha256()
-    for part in (torch.__version__, str(torch._C._GLIBCXX_USE_CXX11_ABI), sys.implementation.cache_tag,
-                 platform.machine()):
+    parts = (os.path.dirname(os.path.realpath(torch.__file__)), torch.__version__,
+             str(getattr(torch.version, "git_version", "")), str(torch._C._GLIBCXX_USE_CXX11_ABI),
+             _compiler(), os.path.realpath(sys.prefix), sys.implementation.cache_tag, platform.machine())
+    for part in parts:
         digest.update(part.encode() + b"\0")
     digest.update(b"-O2 -DNDEBUG")  # the flags below
     for path in (_SOURCE, *_HEADERS, _INCLUDE / "capture_api.h"):
@@ -63,12 +71,37 @@ def build_key() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
+def _compiler() -> str:
+    """The C++ compiler ``cpp_extension`` would run, as its first line of ``--version`` says."""
+    import shutil
+    import subprocess
+
+    command = os.environ.get("CXX", "c++")
+    if shutil.which(command) is None:
+        return command
+    try:
+        done = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return command
+    return f"{command} {done.stdout.partition(chr(10))[0]}"
+
+
+def _entry() -> tuple[str, Path]:
+    """This environment's cache entry: the module name and its directory."""
+    name = f"dc_torch_capture_{build_key()}"
+    return name, cache_dir() / name
+
+
+#: Written beside a finished build: an entry without it is still being built (or failed).
+_BUILT = "built"
+
+
 def build(verbose: bool = False) -> ModuleType:
     """Compile (or reuse from the cache) and import the extension; raises on failure."""
     from torch.utils import cpp_extension
 
-    name = f"dc_torch_capture_{build_key()}"
-    directory = cache_dir() / name
+    name, directory = _entry()
     # The sources are copied in first: ninja keys its state on the source paths,
     # so two checkouts sharing this cache entry would otherwise rebuild it in turn.
     source = directory / "src" / _SOURCE.name
@@ -83,7 +116,7 @@ def build(verbose: bool = False) -> ModuleType:
     bin_dir = os.path.dirname(sys.executable)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    return cpp_extension.load(
+    module = cpp_extension.load(
         name=name,
         sources=[str(source)],
         extra_include_paths=[str(include)],
@@ -92,19 +125,105 @@ def build(verbose: bool = False) -> ModuleType:
         verbose=verbose,
         is_python_module=True,
     )
+    (directory / _BUILT).write_text(module.__file__ or "")
+    return module
 
 
-@functools.cache
+def _import_built() -> ModuleType | None:
+    """This environment's finished build, imported as it is; None when there is none."""
+    import importlib.machinery
+    import importlib.util
+
+    name, directory = _entry()
+    if not (directory / _BUILT).is_file():
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = directory / f"{name}{suffix}"
+        if path.is_file():
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                return None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[name] = module
+            return module
+    return None
+
+
+class _Background:
+    """The one build this process started in a process of its own, if any."""
+
+    def __init__(self) -> None:
+        self.process: Any = None
+        self.log: Path | None = None
+
+    def start(self) -> str:
+        """Start the build unless it runs; returns why there is no extension meanwhile."""
+        import subprocess
+
+        if self.process is None:
+            _, directory = _entry()
+            directory.mkdir(parents=True, exist_ok=True)
+            self.log = directory / f"build-{os.getpid()}.log"
+            package_root = str(Path(__file__).resolve().parent.parent)  # importable however this process found it
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root,
+                                                                            os.environ.get("PYTHONPATH")]))}
+            with open(self.log, "wb") as log:
+                self.process = subprocess.Popen([sys.executable, "-m", __name__], stdout=log, stderr=log,
+                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            logger.warning("DeepContext is building its native operator capture for this environment in the "
+                           "background (once, about 20 s; `python -m dc_torch.native` builds it ahead): until "
+                           "it is ready, windows use the Python capture path")
+        return "the native capture is being built (first use in this environment)"
+
+    def running(self) -> bool:
+        """Whether no build was started yet, or the one started still runs."""
+        return self.process is None or self.process.poll() is None
+
+    def failure(self) -> str:
+        """Why the build ended without a module to import."""
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] if self.log else []
+        return f"the native capture's build failed ({tail[0] if tail else f'status {self.process.returncode}'})"
+
+
+_background = _Background()
+_loaded: tuple[ModuleType | None, str] | None = None  # a final answer: the extension, or why not
+_loading = threading.Lock()  # windows of two threads' sessions ask at once
+
+
 def load() -> tuple[ModuleType | None, str]:
-    """The extension, or ``None`` and why not (tried once per process)."""
+    """The extension, or ``None`` and why not. A finished build is imported
+    (once per process); a missing one is built in the background, and
+    ``None`` is the answer until it is done. Never compiles in the caller."""
+    with _loading:
+        return _load()
+
+
+def _load() -> tuple[ModuleType | None, str]:
+    global _loaded
+    if _loaded is not None:
+        return _loaded
     if os.environ.get("DEEPCONTEXT_NO_NATIVE_CAPTURE"):
-        return None, "DEEPCONTEXT_NO_NATIVE_CAPTURE is set"
+        _loaded = None, "DEEPCONTEXT_NO_NATIVE_CAPTURE is set"
+        return _loaded
     try:
-        return build(), ""
-    except Exception as exc:  # any build failure means the fallback
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-        logger.warning("native operator capture unavailable (%s); using the Python capture path", reason)
-        return None, reason
+        module = _import_built()
+        if module is None and _background.running():
+            return None, _background.start()
+        if module is None:
+            module = _import_built()  # the build may have ended since the first look
+        failure = None if module is not None else _background.failure()
+    except Exception as exc:  # a build that does not import, or cannot be started: the Python path
+        module, failure = None, _reason(exc)
+    if module is None:
+        logger.warning("native operator capture unavailable (%s); using the Python capture path", failure)
+    _loaded = module, failure or ""
+    return _loaded
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[-1] if text else ''}"
 
 
 class BusyError(RuntimeError):
@@ -175,7 +294,7 @@ class NativeCapture:
 
 def after_fork_in_child() -> None:
     """A forked child (DataLoader worker) starts with the callback removed."""
-    module, _ = load() if load.cache_info().currsize else (None, "")
+    module = _loaded[0] if _loaded is not None else None
     if module is not None:
         try:
             module.stop()

@@ -1,0 +1,113 @@
+"""The capture extension's cache: one entry per environment, imported as built,
+and never compiled inside a user's step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dc_torch import native
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def capture_path() -> str:
+    """Once, not per capture path: these tests are about the build."""
+    return "native"
+
+
+def test_the_key_tells_environments_apart_and_is_stable_within_one(monkeypatch):
+    here = native.build_key()
+    assert native.build_key() == here
+    monkeypatch.setattr(sys, "prefix", "/opt/another-venv")  # a second environment, same torch version
+    assert native.build_key() != here
+    monkeypatch.undo()
+    monkeypatch.setattr(torch, "__file__", "/opt/another-site/torch/__init__.py")  # another installation
+    assert native.build_key() != here
+    monkeypatch.undo()
+    native._compiler.cache_clear()  # read once per process
+    monkeypatch.setenv("CXX", "clang++-no-such-compiler")
+    try:
+        assert native.build_key() != here
+    finally:
+        monkeypatch.undo()
+        native._compiler.cache_clear()
+    assert native.build_key() == here
+
+
+def _python(script: str, cache: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DEEPCONTEXT_CONFIG"}
+    env["PYTHONPATH"] = str(ROOT)
+    if cache is not None:
+        env["DEEPCONTEXT_CACHE"] = str(cache)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=ROOT)
+
+
+def test_a_built_entry_is_imported_as_it_is_without_ninja_or_setuptools():
+    if native.load()[0] is None:
+        pytest.fail("the suite's install builds the extension: " + native.load()[1])
+    done = _python("""
+        import json, sys
+        from dc_torch import native
+        module, why = native.load()
+        print(json.dumps([module is not None, why, sorted(m for m in sys.modules
+                          if m.split(".")[0] in ("setuptools", "distutils") or m == "torch.utils.cpp_extension")]))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [True, "", []]
+
+
+@pytest.mark.slow
+def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tmp_path):
+    """A fresh cache: the first window takes the Python path at once (its step
+    pays nothing for the build), the build runs in a process of its own, and
+    the first window after it has finished is native."""
+    done = _python(f"""
+        import time, torch
+        import dc_torch
+        from dc_torch import native
+        from dc_core.record.config import StepRange
+
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 8)
+
+        def step():
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+
+        # a window of one step every 4 steps: one every 2 s while the build runs
+        with dc_torch.profile(logdir={str(tmp_path)!r}, steps=StepRange(start=0, count=1, every=4, repeat=0),
+                              cpu_sampling_hz=0, system_interval_ms=0) as prof:
+            deadline = time.monotonic() + 600
+            while native.load()[0] is None and time.monotonic() < deadline:
+                step()
+                time.sleep(0.5)
+            for _ in range(8):  # a whole window opened after the build
+                step()
+        print(native.load()[0] is not None)
+    """, cache=tmp_path / "cache", timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("True"), done.stdout + done.stderr
+    assert done.stderr.count("building its native operator capture for this environment in the background") == 1
+    from dc_core.store.logdir import load_profiles
+
+    profiles, errors = load_profiles(tmp_path)
+    assert not errors
+    by_step = sorted(profiles, key=lambda p: p.steps)
+    first, last = by_step[0], by_step[-1]
+    assert first.steps == (0, 1) and first.env["capture"].startswith("python (the native capture is being built")
+    assert last.env["capture"].startswith("native")
+    [entry] = (tmp_path / "cache" / "torch-capture").iterdir()
+    assert (entry / "built").is_file() and list(entry.glob("build-*.log"))
