@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 from urllib.parse import unquote
-from typing import Any, Mapping, TextIO
+from typing import Any, Iterable, Mapping, TextIO
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -65,9 +66,33 @@ def output_width(stream: TextIO | None = None, env: Mapping[str, str] = os.envir
         return PIPED_WIDTH
 
 
-def make_console(stderr: bool = False) -> Console:
-    """The console every subcommand prints with: `output_width`, no highlighting."""
-    return Console(highlight=False, stderr=stderr, width=output_width(sys.stderr if stderr else sys.stdout))
+#: What a terminal acts on instead of showing: C0 controls but newline and tab,
+#: DEL, C1 controls, the bidirectional embeddings, overrides and isolates.
+_ACTED_ON = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each character a terminal would act on (clear the screen,
+    set the title or the clipboard, reverse what follows) shown as its escape
+    instead: ``\\x1b``, ``\\u202e``. A name from a profile is anyone's text."""
+    return _ACTED_ON.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+class SafeConsole(Console):
+    """A `Console` whose printed text shows control and bidi characters
+    escaped (`visible`), whatever part of a table or message holds them; the
+    console's own styling and cursor codes are left as they are."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            Segment(visible(s.text), s.style, s.control) if s.control is None else s for s in buffer)
+
+
+def make_console(stderr: bool = False, **options: Any) -> Console:
+    """The console every subcommand prints with: `output_width`, no
+    highlighting, names shown `visible`; ``options`` go to `Console`."""
+    options.setdefault("width", output_width(sys.stderr if stderr else sys.stdout))
+    return SafeConsole(highlight=False, stderr=stderr, **options)
 
 
 def middle_truncate(text: str, width: int) -> str:

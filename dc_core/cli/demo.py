@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
 
@@ -61,7 +60,9 @@ def pick(workload: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from .report import run as run_report
 
-    console = Console(highlight=False, soft_wrap=True)
+    from .common import make_console
+
+    console = make_console(soft_wrap=True, width=None)
     workload = pick(args.workload)
     lacking = missing(workload)
     if lacking is not None:

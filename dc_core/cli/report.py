@@ -28,7 +28,7 @@ from ..store.logdir import ProfileFile
 from ..launch.settings import STEP_SOURCE_ENV
 from .common import (
     MANY_FILES, CliError, add_read_options, fail, hanging, list_logdir, make_console, middle_truncate,
-    print_about_file, read_files,
+    print_about_file, read_files, visible,
 )
 from .ranks import print_cross_rank
 from .trend import print_trend, trend_json
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     merged = []
     for group in many:
         if not args.json and len(group) >= MANY_FILES:
-            print(f"deepcontext: merging {len(group):,} ranks of {group[0].run} {steps_text(group[0].steps)}",
+            print(f"deepcontext: merging {len(group):,} ranks of {visible(group[0].run)} {steps_text(group[0].steps)}",
                   file=sys.stderr, flush=True)
         ensemble, group_errors = cross_rank(group, limit)
         errors.extend(group_errors)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -88,6 +89,11 @@ def check_logdir(logdir: Any) -> str:
     return text
 
 
+#: C0 and C1 control characters and the bidirectional overrides: a directory
+#: name holding one prints as something else in a terminal or a listing.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
 def check_run(run: Any) -> None:
     """A run is one or more names joined by ``/`` (eval loops nest as ``<run>/<loop>``),
     always under ``logdir``; the name is also stored in each profile as UTF-8."""
@@ -96,6 +102,8 @@ def check_run(run: Any) -> None:
         problem = "not a string"
     elif "\0" in run:
         problem = "contains a NUL byte"
+    elif _CONTROL.search(run):
+        problem = f"contains the control character {_CONTROL.search(run).group()!r}"
     else:
         parts = Path(run).parts
         try:
@@ -113,7 +121,7 @@ def check_run(run: Any) -> None:
                 problem = f"has a name longer than {NAME_MAX} bytes"
     if problem:
         raise ValueError(
-            f"run must be a relative name (names joined by '/', no '..', no NUL, each name at most "
+            f"run must be a relative name (names joined by '/', no '..', no control characters, each name at most "
             f"{NAME_MAX} bytes of UTF-8): {problem}, got {shown(run)}"
         )
 

@@ -273,10 +273,15 @@ def test_run_with_nul_byte_is_rejected_at_creation():
         ("x" * 256, "has a name longer than 255 bytes"),
         ("a/" + "é" * 128, "has a name longer than 255 bytes"),  # bytes, not characters
         (7, "not a string"),
+        ("a\nb", r"contains the control character '\\n'"),  # `--run "a\nb"` made such a directory
+        ("exp\x1b[2J", r"contains the control character '\\x1b'"),
+        ("run\u202egpj.exe", r"contains the control character '\\u202e'"),  # shows reversed in a listing
+        ("a\x85b", r"contains the control character '\\x85'"),
     ],
 )
 def test_run_that_cannot_be_a_directory_under_logdir_is_rejected_at_creation(run, problem):
-    with pytest.raises(ValueError, match=rf"run must be a relative name \(names joined by '/', no '\.\.', no NUL, "
+    with pytest.raises(ValueError, match=rf"run must be a relative name \(names joined by '/', no '\.\.', no control "
+                                         rf"characters, "
                                          rf"each name at most 255 bytes of UTF-8\): {problem}"):
         ProfilerConfig(run=run)
 
