@@ -76,7 +76,9 @@ def test_a_fix_clears_its_finding_and_saves_what_the_finding_said(tmp_path, caps
         assert len(found) == 1, before.findings
         (finding,) = found
         assert any(where in label for label in finding["path"]), finding["path"]
-        assert finding["gain_basis"] and finding["gain_ns"] > 1_000_000, finding  # above a loaded host's jitter
+        # above a loaded host's jitter, after the estimate left out the step's wait for a CPU (half
+        # of it with two suites and a busy loop on two cores: a 1.8 ms plant estimated 0.95 ms)
+        assert finding["gain_basis"] and finding["gain_ns"] > 500_000, finding
         assert not [f for f in after.findings if f["rule"] == rule], after.findings
         at_their_nodes(before), at_their_nodes(after)
         saved = measured_saving(before, after, capsys)
