@@ -87,8 +87,10 @@ def _compiler() -> str:
     return f"{command} {done.stdout.partition(chr(10))[0]}"
 
 
+@functools.cache
 def _entry() -> tuple[str, Path]:
-    """This environment's cache entry: the module name and its directory."""
+    """This environment's cache entry, the module name and its directory
+    (once per process: it hashes the sources)."""
     name = f"dc_torch_capture_{build_key()}"
     return name, cache_dir() / name
 

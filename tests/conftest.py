@@ -151,18 +151,21 @@ def pytest_collection_modifyitems(config, items):
 ALLOWED_SKIPS = ("needs a CUDA device", "not applicable: ")
 
 
+def _skip_reason(report) -> str:
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
 def _ci_refuses(report) -> bool:
     """Under ``CI=true`` a skip is a failure (a missing extra, a failed build
     skips silently otherwise), unless its reason is one of `ALLOWED_SKIPS`."""
     if os.environ.get("CI") != "true" or not report.skipped:
         return False
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    return not reason.removeprefix("Skipped: ").startswith(ALLOWED_SKIPS)
+    return not _skip_reason(report).removeprefix("Skipped: ").startswith(ALLOWED_SKIPS)
 
 
 def _as_failure(report) -> None:
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    report.outcome, report.longrepr = "failed", f"skipped under CI=true, where everything is installed: {reason}"
+    report.outcome = "failed"
+    report.longrepr = f"skipped under CI=true, where everything is installed: {_skip_reason(report)}"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -21,6 +21,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ..store.logdir import MAX_BYTES_ENV, ProfileFile, find_profiles, max_profile_bytes, read_profile, shown_path
+from ..record.validate import CONTROL_CHARACTERS
 from ..store.profile import Profile, ProfileError
 
 
@@ -66,9 +67,8 @@ def output_width(stream: TextIO | None = None, env: Mapping[str, str] = os.envir
         return PIPED_WIDTH
 
 
-#: What a terminal acts on instead of showing: C0 controls but newline and tab,
-#: DEL, C1 controls, the bidirectional embeddings, overrides and isolates.
-_ACTED_ON = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: What a terminal acts on instead of showing, but newline and tab.
+_ACTED_ON = re.compile(f"(?![\n\t])[{CONTROL_CHARACTERS}]")
 
 
 def visible(text: str) -> str:
@@ -85,7 +85,8 @@ class SafeConsole(Console):
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
-            Segment(visible(s.text), s.style, s.control) if s.control is None else s for s in buffer)
+            Segment(visible(s.text), s.style, s.control) if s.control is None and _ACTED_ON.search(s.text) else s
+            for s in buffer)
 
 
 def make_console(stderr: bool = False, **options: Any) -> Console:

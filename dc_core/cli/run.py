@@ -113,9 +113,12 @@ def _startable(command: list[str]) -> list[str]:
     if os.sep in program and os.access(program, os.X_OK):
         return command
     why = "is not executable" if os.sep in program else "is a file here, not a command on PATH"
-    how = f"deepcontext run {shlex.join(command)}" if program.endswith(".py") else \
-        f"chmod +x {shlex.quote(program)}, then deepcontext run -- {shlex.join(['./' + program, *command[1:]])}" \
-        if os.sep not in program else f"chmod +x {shlex.quote(program)}"
+    if program.endswith(".py"):
+        how = f"deepcontext run {shlex.join(command)}"
+    elif os.sep in program:
+        how = f"chmod +x {shlex.quote(program)}"
+    else:
+        how = f"chmod +x {shlex.quote(program)}, then deepcontext run -- {shlex.join(['./' + program, *command[1:]])}"
     raise ValueError(f"{program!r} {why}; to profile it: {how}")
 
 

@@ -111,9 +111,9 @@ class TrainerSession:
         self._announced = True
         config = self.session.config
         run_dir = Path(config.logdir) / config.run if config.run else Path(config.logdir)
-        print(f"DeepContext wrote {shown_path(path)}: read it with `deepcontext report {shlex.quote(shown_path(run_dir))}`, "
-              f"or open the tab with `deepcontext view {shlex.quote(shown_path(Path(config.logdir)))}`",
-              file=sys.stderr, flush=True)
+        report, view = (shlex.quote(shown_path(p)) for p in (run_dir, Path(config.logdir)))
+        print(f"DeepContext wrote {shown_path(path)}: read it with `deepcontext report {report}`, "
+              f"or open the tab with `deepcontext view {view}`", file=sys.stderr, flush=True)
 
     # --- training steps ------------------------------------------------------------
     def step_begin(self, step: int) -> None:
@@ -164,4 +164,3 @@ class ProfilingCallback:
     def written(self) -> list[Path]:
         """The profile files written so far."""
         return self.profiling.written
-

@@ -89,9 +89,11 @@ def check_logdir(logdir: Any) -> str:
     return text
 
 
-#: C0 and C1 control characters and the bidirectional overrides: a directory
-#: name holding one prints as something else in a terminal or a listing.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: C0 and C1 control characters, DEL and the bidirectional embeddings,
+#: overrides and isolates (a regex class body): what a terminal acts on rather
+#: than shows. A directory name holding one prints as something else.
+CONTROL_CHARACTERS = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
 
 
 def check_run(run: Any) -> None:
@@ -102,8 +104,8 @@ def check_run(run: Any) -> None:
         problem = "not a string"
     elif "\0" in run:
         problem = "contains a NUL byte"
-    elif _CONTROL.search(run):
-        problem = f"contains the control character {_CONTROL.search(run).group()!r}"
+    elif control := _CONTROL.search(run):
+        problem = f"contains the control character {control.group()!r}"
     else:
         parts = Path(run).parts
         try:
