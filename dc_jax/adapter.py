@@ -36,7 +36,7 @@ from dc_core.collect.collector import (
 from dc_core.collect.ownfiles import skip_framework_files
 from dc_core.record.adapter import WindowSkipped
 
-from dc_jax import trace
+from dc_jax import host, trace
 from dc_jax.context import context_of, is_library
 from dc_jax.flax_hooks import ModuleRecorder
 from dc_jax.hlo import Instruction, ModuleIndex
@@ -82,6 +82,9 @@ class JaxAdapter:
         self._clock0 = (0, 0)  # (wall ns, monotonic ns) when the trace started
         self._warned_nnx = False
         self._step_spans: list[tuple[float, float]] = []  # compile spans since the last step ended
+        self._marks: list[int] = []  # monotonic ns the window opened and each of its steps ended
+        self._moved: list[tuple[int, int, int]] = []  # host time moved after the steps: (node, step, ns)
+        self._located: set[tuple[str, int]] = set()  # (module, program)s with ops placed in the user's code
         self.last_trace_bytes = 0
         self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
         self.last_convert_ns = 0  # reading the trace into the tree
@@ -112,7 +115,9 @@ class JaxAdapter:
         self._session = session
         skip_framework_files(session.collector, "jax")  # JAX's own frames stay out of sampled call paths
         _barrier()
-        self._compiles, self._phases, self._step_spans = [], [], []
+        self._compiles, self._phases, self._step_spans, self._moved = [], [], [], []
+        self._located = set()
+        self._marks = [time.monotonic_ns()]
         self._index.clear()
         self._flax.classes.clear()
         options = jax.profiler.ProfileOptions()
@@ -180,6 +185,7 @@ class JaxAdapter:
         """Compile time inside the step just ended (the union of its compile
         spans: compiling a function traces the ones it calls inside its own
         span), kept out of the step's time; it is reported in ``compile``."""
+        self._marks.append(time.monotonic_ns())
         spans, self._step_spans = sorted(self._step_spans), []
         total, end = 0.0, float("-inf")
         for start, stop in spans:
@@ -253,8 +259,56 @@ class JaxAdapter:
         for path in files:
             data = ProfileData.from_file(path)
             events, dispatches = trace.read(data)
-            phase_at = self._phase_lookup(trace.profile_start_ns(data))
-            self._add_ops(session, trace.aggregate(events, dispatches, phase_at))
+            started = trace.profile_start_ns(data)
+            phase_at = self._phase_lookup(started)
+            launched = trace.launches(events, dispatches)
+            placed = self._add_ops(session, trace.aggregate(events, dispatches, phase_at, launched))
+            if started:
+                self._place_host(session, dispatches, launched, placed, phase_at, started)
+
+    def step_bound_shifts(self) -> dict[int, tuple[int, int]]:
+        """How the window's host time moved after its steps were marked
+        shifts each node's per-step bounds (see ``Session``)."""
+        return host.bound_shifts(self._moved, len(self._marks) - 1)
+
+    def _place_host(self, session: Any, dispatches: list[trace.Dispatch],
+                    launched: dict[tuple[str, int, int], int], placed: dict[tuple[str, int], list[tuple[int, ...]]],
+                    phase_at: Any, started_wall_ns: int) -> None:
+        """Move the host time the trace locates from the phase it was timed in
+        to the Python that spent it (``host.py``)."""
+        c = session.collector
+        wall0, mono0 = self._clock0
+        shift = mono0 + (started_wall_ns - wall0)  # trace time t ↔ monotonic t + shift
+
+        def host_phase_at(t: int) -> int:
+            return session.phase_frame((phase_at(t) if phase_at is not None else None) or session.default_phase)
+
+        by_dispatch = {i: (module, program) for (module, program, _), i in launched.items()}
+        by_name: dict[str, list[tuple[str, int]]] = {}
+        for key in placed:
+            by_name.setdefault(key[0], []).append(key)
+        targets: dict[tuple[str, int], host.Target | None] = {}
+
+        def target_of(i: int) -> host.Target | None:
+            d = dispatches[i]
+            key = by_dispatch.get(i)
+            if key is None:
+                named = by_name.get(d.module, [])
+                if len(named) != 1:
+                    return None
+                key = named[0]
+            if key not in targets:
+                targets[key] = host.program_target(placed.get(key, []), host_phase_at(d.start), key in self._located)
+            return targets[key]
+
+        compiles = [(int(start * 1e9) - started_wall_ns, int(end * 1e9) - started_wall_ns)
+                    for _, _, start, end, _, _ in self._compiles]
+        marks = [m - shift for m in self._marks]
+        for move in host.moves(dispatches, target_of, host_phase_at, marks, compiles):
+            node, timed = c.path(0, list(move.frames)), c.path(0, [move.host])
+            c.add(node, METRIC_CPU_TIME, move.ns)
+            c.add(timed, METRIC_CPU_TIME, -move.ns)
+            self._moved += [(node, move.step, move.ns), (timed, move.step, -move.ns)]
 
     def _phase_lookup(self, trace_start_wall_ns: int) -> Any:
         if not self._phases or not trace_start_wall_ns:
@@ -274,8 +328,11 @@ class JaxAdapter:
 
         return phase_at
 
-    def _add_ops(self, session: Any, ops: list[trace.OpTime]) -> None:
+    def _add_ops(self, session: Any, ops: list[trace.OpTime]) -> dict[tuple[str, int], list[tuple[int, ...]]]:
+        """Add the ops' times to the tree; the frames each program's ops were placed at."""
         c = session.collector
+        placed: dict[tuple[str, int], list[tuple[int, ...]]] = {}
+        located = self._located
         wanted: dict[tuple[str, int], set[str]] = {}
         for op in ops:
             wanted.setdefault((op.module, op.program), set()).add(op.hlo_op)
@@ -308,6 +365,9 @@ class JaxAdapter:
                 frames.append(session.frame(KIND_COMPILED, op.module))
             flags = FLAG_BACKWARD if ctx.backward else 0
             frames.append(session.frame(KIND_OPERATOR, ctx.operator, detail=op.hlo_op, flags=flags))
+            placed.setdefault((op.module, op.program), []).append(tuple(frames))
+            if ctx.frames:
+                located.add((op.module, op.program))
             operator = c.path(0, frames)
             kernel = c.child(operator, session.frame(KIND_KERNEL, op.kernel, detail=op.device))
             # XLA op time is the device's (the CPU device's thunks on the CPU
@@ -325,6 +385,7 @@ class JaxAdapter:
             # An op runs each of its kernels once: its executions are its busiest
             # kernel's, counted on the op alone so that inclusive counts are executions.
             c.add(operator, METRIC_COUNT, max(runs.values()))
+        return placed
 
 
 _NNX_DIR = os.sep + os.path.join("flax", "nnx", "nn") + os.sep

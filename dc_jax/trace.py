@@ -62,6 +62,17 @@ class OpTime:
 
 
 @dataclass
+class Dispatch:
+    """A host call of a jitted function (an eager op is one too), on one thread's line."""
+
+    start: int
+    duration: int
+    module: str  # the XLA module name it runs
+    line: int  # its thread: the index of its line in the host plane
+    outer: bool  # not inside another dispatch of its thread (one traced while compiling is)
+
+
+@dataclass
 class _Event:
     module: str
     program: int
@@ -81,18 +92,21 @@ def _stats(event: Any) -> dict:
         return {}
 
 
-def _host_events(plane: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
-    """CPU thunks (exclusive times) and the Python thread's dispatches of jitted functions."""
+def _host_events(plane: Any) -> tuple[list[_Event], list[Dispatch]]:
+    """CPU thunks (exclusive times) and the Python threads' dispatches of jitted functions."""
     ops: list[_Event] = []
-    dispatches: list[tuple[int, str]] = []
-    for line in plane.lines:
+    dispatches: list[Dispatch] = []
+    for index, line in enumerate(plane.lines):
         open_ops: list[tuple[int, _Event]] = []  # (end, event) stack for nesting
         line_ops: list[_Event] = []
+        outer_end = -1
         for event in line.events:
             name = event.name
             dispatch = _DISPATCH.match(name)
             if dispatch is not None:
-                dispatches.append((int(event.start_ns), module_of(dispatch.group(1))))
+                start, duration = int(event.start_ns), int(event.duration_ns)
+                dispatches.append(Dispatch(start, duration, module_of(dispatch.group(1)), index, start >= outer_end))
+                outer_end = max(outer_end, start + duration)
                 continue
             if name.startswith("end: ") or "::" in name:
                 continue  # thunk end markers and runtime TraceMes: half the events, never ops
@@ -143,10 +157,10 @@ def _device_name(plane_name: str) -> str:
     return f"{kind.lower()}:{index or 0}"
 
 
-def read(profile: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
-    """Executed ops, and host dispatches as (time, module name), of a ``ProfileData``."""
+def read(profile: Any) -> tuple[list[_Event], list[Dispatch]]:
+    """Executed ops, and host dispatches in time order, of a ``ProfileData``."""
     events: list[_Event] = []
-    dispatches: list[tuple[int, str]] = []
+    dispatches: list[Dispatch] = []
     for plane in profile.planes:
         name = plane.name
         if name.startswith("/host:CPU"):
@@ -155,7 +169,7 @@ def read(profile: Any) -> tuple[list[_Event], list[tuple[int, str]]]:
             dispatches.extend(calls)
         elif name.startswith("/device:") and not name.startswith("/device:CUSTOM"):
             events.extend(_device_events(plane, _device_name(name)))
-    dispatches.sort()
+    dispatches.sort(key=lambda d: (d.start, -d.duration))
     return events, dispatches
 
 
@@ -170,32 +184,52 @@ def profile_start_ns(profile: Any) -> int:
     return 0
 
 
+def _first_ops(events: Iterable[_Event]) -> dict[tuple[str, int, int], int]:
+    """(module, program, run) → when that run's first op began."""
+    first: dict[tuple[str, int, int], int] = {}
+    for e in events:
+        key = (e.module, e.program, e.run)
+        if e.run and (key not in first or e.start < first[key]):
+            first[key] = e.start
+    return first
+
+
+def launches(events: Iterable[_Event], dispatches: list[Dispatch]) -> dict[tuple[str, int, int], int]:
+    """(module, program, run) → the index of the dispatch that launched that
+    run: the last outermost dispatch of its function before the run's first
+    op (JAX traces one call as a dispatch within a dispatch of one name)."""
+    outer = [i for i, d in enumerate(dispatches) if d.outer]
+    times = [dispatches[i].start for i in outer]
+    out = {}
+    for key, start in _first_ops(events).items():
+        at = bisect.bisect_right(times, start)
+        for i in reversed(outer[max(at - 64, 0):at]):
+            if dispatches[i].module == key[0]:
+                out[key] = i
+                break
+    return out
+
+
 def aggregate(
     events: Iterable[_Event],
-    dispatches: list[tuple[int, str]],
+    dispatches: list[Dispatch],
     phase_at: Callable[[int], str | None] | None = None,
+    launched: dict[tuple[str, int, int], int] | None = None,
 ) -> list[OpTime]:
     """Sum events per (program, op, kernel, device, marked phase).
 
     ``phase_at(t)`` names the phase the user marked at trace time ``t``. A run
-    of a compiled module is placed at the time the host dispatched it (the
-    last dispatch of that function before the run's first op), since with
-    asynchronous dispatch the ops themselves may run after the marked block.
+    of a compiled module is placed at the time the host dispatched it
+    (``launched``, from `launches`), since with asynchronous dispatch the ops
+    themselves may run after the marked block.
     """
-    runs: dict[tuple[str, int, int], int] = {}  # (module, program, run) → when it was dispatched
     events = list(events)
+    runs: dict[tuple[str, int, int], int] = {}  # (module, program, run) → when it was dispatched
     if phase_at is not None:
-        for e in events:
-            key = (e.module, e.program, e.run)
-            if e.run and (key not in runs or e.start < runs[key]):
-                runs[key] = e.start
-        times = [t for t, _ in dispatches]
-        for key, first in list(runs.items()):
-            at = bisect.bisect_right(times, first)
-            for i in range(at - 1, max(at - 64, -1), -1):
-                if dispatches[i][1] == key[0]:
-                    runs[key] = dispatches[i][0]
-                    break
+        if launched is None:
+            launched = launches(events, dispatches)
+        runs = _first_ops(events)
+        runs.update((key, dispatches[i].start) for key, i in launched.items())
     totals: dict[tuple, OpTime] = {}
     for e in events:
         phase = phase_at(runs.get((e.module, e.program, e.run), e.start)) if phase_at is not None else None

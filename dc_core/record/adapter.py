@@ -3,7 +3,7 @@ the hooks a window installs and removes, and what it adds to the profile."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 if TYPE_CHECKING:
     from .session import Session
@@ -21,6 +21,9 @@ class Adapter(Protocol):
     def prepare(self, session: Session) -> None: ...  # at session creation: one-off costs out of the steps
     def environment(self) -> dict[str, str]: ...
     def step_overhead_ns(self) -> int: ...  # framework one-offs (compiles) in the step just ended: not step time
+    # cpu_time_ns its uninstall moved between nodes after the steps were marked: per node,
+    # the least and greatest of that change over the window's steps
+    def step_bound_shifts(self) -> Mapping[int, tuple[int, int]]: ...
 
 
 class WindowSkipped(Exception):

@@ -35,7 +35,7 @@ from ..store.logdir import profile_path
 from ..store.profile import encode, mark_pending
 from ..store.writer import ProfileWriter
 from ..collect.ownfiles import skip_profiler_files
-from .snapshot import profile_from_snapshot
+from .snapshot import profile_from_snapshot, shift_step_bounds
 from ..model.kinds import kind_id
 from .windows import WindowSchedule
 
@@ -405,8 +405,12 @@ class Session:
         if self.adapter is not None and hasattr(self.adapter, "environment"):
             env.update(self.adapter.environment())
         env.update(self.notes)
+        snap = self.collector.snapshot()
+        shifts = getattr(self.adapter, "step_bound_shifts", None)
+        if shifts is not None:
+            shift_step_bounds(snap, shifts())
         profile = profile_from_snapshot(
-            self.collector.snapshot(),
+            snap,
             self.collector.monitor_samples(),
             steps=steps,
             **self._steps.profile_fields(),

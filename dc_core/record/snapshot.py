@@ -3,7 +3,7 @@ build the tree, turn monitor columns into series."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, MutableMapping, Sequence
 
 from ..collect import symbols
 from ..store.profile import Profile, Series
@@ -95,6 +95,22 @@ def profile_from_snapshot(
     drops = {k: int(v) for k, v in snap.get("drops", {}).items()}
     return Profile(tree=tree, system=series_from_monitor(monitor, window_t0), drops=drops,
                    step_bounds=step_bounds, **fields)
+
+
+def shift_step_bounds(snap: MutableMapping[str, Any], shifts: Mapping[int, tuple[int, int]]) -> None:
+    """Move a snapshot's ``cpu_time_ns`` step bounds by time an adapter moved
+    between nodes after the steps were marked: per node, the least and the
+    greatest change of one step. Each bound stays one (a lower bound of the
+    quietest step, never below 0 where it was not; an upper of the busiest)."""
+    bounds = snap.get("step_bounds") or {}
+    low, high = bounds.get("cpu_time_ns.min"), bounds.get("cpu_time_ns.max")
+    if low is None or high is None:
+        return
+    for node, (least, greatest) in shifts.items():
+        if 0 <= node < len(low):
+            was = low[node]
+            low[node] = max(was + least, 0) if was >= 0 else was + least
+            high[node] += greatest
 
 
 _BOUND = "step bound "  # a name no metric has
