@@ -140,6 +140,11 @@ class Window:
         return self.tree.inclusive("cpu_time_ns")
 
     @cached_property
+    def device(self) -> list[int]:
+        """Inclusive device time per node (all 0 where the profile has none)."""
+        return self._inclusive("device_time_ns")
+
+    @cached_property
     def total(self) -> int:
         """The window's size in ``metric`` (never 0, so shares stay finite)."""
         return max(self.incl[0], 1)

@@ -7,11 +7,13 @@ looks at what that scope does, so a finding names a place in the user's code.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from .base import Window, finding, ms, op_name, percent, weighted_median
 
-_CASTS = {"to", "_to_copy", "type", "type_as", "float", "half", "double", "bfloat16", "int", "long"}
+_CASTS = {"to", "_to_copy", "type", "type_as", "float", "half", "double", "bfloat16", "int", "long",
+          "convert_element_type"}  # the last: JAX's (``x.astype``), one XLA convert
 _DEVICE_WORDS = ("cuda", "cpu", "device", "mps", "xla")
 _LAYOUT = {"contiguous"}
 _RESHAPES = {"reshape", "flatten", "view_as_real"}
@@ -55,6 +57,9 @@ def dtype_conversion(w: Window) -> list[dict[str, Any]]:
             "dtype_conversion", severity,
             f"dtype conversions take {percent(share)} of a step ({ms(time_ns)}, "
             f"{calls / w.steps:.0f} per step) in {where}" + (f" ({caveat})" if caveat else ""),
+            "keep arrays in one dtype across this code: cast inputs and parameters once, before the "
+            "training loop (a mixed-precision policy casts them once per step at most), not inside the step"
+            if w.profile.framework == "jax" else
             "keep tensors in one dtype across this code; for mixed precision use torch.autocast "
             "instead of manual .half()/.float() casts, and cast parameters once, not per step",
             w.tree, node,
@@ -115,31 +120,50 @@ def layout_conversion(w: Window) -> list[dict[str, Any]]:
     return out
 
 
+def _work_per_call(w: Window, op: int) -> float:
+    """What one call of an operator does: its device time where it has any (a
+    kernel: its host time is the launch), else its host time."""
+    calls = w.tree.value(op, "count") or 1
+    device = w.device[op]
+    return device / calls if device else w.per_call_ns(op)
+
+
 def small_ops(w: Window) -> list[dict[str, Any]]:
-    """Many short operators under one function: median < max_median_us and
-    ≥ min_per_step calls per step, ≥ min_share of a quiet step's host time with
-    the Python between them (warning). The optimizer is left to ``optimizer_unfused``."""
-    ops = [o for o in w.top_ops if w.phase(o) != "optimizer"]
+    """Many short operators under one function (warning): ≥ min_per_step
+    calls per step taking ≥ min_share of a quiet step's host time with the
+    Python between them, each call small: a median call's work (device time
+    where there is any, else host time) < max_median_us; in JAX, each an
+    operation dispatched on its own from Python (eager: it has host time of
+    its own), whatever its work, since under jit XLA runs them as one
+    program. The optimizer is left to ``optimizer_unfused``."""
+    jax = w.profile.framework == "jax"
+    ops = [o for o in w.top_ops if w.phase(o) != "optimizer" and (not jax or w.cpu[o] > 0)]
     out = []
     for scope_ops in w.scopes(ops).values():
         calls = sum(w.tree.value(o, "count") for o in scope_ops)
         per_step = calls / w.steps
         if per_step < w.t["small_ops.min_per_step"]:
             continue
-        med_ns = weighted_median([(w.per_call_ns(o), w.tree.value(o, "count")) for o in scope_ops])
+        weighed = w.per_call_ns if jax else partial(_work_per_call, w)
+        med_ns = weighted_median([(weighed(o), w.tree.value(o, "count")) for o in scope_ops])
         # the ops and the Python of their lines between them: what a loop of them costs
         time_ns, mean_ns = w.with_lines(scope_ops, "cpu_time_ns")
         share = time_ns / max(w.quiet(0, "cpu_time_ns"), 1)
-        if med_ns >= w.t["small_ops.max_median_us"] * 1e3 or share < w.t["small_ops.min_share"]:
+        if (not jax and med_ns >= w.t["small_ops.max_median_us"] * 1e3) or share < w.t["small_ops.min_share"]:
             continue
         anchor = w.anchor(w.heaviest(scope_ops))
         where = w.tree.node_frame(anchor).label() if anchor else "code outside any user frame"
         severity, caveat = w.judge("warning", time_ns)
+        what = (f"{per_step:.0f} operations per step dispatched one by one (a median of {med_ns / 1e3:.1f} µs "
+                f"of host time each)" if jax else
+                f"{per_step:.0f} operators per step with a median of {med_ns / 1e3:.1f} µs")
         out.append(finding(
             "small_ops", severity,
-            f"{per_step:.0f} operators per step with a median of {med_ns / 1e3:.1f} µs in {where} "
-            f"({percent(share)} of a step's host time with the Python between them)"
+            f"{what} in {where} ({percent(share)} of a step's host time with the Python between them)"
             + (f" ({caveat})" if caveat else ""),
+            "per-operation overhead dominates: replace the Python loop by one batched operation, or by "
+            "jax.lax.scan / fori_loop, under jax.jit, so that XLA runs the loop as one program"
+            if jax else
             "per-operator overhead dominates: replace the Python loop by one batched operator (index a "
             "stacked tensor, torch._foreach_* for per-tensor loops), or fuse with torch.compile "
             "(mode='reduce-overhead' on GPU)",

@@ -75,6 +75,37 @@ def test_small_ops_quiet_for_few_large_operators():
     assert "small_ops" not in rules(analyze(p))
 
 
+def test_small_ops_weighs_the_device_work_of_an_operator_with_kernels_not_its_launch():
+    # 600 launches per step of 5 µs each (a tenth of the step), but every kernel runs 2 ms: no small operators
+    big = (line("f", "m.py:1"), (f"aten::mm @cpu_time_ns={9 * MS},count=1800", f"kernel:gemm @device_time_ns={3600 * MS}"))
+    assert "small_ops" not in rules(analyze(profile(("forward", (TRAIN, big, HEAVY)), env=CUDA_RUN)))
+    tiny = (line("f", "m.py:1"), (f"aten::add @cpu_time_ns={9 * MS},count=1800", f"kernel:add_kernel @device_time_ns={3 * MS}"))
+    assert only(analyze(profile(("forward", (TRAIN, tiny, HEAVY)), env=CUDA_RUN)), "small_ops")["evidence"]["median_us"] == 1.67
+
+
+def test_small_ops_in_jax_are_operations_dispatched_one_by_one_whatever_their_work():
+    loop = line("rowsum", "model.py:31")
+    p = profile(("forward", (TRAIN,
+        (loop, (f"operator:add @cpu_time_ns={90 * MS},count=900", f"kernel:wrapped_add @device_time_ns={90 * MS}")),
+        (line("step", "model.py:40"), (f"operator:dot_general @count=3", f"kernel:dot @device_time_ns={300 * MS}")))),
+        framework="jax")
+    f = only(analyze(p), "small_ops")
+    assert f["evidence"]["per_step"] == 300 and f["evidence"]["median_us"] == 100.0  # host time per dispatch
+    assert f["path"][-1] == "model.py:31 rowsum" and "lax.scan" in f["suggestion"]
+    # jitted, the loop is one program: its ops have no host time of their own
+    jitted = profile(("forward", (TRAIN, (loop, (f"operator:add @count=900", f"kernel:wrapped_add @device_time_ns={90 * MS}")))),
+                     framework="jax")
+    assert "small_ops" not in rules(analyze(jitted))
+
+
+def test_dtype_conversion_finds_jax_s_convert_element_type():
+    p = profile(("forward", (TRAIN, (line("loss", "model.py:18"),
+        (f"operator:convert_element_type @count=3", f"kernel:wrapped_convert @device_time_ns={60 * MS}")),
+        (line("loss", "model.py:19"), (f"operator:dot_general @count=3", f"kernel:dot @device_time_ns={30 * MS}")))), framework="jax")
+    f = only(analyze(p), "dtype_conversion")
+    assert f["gain_ns"] == 20 * MS and f["path"][-1] == "convert_element_type" and "before the training loop" in f["suggestion"]
+
+
 def test_unfused_norm_finds_a_hand_written_rmsnorm():
     norm = [line("rmsnorm", f"model.py:{n}") for n in (14, 15, 16)]
     p = profile(("forward", (TRAIN,
