@@ -70,6 +70,12 @@ def test_memory_growth_rising_rss_in_a_window():
     assert f["evidence"]["growth_bytes"] == 240 * MIB
 
 
+def test_memory_growth_in_one_jax_window_is_no_warning_since_jax_profiler_holds_the_trace_in_memory():
+    rss = [1000 * MIB + i * 40 * MIB for i in range(9)]
+    f = only(analyze(profile(TREE, system=[series("rss_bytes", rss)], framework="jax")), "memory_growth")
+    assert f["severity"] == "info" and "jax.profiler holds the window's trace" in f["message"]
+
+
 def test_memory_growth_quiet_for_a_plateau_or_one_jump():
     flat = [1000 * MIB + (i % 2) * MIB for i in range(9)]
     jump = [1000 * MIB] * 4 + [1500 * MIB] * 5  # an allocator growing once is not a leak
