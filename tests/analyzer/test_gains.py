@@ -21,11 +21,7 @@ from typing import Iterator
 
 import pytest
 
-pytest.importorskip("torch")
-
 from dc_core.cli import main
-
-from tests.analyzer import fixes
 
 TOLERANCE = 0.4
 PAIRS = 5
@@ -64,10 +60,8 @@ def at_their_nodes(profile) -> None:
             assert f["path"] == [profile.tree.node_frame(n).label() for n in profile.tree.path(f["node"])], f
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(fixes.PROBLEMS))
-def test_a_fix_clears_its_finding_and_saves_what_the_finding_said(tmp_path, capsys, name):
-    run, rule, where = fixes.PROBLEMS[name]
+def judge_pairs(tmp_path, capsys, run, rule: str, where: str) -> None:
+    """Run ``run`` before and after its fix `PAIRS` times and judge the findings and savings."""
     ratios, seen = [], []
     for pair in range(PAIRS):
         with one_cpu():
@@ -85,3 +79,26 @@ def test_a_fix_clears_its_finding_and_saves_what_the_finding_said(tmp_path, caps
         ratios.append(saved / finding["gain_ns"])
         seen.append((round(saved / 1e6, 2), round(finding["gain_ns"] / 1e6, 2)))
     assert 1 - TOLERANCE <= median(ratios) <= 1 + TOLERANCE, seen  # (measured, estimated) ms per step
+
+
+def _problems(framework: str) -> dict:
+    """The planted problems of one framework (none where it is not installed)."""
+    if framework == "torch":
+        pytest.importorskip("torch")
+        from tests.analyzer import fixes
+    else:
+        pytest.importorskip("jax")
+        from tests.analyzer import jax_fixes as fixes
+    return fixes.PROBLEMS
+
+
+TORCH = ["dtype", "optimizer", "dataloader", "item", "loop", "norm"]
+JAX = ["jax_dtype", "jax_loop"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TORCH + JAX)
+def test_a_fix_clears_its_finding_and_saves_what_the_finding_said(tmp_path, capsys, name):
+    problems = _problems("jax" if name in JAX else "torch")
+    assert set(problems) == set(JAX if name in JAX else TORCH)
+    judge_pairs(tmp_path, capsys, *problems[name])
