@@ -62,7 +62,12 @@ def big_profile(nodes: int, steps: int = 8, seed: int = 0) -> Profile:
 
 def timed(source: Path, *args: str) -> float:
     """Seconds of ``deepcontext analyze --dry-run`` from ``source`` in a fresh process."""
-    code = "import sys; from dc_core.cli import main; sys.exit(main(sys.argv[1:]))"
+    # An editable install's finder (module _editable…) maps dc_core to its own checkout
+    # ahead of PYTHONPATH: it is left out, or both sides would run the same code.
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '_editable' not in "
+            "(getattr(f, '__module__', '') or '') + type(f).__module__]; "
+            f"import dc_core; assert dc_core.__file__.startswith({str(source)!r}), dc_core.__file__; "
+            "from dc_core.cli import main; sys.exit(main(sys.argv[1:]))")
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code, "analyze", "--dry-run", *args], cwd=source,
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(source)})
