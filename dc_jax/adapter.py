@@ -332,7 +332,6 @@ class JaxAdapter:
         """Add the ops' times to the tree; the frames each program's ops were placed at."""
         c = session.collector
         placed: dict[tuple[str, int], list[tuple[int, ...]]] = {}
-        located = self._located
         wanted: dict[tuple[str, int], set[str]] = {}
         for op in ops:
             wanted.setdefault((op.module, op.program), set()).add(op.hlo_op)
@@ -367,7 +366,7 @@ class JaxAdapter:
             frames.append(session.frame(KIND_OPERATOR, ctx.operator, detail=op.hlo_op, flags=flags))
             placed.setdefault((op.module, op.program), []).append(tuple(frames))
             if ctx.frames:
-                located.add((op.module, op.program))
+                self._located.add((op.module, op.program))
             operator = c.path(0, frames)
             kernel = c.child(operator, session.frame(KIND_KERNEL, op.kernel, detail=op.device))
             # XLA op time is the device's (the CPU device's thunks on the CPU

@@ -408,7 +408,10 @@ class Session:
         snap = self.collector.snapshot()
         shifts = getattr(self.adapter, "step_bound_shifts", None)
         if shifts is not None:
-            shift_step_bounds(snap, shifts())
+            try:
+                shift_step_bounds(snap, shifts())
+            except Exception as exc:  # the window is still written, its bounds as the steps marked them
+                self.fail(exc, "step bounds")
         profile = profile_from_snapshot(
             snap,
             self.collector.monitor_samples(),
