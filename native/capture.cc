@@ -68,6 +68,7 @@ void api_op_exit(void* c, int64_t metric, int64_t value) {
 void api_op_add(void* c, int64_t metric, int64_t value) {
   static_cast<Collector*>(c)->op_add(metric, value);
 }
+void api_abandon(void* c) { static_cast<Collector*>(c)->capture_abandon(); }
 
 }  // namespace
 
@@ -81,6 +82,7 @@ dc_capture_api make_capture_api(Collector* c) {
   api.backward_enter = api_backward_enter;
   api.op_exit = api_op_exit;
   api.op_add = api_op_add;
+  api.abandon = api_abandon;
   return api;
 }
 
@@ -141,6 +143,11 @@ std::pair<int64_t, int64_t> Collector::capture_stop() {
   Collector* self = this;
   g_capturing.compare_exchange_strong(self, nullptr);
   return {unpathed_ops_.load(), namer_errors_};
+}
+
+void Collector::capture_abandon() {
+  DC_HOT_LOCK;  // operators in flight finish their tree work first
+  capturing_.store(false);
 }
 
 // --- the hot calls (any thread, GIL or not) ---------------------------------

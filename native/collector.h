@@ -111,6 +111,9 @@ class Collector {
   // Stops recording (GIL held); returns {ops recorded without their path
   // (stack too deep), namer errors}.
   std::pair<int64_t, int64_t> capture_stop();
+  // The capture failed inside a callback (any thread): operators open now
+  // never exit, so none is recorded from here and scopes stop nesting in them.
+  void capture_abandon();
   bool capturing() const { return capturing_.load(std::memory_order_relaxed); }
   const dc_capture_api* capture_api() const { return &api_; }
   int64_t op_frame(const char* name, bool backward, const char* detail = "");

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define DC_CAPTURE_CAPSULE "dc_core._native.capture_api"
-#define DC_CAPTURE_ABI 4
+#define DC_CAPTURE_ABI 5
 
 /* op_enter flags */
 #define DC_OP_REGION 1 /* a named region (an autograd.Function, a compiled region), not an ATen
@@ -48,6 +48,11 @@ typedef struct dc_capture_api {
   /* As op_frame, the frame's detail `detail` (e.g. "device": an aten::to
    * overload that moves a tensor between devices, not between dtypes). */
   int64_t (*op_frame_detail)(void* collector, const char* name, const char* detail, int32_t backward);
+  /* The capture failed inside a callback and stops (any thread, GIL or not):
+   * the operators still open on any thread will never exit. From now on no
+   * operator is recorded and no Python scope nests inside an open one; the
+   * window keeps what was recorded before. */
+  void (*abandon)(void* collector);
 } dc_capture_api;
 
 #ifdef __cplusplus

@@ -70,7 +70,10 @@ char g_failure[512];
 std::atomic<long> g_fault_in{-1};  // tests: the callback that many calls from now throws
 
 void fail_open(const char* where, const char* what) noexcept {
-  g_api.store(nullptr, std::memory_order_release);
+  // The collector forgets the operators left open (this one's exit, its outer
+  // ops' exits never come): Python scopes entered later must not nest in them.
+  const dc_capture_api* api = g_api.exchange(nullptr, std::memory_order_acq_rel);
+  if (api != nullptr) api->abandon(api->collector);
   bool first = false;
   if (g_failed.compare_exchange_strong(first, true))
     std::snprintf(g_failure, sizeof(g_failure), "%s: %s", where, what);
