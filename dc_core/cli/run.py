@@ -211,7 +211,11 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc))
     settings = RunSettings(logdir=fields["logdir"], run=name, step_function=args.step_function,
                            fallback_after_s=args.time_fallback, time_window_s=args.time_window)
-    status = _run_command(command, child_environment(settings, fields))
+    try:
+        status = _run_command(command, child_environment(settings, fields))
+    except OSError as exc:  # nothing ran: there is no run to sum up
+        print(f"deepcontext run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
     from .run_end import finish
 
     finish(settings, args, status)
@@ -232,12 +236,8 @@ def _run_command(command: list[str], env: dict[str, str]) -> int:
 
     Ctrl-C reaches the command from the terminal as it always does (same
     process group); meanwhile this process waits. The signals a scheduler
-    sends to end a job are passed on."""
-    try:
-        child = subprocess.Popen(command, env=env)
-    except OSError as exc:
-        print(f"deepcontext run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
-        return 127 if isinstance(exc, FileNotFoundError) else 126
+    sends to end a job are passed on. Raises OSError when it cannot start."""
+    child = subprocess.Popen(command, env=env)
     previous = {}
 
     def forward(signum: int, frame: Any) -> None:

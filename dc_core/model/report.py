@@ -43,7 +43,8 @@ def planned_window(env: Mapping[str, str]) -> tuple[int, int] | None:
 
 def window_label(steps: tuple[int, int], step_times: Sequence[int] = (),
                  env: Mapping[str, str] | None = None) -> str:
-    """``steps 5–7``, or for a window that ended early ``steps 5–6 (partial: 1 of 2 steps timed)``.
+    """``steps 5–7``, or for a window that ended early
+    ``steps 5–6 (partial: step 5 timed, of steps 5–7 planned)``.
 
     The range is the steps the file covers (the last one may have begun and
     not ended: a loop that stops inside a window). Profiles do not record the
@@ -56,7 +57,9 @@ def window_label(steps: tuple[int, int], step_times: Sequence[int] = (),
     total = (planned[1] - planned[0]) if planned else steps[1] - steps[0]
     timed = len(step_times)
     if step_times and timed < total:
-        text += f" (partial: {timed} of {total} {'planned ' if planned else ''}steps timed)"
+        # by step numbers throughout, as the range itself is written (never a count beside a number)
+        timed_steps = steps_text((steps[0], steps[0] + timed))
+        text += f" (partial: {timed_steps} timed" + (f", of {steps_text(planned)} planned)" if planned else ")")
     return text
 
 

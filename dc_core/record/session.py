@@ -115,7 +115,7 @@ class Session:
         self._last_step = -1
         self._planned: tuple[int, int] | None = None
         self._steps_seen = 0  # for the one warning when a session closes with nothing written
-        self._last_seen = -1
+        self._first_seen = self._last_seen = -1
         self._window_t0 = 0
         self._window_unix = 0
         self.notes: dict[str, str] = {}  # facts for each profile's environment (what defined the steps)
@@ -172,6 +172,8 @@ class Session:
     # --- driving -----------------------------------------------------------
     def step_begin(self, step: int) -> None:
         """Call at the start of training step ``step``."""
+        if not self._steps_seen:
+            self._first_seen = step
         self._steps_seen += 1
         self._last_seen = step
         if self.disabled or (self.window is None and not self._schedule.may_open(step)):
@@ -313,8 +315,9 @@ class Session:
         if self._steps_seen == 0:
             seen = "no training step was seen (call step() once per step, or use the trainer callback)"
         else:
-            n = self._steps_seen
-            seen = f"{n} step{'s were' if n != 1 else ' was'} seen, the last numbered {self._last_seen}"
+            # by their numbers, as the window's steps are counted: never a count beside a number
+            first, last = self._first_seen, self._last_seen
+            seen = f"step {last} was seen" if first == last else f"steps {first}–{last} were seen"
         return f"DeepContext wrote no profile: {seen}; it profiles {self._schedule.describe()}; profiles would go to {where}"
 
     # --- windows -------------------------------------------------------------

@@ -64,14 +64,14 @@ def test_a_loop_that_ends_inside_a_window_is_reported_partial(tmp_path, capsys):
     (file,) = find_profiles(tmp_path)
     assert file.steps == (5, 7) and len(read_profile(file.path).step_times_ns) == 1
     assert main(["report", str(tmp_path)]) == 0
-    assert "steps 5\u20136 (partial: 1 of 3 planned steps timed)" in capsys.readouterr().out
+    assert "steps 5\u20136 (partial: step 5 timed, of steps 5\u20137 planned)" in capsys.readouterr().out
     index = Index(read_profile(file.path), Ref(".", 0, file.steps))
-    assert tables.node_row(index, 0)["label"] == "steps 5\u20136 (partial: 1 of 3 planned steps timed)"
+    assert tables.node_row(index, 0)["label"] == "steps 5\u20136 (partial: step 5 timed, of steps 5\u20137 planned)"
 
 
 def test_window_label_counts_against_the_planned_window_when_recorded():
     partial = window_label((5, 7), [1, 2], {"planned_window": "5-8"})
-    assert partial == "steps 5\u20136 (partial: 2 of 3 planned steps timed)"
+    assert partial == "steps 5\u20136 (partial: steps 5\u20136 timed, of steps 5\u20137 planned)"
     assert window_label((5, 8), [1, 2, 3], {"planned_window": "5-8"}) == "steps 5\u20137"
     assert window_label((5, 6), [1]) == "step 5" and window_label((5, 8)) == "steps 5\u20137"
 

@@ -113,6 +113,7 @@ def test_a_missing_command_fails_as_a_shell_would(tmp_path):
     done = subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", "--", "no-such-command-xyz"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 127 and "cannot start 'no-such-command-xyz'" in done.stderr
+    assert "PYTHONPATH" not in done.stdout + done.stderr and "DeepContext ·" not in done.stdout  # nothing ran
 
 
 def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):

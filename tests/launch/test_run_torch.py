@@ -160,7 +160,7 @@ def test_ctrl_c_in_a_window_writes_it_partial_and_ends_as_the_script_does(tmp_pa
     assert first.steps == (2, 5) and len(first.step_times_ns) == 3
     assert second.steps == (6, 8) and len(second.step_times_ns) == 1  # step 6 timed, 7 interrupted
     assert planned_window(second.env) == (6, 9)
-    assert "partial: 1 of 3 planned steps timed" in out
+    assert "steps 6–7 (partial: step 6 timed, of steps 6–8 planned)" in out
 
 
 def test_sigterm_reaches_the_scripts_own_handler_and_its_status_is_kept(tmp_path):
