@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -44,12 +45,13 @@ def test_the_key_tells_environments_apart_and_is_stable_within_one(monkeypatch):
     assert native.build_key() == here
 
 
-def _python(script: str, cache: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def _python(script: str, cache: Path | None = None, timeout: float = 120,
+            python: str = sys.executable) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DEEPCONTEXT_CONFIG"}
     env["PYTHONPATH"] = str(ROOT)
     if cache is not None:
         env["DEEPCONTEXT_CACHE"] = str(cache)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+    return subprocess.run([python, "-c", textwrap.dedent(script)], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=ROOT)
 
 
@@ -111,3 +113,60 @@ def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tm
     assert last.env["capture"].startswith("native")
     [entry] = (tmp_path / "cache" / "torch-capture").iterdir()
     assert (entry / "built").is_file() and list(entry.glob("build-*.log"))
+
+
+#: What a process that loads the extension reports: the entry it imported, and
+#: whether anything of a build (cpp_extension, setuptools) was imported for it.
+_LOAD = """
+    import json, sys
+    from dc_torch import native
+    module, why = native.load()
+    print(json.dumps([getattr(module, "__file__", None), why,
+                      any(m == "torch.utils.cpp_extension" or m.split(".")[0] == "setuptools" for m in sys.modules)]))
+"""
+
+
+def _second_environment(path: Path) -> str:
+    """A virtual environment of its own (its own prefix, as a torch-only venv
+    would have) that sees this one's packages; returns its interpreter."""
+    import site
+    import sysconfig
+
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(path)],
+                   check=True, timeout=120)
+    python = str(path / "bin" / "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    assert ours in site.getsitepackages()
+    Path(purelib, "shared.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return python
+
+
+@pytest.mark.slow
+def test_two_environments_in_turn_build_once_each_and_never_rebuild_each_other(tmp_path):
+    """Regression: one cache entry per torch version was shared by every
+    environment, and each rewrote its build.ninja: two environments in turn
+    rebuilt it every time (13.7 s, 14.9 s, 13.7 s)."""
+    if native.load()[0] is None:
+        pytest.fail("the suite's install builds the extension: " + native.load()[1])
+    cache = tmp_path / "cache"
+    _, ours = native._entry()
+    (cache / "torch-capture").mkdir(parents=True)
+    shutil.copytree(ours, cache / "torch-capture" / ours.name)  # this environment's, as `make test` built it
+    other = _second_environment(tmp_path / "venv-b")
+    built = _python("from dc_torch import native; native.build()", cache=cache, timeout=900, python=other)
+    assert built.returncode == 0, built.stderr
+    entries = sorted((cache / "torch-capture").iterdir())
+    assert len(entries) == 2 and ours.name in {e.name for e in entries}  # side by side
+    first = {e.name: [(f.name, f.stat().st_mtime_ns) for f in sorted(e.iterdir())] for e in entries}
+    seen = []
+    for python in (sys.executable, other, sys.executable, other):
+        done = _python(_LOAD, cache=cache, python=python)
+        assert done.returncode == 0, done.stderr
+        path, why, building = json.loads(done.stdout)
+        assert path is not None and why == "" and not building, done.stdout
+        seen.append(Path(path).parent.name)
+    assert seen[0] == seen[2] == ours.name and seen[1] == seen[3] != ours.name
+    # nothing of either entry was written again: no rebuild, no rewritten build.ninja
+    assert {e.name: [(f.name, f.stat().st_mtime_ns) for f in sorted(e.iterdir())] for e in entries} == first
