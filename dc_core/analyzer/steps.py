@@ -6,6 +6,7 @@ from statistics import mean, median, pstdev
 from typing import Any
 
 from .base import Window, finding, ms
+from ..model.report import one_off_first_step
 
 
 def _step_spans(times: list[int]) -> list[tuple[int, int]]:
@@ -84,6 +85,8 @@ def step_outlier(w: Window) -> list[dict[str, Any]]:
     med = median(times)
     mad = median(abs(t - med) for t in times)
     slow_why = _slow_steps(w, times, med, mad)
+    if one_off_first_step(w.profile):
+        slow_why.pop(0, None)  # a process's first step: the report says what it paid once
     if not slow_why:
         return []
     slow = sorted(slow_why)

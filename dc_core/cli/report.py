@@ -16,8 +16,8 @@ from rich.text import Text
 from ..export.nested import dumps
 from ..store.profile import Profile
 from ..model.report import (
-    REPORT_VERSION, Row, default_metric, describe_drops, format_value, metrics_with_values, profile_label, rank_step_stats,
-    rank_top_frames, report_json, steps_text, tree_rows,
+    REPORT_VERSION, Row, default_metric, describe_drops, format_value, metrics_with_values, one_off_first_step,
+    profile_label, rank_step_stats, rank_top_frames, report_json, steps_text, tree_rows,
 )
 from ..model.kinds import UNITS
 from ..model.views import VIEWS, view
@@ -190,7 +190,8 @@ def print_profile(console: Console, profile: Profile, args: argparse.Namespace) 
 
 def print_header(console: Console, profile: Profile) -> None:
     """The rule naming the window; what does not fit in it goes on the next lines."""
-    steps = profile.step_times_ns
+    one_off = one_off_first_step(profile)
+    steps = profile.step_times_ns[1:] if one_off else profile.step_times_ns
     mean = format_value(sum(steps) / len(steps), "x_ns") if steps else "-"
     # which operator capture ran ("native (frames: native)" → "native capture")
     capture = profile.env.get("capture", "").split(" (")[0]
@@ -207,6 +208,12 @@ def print_header(console: Console, profile: Profile) -> None:
     console.rule(title)
     for line in lines[1:]:
         console.print(Text(line), soft_wrap=True)
+    if one_off:
+        first = profile.step_times_ns[0]
+        console.print(Text(f"step {profile.steps[0]} took {format_value(first, 'x_ns')}, "
+                           f"{first / (first - one_off):.0f}x the median of the others: a process's first step pays "
+                           "one-off costs (imports, first calls, warm-up); the mean step leaves it out", style="dim"),
+                      soft_wrap=True)
     source = profile.env.get(STEP_SOURCE_ENV)
     if source:  # ``deepcontext run`` found the steps itself: say how
         console.print(hanging(Text("steps: ", style="dim"), Text(source)))

@@ -20,6 +20,14 @@ METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc
 #: (e.g. ``"5-8"``); without it a window that ended early is recognised only
 #: by having fewer step times than steps.
 PLANNED_WINDOW_ENV = "planned_window"
+#: Environment key: the number of the first step the writing session saw.
+FIRST_STEP_ENV = "first_step"
+#: A process's first step holds one-off costs (imports, first calls, the
+#: allocator's and JIT's warm-up) when it took this many times the median of
+#: the window's other steps, and at least `ONE_OFF_MIN_NS` more: a CNN's first
+#: step took 390 ms against 13-80 ms for the next five.
+ONE_OFF_RATIO = 3.0
+ONE_OFF_MIN_NS = 20_000_000
 
 #: The collectors' cap on system-monitor readings per window (``max_samples``
 #: of `dc_core.collect.reference.Collector` and of the native one; a test pins them).
@@ -39,6 +47,18 @@ def planned_window(env: Mapping[str, str]) -> tuple[int, int] | None:
     if not (sep and first.isdigit() and end.isdigit()) or int(end) <= int(first):
         return None
     return int(first), int(end)
+
+
+def one_off_first_step(profile: Profile) -> int:
+    """ns the window's first step took above the median of its other steps,
+    when that step was the first its process ran and took `ONE_OFF_RATIO`
+    times as long: what a first step pays once. 0 otherwise."""
+    times = profile.step_times_ns
+    if len(times) < 3 or profile.env.get(FIRST_STEP_ENV) != str(profile.steps[0]):
+        return 0
+    rest = statistics.median(times[1:])
+    excess = times[0] - rest
+    return int(excess) if times[0] >= ONE_OFF_RATIO * rest and excess >= ONE_OFF_MIN_NS else 0
 
 
 def window_label(steps: tuple[int, int], step_times: Sequence[int] = (),
@@ -143,6 +163,7 @@ def profile_json(profile: Profile, view: str = "top-down", depth: int | None = N
         "mode": profile.mode,
         "steps": [profile.steps[0], profile.steps[1]],  # half-open: [5, 8] is steps 5–7
         "step_times_ns": list(profile.step_times_ns),
+        "one_off_first_step_ns": one_off_first_step(profile),  # 0: the first step is like the others
         "tree": node_json(shown, 0, depth, min_fraction, metric),
         "findings": [{k: v for k, v in f.items() if k != "node"} for f in _findings(profile)],
     }

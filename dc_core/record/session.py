@@ -28,7 +28,7 @@ from .registry import active_sessions, open_sessions, watch_windows  # noqa: F40
 from .config import ProfilerConfig, resolve
 from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
 from .step_clock import StepClock
-from ..model.report import PLANNED_WINDOW_ENV
+from ..model.report import FIRST_STEP_ENV, PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
 from ..store.logdir import profile_path
@@ -408,6 +408,7 @@ class Session:
         if self.adapter is not None and hasattr(self.adapter, "environment"):
             env.update(self.adapter.environment())
         env.update(self.notes)
+        env[FIRST_STEP_ENV] = str(self._first_seen)  # a window that holds it shows its one-off costs apart
         snap = self.collector.snapshot()
         shifts = getattr(self.adapter, "step_bound_shifts", None)
         if shifts is not None:

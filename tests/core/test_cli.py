@@ -26,7 +26,8 @@ def test_report_json_shape(demo_logdir, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"version", "profiles", "errors"} and doc["version"] == 1 and doc["errors"] == []
     (profile,) = doc["profiles"]
-    assert set(profile) == {"run", "rank", "host", "framework", "mode", "steps", "step_times_ns", "tree", "findings"}
+    assert set(profile) == {"run", "rank", "host", "framework", "mode", "steps", "step_times_ns",
+                            "one_off_first_step_ns", "tree", "findings"}
     assert profile["steps"] == [1, 4] and len(profile["step_times_ns"]) == 3 and profile["framework"] == "python"
     root = profile["tree"]
     assert set(root) == {"kind", "name", "detail", "file", "line", "backward", "excl", "incl", "children"}

@@ -167,3 +167,46 @@ def test_install_hints_follow_how_the_package_was_installed(monkeypatch, origin,
 
     monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed())
     assert install_hint("jax") == hint
+
+
+def _window_with_a_slow_first_step(logdir, start: int) -> Profile:
+    """Steps 0..start+3 of a loop whose first step sleeps 150 ms (its one-off
+    costs) and the others ~1 ms; the window is steps start..start+3."""
+    import time
+
+    session = Session(logdir=str(logdir), steps={"start": start, "count": 4}, framework="python",
+                      cpu_sampling_hz=0, system_interval_ms=0)
+    for step in range(start + 4):
+        session.step_begin(step)
+        time.sleep(0.15 if step == 0 else 0.001)
+        session.step_end(step)
+    session.close()
+    (file,) = find_profiles(logdir)
+    return read_profile(file.path)
+
+
+def test_a_first_step_of_the_process_is_shown_as_its_one_off_costs(tmp_path, capsys, monkeypatch):
+    from dc_core.analyzer import findings_of
+
+    profile = _window_with_a_slow_first_step(tmp_path, start=0)
+    assert profile.env["first_step"] == "0" and len(profile.step_times_ns) == 4
+    monkeypatch.setenv("COLUMNS", "200")  # the note on one line
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [l for l in out.splitlines() if l.startswith("step 0 took")]
+    assert re.fullmatch(r"step 0 took 15\d\.\d\d ms, \d+x the median of the others: a process's first step pays "
+                        r"one-off costs \(imports, first calls, warm-up\); the mean step leaves it out", line), line
+    mean_ms = float(re.search(r"mean step ([\d.]+) ms", out).group(1))
+    assert mean_ms < 20  # the three ~1 ms steps, not 150 ms among them
+    assert not [f for f in findings_of(profile) if f["rule"] == "step_outlier"]
+    capsys.readouterr()
+    assert main(["report", str(tmp_path), "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)["profiles"]
+    assert doc["one_off_first_step_ns"] > 140e6
+
+
+def test_a_slow_first_step_of_a_later_window_is_no_one_off(tmp_path, capsys):
+    profile = _window_with_a_slow_first_step(tmp_path, start=1)  # step 0 ran before the window
+    assert profile.env["first_step"] == "0" and profile.steps[0] == 1
+    assert main(["report", str(tmp_path)]) == 0
+    assert "one-off" not in capsys.readouterr().out
