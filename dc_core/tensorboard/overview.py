@@ -18,6 +18,11 @@ from .store import Index, ProfileStore
 
 MAX_SERIES_POINTS = 600
 
+#: Monitor series that count up for the whole process (bytes read, written,
+#: received, sent since it started): the tab draws their rate between samples,
+#: a total that only grows says nothing about when the bytes moved.
+CUMULATIVE = ("disk_read_bytes", "disk_write_bytes", "net_rx_bytes", "net_tx_bytes")
+
 
 def runs(store: ProfileStore) -> dict:
     """Runs, their ranks and windows, from file names only (nothing is read),
@@ -54,16 +59,44 @@ def _downsample(t_ns: list[int], values: list[float], limit: int = MAX_SERIES_PO
     return ts, vs
 
 
+def rates(t_ns: list[int], values: list[float]) -> tuple[list[int], list[float]]:
+    """Per second between consecutive samples of a counter, each at the later
+    sample's time; a counter that went back (a restart) reads 0, not negative."""
+    ts, vs = [], []
+    for (t0, v0), (t1, v1) in zip(zip(t_ns, values), zip(t_ns[1:], values[1:])):
+        if t1 > t0:
+            ts.append(t1)
+            vs.append(max(v1 - v0, 0) * 1e9 / (t1 - t0))
+    return ts, vs
+
+
+def series_label(name: str, device: int) -> str:
+    """What a line of a chart is called: "cpu 3" for a core, "gpu 0" for a
+    device, "all" for the whole process or host."""
+    if device < 0:
+        return "all"
+    return f"{'cpu' if name.startswith('cpu') else 'gpu'} {device}"
+
+
+def system_series(p: Profile) -> list[dict]:
+    """The window's monitor series for the charts: times in seconds from the
+    first sample, counters as rates (unit ``bytes/s``, ``rate`` true), at
+    most `MAX_SERIES_POINTS` points each."""
+    origin = min((s.t_ns[0] for s in p.system if s.t_ns), default=0)
+    series = []
+    for s in p.system:
+        rate = s.name in CUMULATIVE
+        ts, vs = _downsample(*(rates(s.t_ns, s.values) if rate else (s.t_ns, s.values)))
+        series.append({"name": s.name, "unit": f"{s.unit}/s" if rate else s.unit, "rate": rate,
+                       "device": s.device, "label": series_label(s.name, s.device),
+                       "t_s": [(t - origin) / 1e9 for t in ts], "values": vs})
+    return series
+
+
 def window(index: Index) -> dict:
     """Steps, system-monitor series, findings and environment of one window,
     with the metrics and frame kinds its tree holds (in vocabulary order)."""
     p = index.profile
-    origin = min((s.t_ns[0] for s in p.system if s.t_ns), default=0)
-    series = []
-    for s in p.system:
-        ts, vs = _downsample(s.t_ns, s.values)
-        series.append({"name": s.name, "unit": s.unit, "device": s.device,
-                       "t_s": [(t - origin) / 1e9 for t in ts], "values": vs})
     frame, size = index.tree.frame, len(index.tree)
     used = np.bincount(index.frame_array()[1:], minlength=len(index.tree.frames)) > 0  # below the root
     present = {kinds.KINDS[c] for c in np.unique(index.kind_codes()[used]).tolist() if c < len(kinds.KINDS)}
@@ -80,7 +113,7 @@ def window(index: Index) -> dict:
         "metrics": [m for m in kinds.METRICS if m in index.metrics],
         "kinds": [k for k in kinds.KINDS if k in present],
         "totals": {m: index.total(m) for m in index.metrics},
-        "system": series, "findings": findings,
+        "system": system_series(p), "findings": findings,
     }
 
 

@@ -22,6 +22,7 @@ from dc_core.model.tree import tree_from_lists
 
 EVIL = "<img src=x onerror=alert(1)>"
 PREFIX = "/data/plugin/deepcontext"
+MIB = 2**20
 
 
 def model_tree(src: Path, scale: int = 1):
@@ -48,7 +49,10 @@ def make_profile(src: Path, rank: int, steps: tuple[int, int], scale: int = 1) -
     return Profile(
         tree=tree, steps=steps, step_times_ns=[10_000_000 * scale, 12_000_000, 30_000_000][: steps[1] - steps[0]],
         rank=rank, host="node-a", world_size=2,
-        system=[Series("cpu_percent", -1, [0, 500_000_000, 1_000_000_000], [20.0, 80.0, 50.0])],
+        system=[Series("cpu_percent", -1, [0, 500_000_000, 1_000_000_000], [20.0, 80.0, 50.0]),
+                *(Series("cpu_percent", core, [0, 500_000_000, 1_000_000_000], [30.0 + core, 90.0, 10.0]) for core in (0, 1)),
+                # a counter: 50 MiB in the first half second, 100 MiB in the next
+                Series("disk_read_bytes", -1, [0, 500_000_000, 1_000_000_000], [7 * MIB, 57 * MIB, 157 * MIB])],
         findings=[{"rule": "slow_module", "severity": "warning", "message": f"{EVIL} is slow",
                    "suggestion": "fuse it", "path": [], "evidence": {}, "node": evil}],
     )

@@ -2,6 +2,7 @@
 // comparison table. Hand-written: the tab ships no chart library.
 
 import { clear, el } from "./dom.js";
+import { niceTicks } from "./axis.js";
 import { formatNumber, formatPercent, formatRatio } from "./format.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -16,14 +17,27 @@ function svg(tag, attrs = {}, text) {
   return node;
 }
 
-function frame(title, yMax, format) {
+/** An empty chart with a y axis: `axis` is niceTicks()'s { top, ticks }, one grid line per tick. */
+function frame(title, axis) {
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
   root.appendChild(svg("title", {}, title));
   const y0 = H - PAD.bottom;
-  root.appendChild(svg("line", { x1: PAD.left, x2: W - PAD.right, y1: y0, y2: y0, class: "axis" }));
-  root.appendChild(svg("text", { x: PAD.left - 4, y: PAD.top + 8, class: "tick", "text-anchor": "end" }, format(yMax)));
-  root.appendChild(svg("text", { x: PAD.left - 4, y: y0, class: "tick", "text-anchor": "end" }, format(0)));
+  for (const { value, label } of axis.ticks) {
+    const y = y0 - (value / axis.top) * (H - PAD.top - PAD.bottom);
+    root.appendChild(svg("line", { x1: PAD.left, x2: W - PAD.right, y1: y, y2: y, class: value ? "grid" : "axis" }));
+    root.appendChild(svg("text", { x: PAD.left - 4, y: y + 3, class: "tick y-tick", "text-anchor": "end" }, label));
+  }
   return root;
+}
+
+/** Labels under a time axis from 0 to `tMax` seconds, in one unit. */
+function timeAxis(root, tMax) {
+  const axis = niceTicks(tMax, "s", 5);
+  for (const { value, label } of axis.ticks) {
+    if (value > tMax * (1 + 1e-9)) break;
+    const x = PAD.left + (value / tMax) * (W - PAD.left - PAD.right);
+    root.appendChild(svg("text", { x, y: H - 6, class: "tick x-tick", "text-anchor": value ? "middle" : "start" }, label));
+  }
 }
 
 /** Bars of step time per step of the window; a step over 1.5x the median is marked. */
@@ -33,9 +47,10 @@ export function stepChart(stepTimesNs, firstStep) {
     box.appendChild(el("div", { className: "muted" }, "No step times recorded."));
     return box;
   }
-  const max = Math.max(...stepTimesNs);
   const median = [...stepTimesNs].sort((a, b) => a - b)[Math.floor(stepTimesNs.length / 2)];
-  const root = frame("step time per step", max, (v) => formatNumber(v, "ns"));
+  const axis = niceTicks(Math.max(...stepTimesNs), "ns");
+  const max = axis.top;
+  const root = frame("step time per step", axis);
   const span = (W - PAD.left - PAD.right) / stepTimesNs.length;
   const height = H - PAD.top - PAD.bottom;
   stepTimesNs.forEach((t, i) => {
@@ -54,32 +69,42 @@ export function stepChart(stepTimesNs, firstStep) {
   return box;
 }
 
-/** One line chart per series name (devices as separate lines). */
-export function seriesCharts(series) {
-  const box = el("div", { className: "charts" });
+// Lines of one chart take these classes in turn (colours in style.css).
+const LINE_CLASSES = 8;
+
+/**
+ * The Steps & system charts in one grid: step times, then one line chart
+ * per monitor series name, a line per device ("cpu 0", "gpu 1", "all" as
+ * the server labels them); counters come as rates ("bytes/s").
+ */
+export function systemCharts(stepTimesNs, firstStep, series) {
+  const box = el("div", { className: "charts" }, stepChart(stepTimesNs, firstStep));
   const byName = new Map();
   for (const s of series) {
     if (!byName.has(s.name)) byName.set(s.name, []);
     byName.get(s.name).push(s);
   }
-  if (!byName.size) box.appendChild(el("div", { className: "muted" }, "No system-monitor samples in this window."));
+  if (!byName.size) box.appendChild(el("div", { className: "chart-box muted" }, "No system-monitor samples in this window."));
   for (const [name, group] of byName) {
     const unit = group[0].unit;
-    const fmt = (v) => formatNumber(v, unit);
-    const yMax = Math.max(unit === "%" ? 100 : 1, ...group.flatMap((s) => s.values));
+    const axis = niceTicks(Math.max(unit === "%" ? 100 : 0, ...group.flatMap((s) => s.values)), unit);
     const tMax = Math.max(1e-9, ...group.flatMap((s) => s.t_s));
-    const root = frame(name, yMax, fmt);
+    const root = frame(name, axis);
     group.forEach((s, k) => {
       const points = s.t_s.map((t, i) => {
         const x = PAD.left + (t / tMax) * (W - PAD.left - PAD.right);
-        const y = H - PAD.bottom - (s.values[i] / yMax) * (H - PAD.top - PAD.bottom);
+        const y = H - PAD.bottom - (s.values[i] / axis.top) * (H - PAD.top - PAD.bottom);
         return `${x.toFixed(1)},${y.toFixed(1)}`;
       });
-      root.appendChild(svg("polyline", { points: points.join(" "), class: `series s${k % 4}` }));
+      const line = svg("polyline", { points: points.join(" "), class: `series s${k % LINE_CLASSES}` });
+      line.appendChild(svg("title", {}, s.label));
+      root.appendChild(line);
     });
-    root.appendChild(svg("text", { x: W - PAD.right, y: H - 6, class: "tick", "text-anchor": "end" }, formatNumber(tMax * 1e9, "ns")));
-    const devices = group.map((s) => (s.device < 0 ? "all" : `device ${s.device}`)).join(", ");
-    box.appendChild(el("div", { className: "chart-box" }, el("h4", {}, `${name} (${devices})`), root));
+    timeAxis(root, tMax);
+    const legend = el("div", { className: "legend" }, ...group.map((s, k) =>
+      el("span", { className: `key s${k % LINE_CLASSES}` }, s.label)));
+    const title = group[0].rate ? `${name.replace(/_bytes$/, "")} rate (${unit})` : `${name} (${unit})`;
+    box.appendChild(el("div", { className: "chart-box", dataset: { series: name } }, el("h4", {}, title), root, legend));
   }
   return box;
 }
@@ -111,8 +136,9 @@ export function ranksTable(data, metric, vocab) {
 export function histogram(bins, format) {
   const box = el("div", { className: "chart-box histogram" });
   if (!bins.length) return box;
-  const most = Math.max(...bins.map((b) => b.count));
-  const root = frame("ranks per value range", most, (v) => formatNumber(v));
+  const axis = niceTicks(Math.max(...bins.map((b) => b.count)), "1", 3);
+  const most = axis.top;
+  const root = frame("ranks per value range", axis);
   const span = (W - PAD.left - PAD.right) / bins.length;
   const height = H - PAD.top - PAD.bottom;
   bins.forEach((b, i) => {
@@ -141,10 +167,11 @@ export function rankStrip(values, ranks, format) {
   return el("div", { className: "chart-box" }, el("div", { className: "muted" }, `ranks ${ranks[0]} \u2013 ${ranks[ranks.length - 1]}`), root);
 }
 
-/** Bars per window: `pick(row)` of each, titled `text(row)`; labels under them when few. */
-function windowBars(rows, title, pick, format, text) {
-  const most = Math.max(0, ...rows.map(pick));
-  const root = frame(title, most, format);
+/** Bars per window: `pick(row)` of each in `unit`, titled `text(row)`; labels under them when few. */
+function windowBars(rows, title, pick, unit, text) {
+  const axis = niceTicks(Math.max(0, ...rows.map(pick)), unit);
+  const most = axis.top;
+  const root = frame(title, axis);
   const span = (W - PAD.left - PAD.right) / Math.max(rows.length, 1);
   const height = H - PAD.top - PAD.bottom;
   rows.forEach((r, i) => {
@@ -159,8 +186,8 @@ function windowBars(rows, title, pick, format, text) {
   return el("div", { className: "chart-box" }, el("h4", {}, title), root);
 }
 
-/** A node's value per window and its share of each window: two bar charts and a table. */
-export function windowsChart(data, format) {
+/** A node's value (in `unit`) per window and its share of each window: two bar charts and a table. */
+export function windowsChart(data, format, unit) {
   const rows = data.windows;
   const text = (r) => `${r.label}: ${format(r.value)} (${formatPercent(r.value, r.total)} of the window)`;
   const table = el("table", { className: "metrics wide" },
@@ -169,7 +196,7 @@ export function windowsChart(data, format) {
       el("td", {}, format(r.total)), el("td", {}, formatPercent(r.value, r.total)))));
   return el("div", { className: "windows" },
     el("div", { className: "charts" },
-      windowBars(rows, "value per window", (r) => r.value, format, text),
-      windowBars(rows, "share of the window", (r) => r.share || 0, (v) => formatPercent(v, 1), text)),
+      windowBars(rows, "value per window", (r) => r.value, unit, text),
+      windowBars(rows, "share of the window", (r) => 100 * (r.share || 0), "%", text)),
     table);
 }

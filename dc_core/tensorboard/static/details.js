@@ -1,5 +1,5 @@
-// Side panels: the selected node in depth (path, metrics, forward vs
-// backward, source) and the analyzer's findings, each linking to its node.
+// The side panel: the selected node in depth (path, metrics, forward vs
+// backward, source), each node on it linking to the tree.
 
 import { get, refParams } from "./api.js";
 import { clear, el, kindBadge } from "./dom.js";
@@ -64,38 +64,4 @@ function sourceSection(src) {
       el("span", { className: "ln" }, String(number).padStart(5, " ")), " ", text));
   });
   return el("div", {}, el("h4", {}, "Source"), pre);
-}
-
-/** "saves ≈ 4.1 ms per step" for a finding's `gain_ns` (ns per step), or "saves none estimated". */
-export function gainText(gain) {
-  if (gain === null || gain === undefined) return "saves none estimated";
-  const amount = gain >= 1e6 ? `${(gain / 1e6).toFixed(1)} ms` : `${Math.round(gain / 1e3)} µs`;
-  return `saves \u2248 ${amount} per step`;
-}
-
-/** Fill `panel` with the window's findings, most severe first (the order of
- * `vocab.severities`), the biggest saving first within a severity; each
- * says what its fix saves and why; those with a node link to it. */
-export function showFindings(panel, findings, vocab, onReveal) {
-  clear(panel).append(el("h3", {}, `Findings (${findings.length})`));
-  if (!findings.length) {
-    panel.appendChild(el("div", { className: "muted" }, "The analyzer left no findings in this window."));
-    return;
-  }
-  const gain = (f) => (f.gain_ns === null || f.gain_ns === undefined ? -1 : f.gain_ns);
-  const sorted = [...findings].sort((a, b) =>
-    vocab.severityRank(a.severity) - vocab.severityRank(b.severity) || gain(b) - gain(a));
-  for (const f of sorted) {
-    const link = f.node > 0
-      ? el("a", { href: "#", className: "node-link", onclick: (e) => { e.preventDefault(); onReveal(f.node); } }, `show ${f.label || `#${f.node}`}`)
-      : "";
-    panel.appendChild(el("div", { className: `finding sev-${String(f.severity).replace(/[^a-z]/gi, "")}` },
-      el("div", {}, el("span", { className: "sev" }, f.severity), " ", el("b", {}, f.rule)),
-      el("div", {}, f.message),
-      "gain_basis" in f
-        ? el("div", { className: "gain" }, el("b", {}, gainText(f.gain_ns)), f.gain_basis ? `: ${f.gain_basis}` : "")
-        : "",
-      f.suggestion ? el("div", { className: "suggestion" }, f.suggestion) : "",
-      link));
-  }
 }

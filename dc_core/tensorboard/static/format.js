@@ -36,10 +36,12 @@ function scaled(v, steps, digits, space) {
 /**
  * `value` in `unit` (a metric's unit from the vocabulary, or a system
  * series' unit): "ns" as s/ms/µs/ns with 2 decimals, "bytes" as GiB/MiB/KiB/B
- * with 1, anything else as a count with G/M/k and 1 ("%" keeps its sign).
+ * with 1, a rate ("bytes/s") as its unit's value per second, anything else
+ * as a count with G/M/k and 1 ("%" keeps its sign).
  */
 export function formatNumber(value, unit = "1") {
   const v = Number(value) || 0;
+  if (unit.endsWith("/s")) return `${formatNumber(v, unit.slice(0, -2))}/s`;
   if (unit === "ns") return scaled(v, TIME, 2, " ") ?? `${fixed(v, 0)} ns`;
   if (unit === "bytes") return scaled(v, BYTES, 1, " ") ?? `${fixed(v, 0)} B`;
   const count = scaled(v, COUNT, 1, "") ?? fixed(v, 0);
