@@ -1,14 +1,17 @@
 // Entry point TensorBoard loads in the tab's iframe: render() builds the page,
-// holds the selection state and shows the selected tab through TABS.
+// holds the selection state, shows the selected tab through TABS and keeps
+// the state in the address (urlstate.js) so a reload or a link reopens it.
 
 import { DATA_VERSION, Latest, get, linkStylesheet, refParams } from "./api.js";
-import { ranksTable, seriesCharts, stepChart, windowsChart } from "./charts.js";
-import { showDetails, showFindings } from "./details.js";
+import { ranksTable, systemCharts, windowsChart } from "./charts.js";
+import { showDetails } from "./details.js";
 import { clear, el, select } from "./dom.js";
 import { drawFlame } from "./flame.js";
+import { findingsStrip, findingsView } from "./findings.js";
 import { formatNumber } from "./format.js";
 import { Listing } from "./runs.js";
 import { showDistribution, spreadParams, spreadView } from "./spread.js";
+import { addressWindow, readState, saveState } from "./urlstate.js";
 import { bottomUpView, diffView, flatView, treeView } from "./views.js";
 import { Vocabulary } from "./vocabulary.js";
 
@@ -16,7 +19,13 @@ const state = {
   runs: new Listing([]), vocab: new Vocabulary(), nodesPerRequest: null, ref: null, b: null, metric: null,
   sort: "incl", // the column tables are ordered by: incl, excl or name (a header click)
   mode: "incl", // the value bars show and bottom-up counts: incl, or excl (self) (the Value selector)
-  percent: false, tab: "tree", query: "", threshold: 0.05, kinds: "all", flameRoot: 0, table: null, overview: null,
+  percent: false, tab: "tree", query: "", threshold: 0.05, kinds: "all", table: null, overview: null,
+  flameRoot: 0, // the node the flame graph is zoomed into
+  flameHistory: [], // the roots zoomed from, latest last (Back, Esc and Backspace return to them)
+  flameSelected: null, // the frame the keyboard moves from
+  flameFocus: false, // the flame graph had the focus when it was last redrawn
+  flameWhole: null, // { key, data }: the window's whole flame graph, for the minimap
+  orientation: "icicle", // the flame graph's: "icicle" (root on top) or "flame" (root at the bottom)
   allRanks: false, // the Rank selector's "All ranks": the tree is the window's ranks merged
   spreadSort: "mean", // the column the All ranks tree is ordered by: mean, max, imbalance or name
   selection: null, // the node last picked: { from: "rank" | "all", node }, for the Windows tab
@@ -33,6 +42,7 @@ const latest = { window: new Latest(), view: new Latest(), details: new Latest()
  */
 const TABS = {
   tree: { title: "Tree", show: showTree },
+  findings: { title: "Findings", show: showFindings, oneRank: true },
   bottomup: { title: "Bottom-up", show: async () => tableContent(await bottomUpView(state)), oneRank: true },
   flat: { title: "Flat", show: showFlat, oneRank: true },
   flame: { title: "Flame graph", show: showFlame, oneRank: true },
@@ -48,10 +58,18 @@ function tableContent(table, ...above) {
 
 async function showTree() {
   const onSelect = (row) => showNode(row.id);
-  const table = state.allRanks
-    ? await spreadView(state, { onSelect, onSort: (key) => { state.spreadSort = key; showTab(); }, onError: fail })
-    : await treeView(state, { onSelect, onSort });
-  return { ...tableContent(table), shown: () => { if (table.selected) table.select(table.selected); } };
+  if (state.allRanks) {
+    const table = await spreadView(state, { onSelect, onSort: (key) => { state.spreadSort = key; showTab(); }, onError: fail });
+    return { ...tableContent(table), shown: () => { if (table.selected) table.select(table.selected); } };
+  }
+  const table = await treeView(state, { onSelect, onSort });
+  // The findings that save the most, above the tree (findings are one rank's).
+  const strip = findingsStrip(state.overview.findings, reveal, () => { state.tab = "findings"; showTab(); });
+  return { ...tableContent(table, strip), shown: () => { if (table.selected) table.select(table.selected); } };
+}
+
+async function showFindings() {
+  return { element: findingsView(state.overview.findings, state.vocab, reveal) };
 }
 
 async function showFlat() {
@@ -62,16 +80,50 @@ async function showFlat() {
 }
 
 async function showFlame() {
-  const { metric, vocab } = state;
-  const data = await get("flame", { ...refParams(state.ref), node: state.flameRoot, metric });
+  const { metric, vocab, ref } = state;
+  const base = { ...refParams(ref), metric };
+  const key = JSON.stringify(base);
+  const whole = state.flameWhole && state.flameWhole.key === key ? state.flameWhole.data : null;
+  const [data, wholeData] = await Promise.all([get("flame", { ...base, node: state.flameRoot }),
+    whole || (state.flameRoot ? get("flame", { ...base, node: 0 }) : null)]);
+  state.flameWhole = { key, data: wholeData || data };
   const element = el("div", { className: "flame-view" });
-  const shown = () => drawFlame(element, data, { // drawn in the page, where it has a width
-    format: (v) => vocab.format(v, metric),
-    total: data.total,
-    onZoom: (id) => { state.flameRoot = id; showTab(); },
-    onSelect: showNode,
-  });
-  return { element, shown };
+  const shown = () => { // drawn in the page, where it has a width
+    ui.flame = drawFlame(element, data, {
+      format: (v) => vocab.format(v, metric), total: data.total, whole: state.flameWhole.data,
+      orientation: state.orientation, query: state.query, selected: state.flameSelected,
+      canGoBack: state.flameHistory.length > 0 || data.root !== 0, focus: state.flameFocus,
+      onZoom: (id) => zoomFlame(id), onBack: () => backFlame(data), onSelect: (id) => { state.flameSelected = id; showNode(id); },
+      onOrientation: (o) => { state.orientation = o; showTab(); },
+    });
+  };
+  return { element, shown, fill: true };
+}
+
+/** Zoom the flame graph into `id`, remembering where it was. */
+function zoomFlame(id) {
+  state.flameHistory.push(state.flameRoot);
+  state.flameRoot = id;
+  state.flameSelected = id;
+  redrawFlame();
+  showNode(id);
+}
+
+/** Back to the root zoomed from, else out to the root's parent; the frame
+ * zoomed out of stays selected. `data` is the graph shown now. */
+function backFlame(data) {
+  const from = state.flameRoot;
+  if (state.flameHistory.length) state.flameRoot = state.flameHistory.pop();
+  else if (data.ancestors.length) state.flameRoot = data.ancestors[data.ancestors.length - 1].id;
+  else return;
+  state.flameSelected = from;
+  redrawFlame();
+}
+
+function redrawFlame() {
+  const active = document.activeElement;
+  state.flameFocus = Boolean(active && active.closest && active.closest(".flame-view"));
+  showTab();
 }
 
 async function showDiff() {
@@ -80,7 +132,7 @@ async function showDiff() {
   const choose = (ref) => { state.b = ref; showTab(); };
   const bar = el("div", { className: "subbar" }, el("b", {}, "A = the selection above; compare with B: "),
     select(runs.names().map((r) => [r, r]), b.run, (v) => choose(runs.pick(v, b.rank, b.window)), "Run"),
-    select(runs.ranks(b.run).map((r) => [r.rank, String(r.rank)]), b.rank, (v) => choose(runs.pick(b.run, v, b.window)), "Rank"),
+    select(runs.rankOptions(b.run), b.rank, (v) => choose(runs.pick(b.run, v, b.window)), "Rank"),
     select(runs.windowOptions(b.run, b.rank), b.window, (v) => choose({ ...b, window: v }), "Window"));
   return tableContent(await diffView(state), bar);
 }
@@ -100,13 +152,13 @@ async function showWindows() {
     element: el("div", {},
       el("h4", {}, `${title}: ${vocab.label(metric)} per window, rank ${data.rank}`),
       el("div", { className: "muted" }, data.found ? data.path.join(" \u203a ") : "No window of this rank has this call path."),
-      windowsChart(data, (v) => vocab.format(v, metric))),
+      windowsChart(data, (v) => vocab.format(v, metric), vocab.unit(metric))),
   };
 }
 
 async function showSteps() {
   const o = state.overview;
-  return { element: el("div", {}, stepChart(o.step_times_ns, o.steps[0]), seriesCharts(o.system)) };
+  return { element: systemCharts(o.step_times_ns, o.steps[0], o.system) };
 }
 
 function drawToolbar() {
@@ -114,12 +166,14 @@ function drawToolbar() {
   const metrics = state.overview ? state.overview.metrics : vocab.metrics;
   const search = el("input", { type: "search", placeholder: "Search frames\u2026", value: state.query, "aria-label": "search" });
   search.addEventListener("keydown", (e) => { if (e.key === "Enter") runSearch(search.value.trim()); });
+  // The flame graph matches the frames it holds as the query is typed.
+  search.addEventListener("input", () => { if (state.tab === "flame" && ui.flame) runSearch(search.value.trim()); });
   ui.searchInfo = el("span", { className: "muted search-info" });
   clear(ui.toolbar).append(
     select(runs.names().map((r) => [r, r]), ref.run, (v) => changeRef(runs.pick(v, ref.rank, ref.window)), "Run"),
     select(rankOptions(), state.allRanks ? "all" : ref.rank, chooseRank, "Rank"),
     select(runs.windowOptions(ref.run, ref.rank), ref.window, (v) => changeRef({ ...ref, window: v }), "Window"),
-    select(metrics.map((m) => [m, vocab.label(m)]), state.metric, (v) => { state.metric = v; showTab(); }, "Metric"),
+    select(metrics.map((m) => [m, vocab.label(m)]), state.metric, (v) => { state.metric = v; resetFlame(); showTab(); }, "Metric"),
     select([["incl", "Inclusive"], ["excl", "Exclusive"]], state.mode, (v) => { state.mode = v; showTab(); }, "Value"),
     el("label", { className: "field" }, el("input", { type: "checkbox", checked: state.percent, onchange: (e) => { state.percent = e.target.checked; if (state.table) state.table.draw(); } }), " % of window"),
     search, ui.searchInfo,
@@ -129,7 +183,7 @@ function drawToolbar() {
 /** The Rank selector's choices: every rank, and "All ranks" when two or more wrote this window. */
 function rankOptions() {
   const { ref, runs } = state;
-  const options = runs.ranks(ref.run).map((r) => [r.rank, `${r.rank} (${r.host})`]);
+  const options = runs.rankOptions(ref.run);
   const writers = runs.ranks(ref.run).filter((r) => r.windows.includes(ref.window)).length;
   return writers >= 2 ? [["all", `All ranks (${writers})`], ...options] : options;
 }
@@ -171,9 +225,16 @@ function fail(error) {
   ui.status.appendChild(el("div", { className: "error" }, text));
 }
 
+function resetFlame() {
+  state.flameRoot = 0;
+  state.flameHistory = [];
+  state.flameSelected = null;
+  state.flameWhole = null;
+}
+
 async function changeRef(ref) {
   state.ref = ref;
-  state.flameRoot = 0;
+  resetFlame();
   state.b = null;
   state.selection = null;
   if (state.allRanks && rankOptions()[0][0] !== "all") state.allRanks = false; // one rank wrote this window
@@ -186,7 +247,7 @@ async function loadWindow() {
   latest.details.next();
   drawToolbar();
   clear(ui.status);
-  clear(ui.details);
+  clear(ui.details).append(el("h3", {}, "Details"), el("div", { className: "muted" }, "Pick a row or a frame to see its details here."));
   let overview;
   try {
     overview = await get("window", refParams(state.ref));
@@ -200,7 +261,6 @@ async function loadWindow() {
   if (!(totals[state.metric] > 0)) state.metric = metrics.find((m) => totals[m] > 0) || state.metric || metrics[0];
   if (!overview.kinds.includes(state.kinds)) state.kinds = "all";
   drawToolbar();
-  showFindings(ui.findings, overview.findings, state.vocab, reveal);
   await showTab();
 }
 
@@ -213,13 +273,16 @@ function onSort(key) {
 async function showTab() {
   const ticket = latest.view.next();
   drawTabs();
+  saveUrl();
+  ui.flame = null;
   const view = clear(ui.view);
   view.appendChild(el("div", { className: "muted" }, "Loading\u2026"));
   state.table = null;
   try {
-    const { element, table = null, shown } = await TABS[state.tab].show();
+    const { element, table = null, shown, fill = false } = await TABS[state.tab].show();
     if (latest.view.stale(ticket)) return false;
     state.table = table;
+    view.classList.toggle("fill", fill); // a view that takes the pane's whole height (the flame graph)
     clear(view).appendChild(element);
     if (shown) shown();
     return true;
@@ -251,6 +314,7 @@ function showNode(id) {
   const ticket = latest.details.next();
   const stale = () => latest.details.stale(ticket);
   state.selection = { from: state.allRanks ? "all" : "rank", node: id };
+  saveUrl();
   const shown = state.allRanks
     ? showDistribution(ui.details, state, id, jumpToRank, stale)
     : showDetails(ui.details, state, id, reveal, stale);
@@ -259,6 +323,11 @@ function showNode(id) {
 
 async function runSearch(query) {
   state.query = query;
+  if (state.tab === "flame" && ui.flame) { // the flame graph highlights the frames it holds
+    const count = ui.flame.setQuery(query);
+    ui.searchInfo.textContent = query ? `${formatNumber(count)} matching frame${count === 1 ? "" : "s"}` : "";
+    return;
+  }
   // All ranks searches its merged tree; otherwise the selected rank's tree.
   const merged = state.allRanks;
   const table = await treeTable(merged);
@@ -301,7 +370,8 @@ export async function render() {
     ui.status = el("div", { className: "status" }),
     el("div", { className: "main" },
       ui.view = el("div", { className: "view" }),
-      el("div", { className: "side" }, ui.details = el("div", { className: "details" }), ui.findings = el("div", { className: "findings" })))));
+      el("div", { className: "side" }, ui.details = el("div", { className: "details" })))));
+  ui.address = addressWindow(window);
   try {
     const listing = await get("runs");
     if (listing.data_version !== DATA_VERSION) fail(new Error(`server data version ${listing.data_version}, page expects ${DATA_VERSION}; reload the page`));
@@ -315,7 +385,41 @@ export async function render() {
     ui.view.appendChild(el("div", { className: "empty" }, "No DeepContext profiles under this logdir yet."));
     return;
   }
-  const first = state.runs.runs[0];
-  state.ref = state.runs.pick(first.run, first.ranks[0].rank, null);
+  const node = restore(readState(ui.address.location.hash));
   await loadWindow();
+  if (node !== null) await restoreNode(node);
+}
+
+/** The run, rank, window, view, metric and zoom the address names, where this
+ * logdir has them (the first run's first window otherwise); resolves to the
+ * node it names, or null. */
+function restore(saved) {
+  const { runs } = state;
+  const run = runs.names().includes(saved.run) ? saved.run : runs.runs[0].run;
+  state.ref = runs.pick(run, saved.rank ?? runs.ranks(run)[0].rank, saved.window ?? null);
+  if (saved.rank === "all" && rankOptions()[0][0] === "all") state.allRanks = true;
+  if (saved.view in TABS && !(state.allRanks && TABS[saved.view].oneRank)) state.tab = saved.view;
+  if (state.vocab.metrics.includes(saved.metric)) state.metric = saved.metric;
+  if (saved.orient === "flame") state.orientation = "flame";
+  const number = (text) => (/^\d+$/.test(text || "") ? Number(text) : null);
+  state.flameRoot = number(saved.zoom) ?? 0;
+  const node = number(saved.node);
+  if (node !== null && state.tab === "flame") state.flameSelected = node;
+  return node;
+}
+
+/** Select `node` as the address names it: opened in the tree, else shown in the details. */
+async function restoreNode(node) {
+  if (state.tab === "tree" && !state.allRanks) await reveal(node);
+  else showNode(node);
+}
+
+/** Write the state a link should reopen into the address. */
+function saveUrl() {
+  if (!state.ref || !ui.address) return;
+  saveState(ui.address, {
+    run: state.ref.run, rank: state.allRanks ? "all" : state.ref.rank, window: state.ref.window, view: state.tab,
+    node: state.selection ? state.selection.node : null, zoom: state.flameRoot || null, metric: state.metric,
+    orient: state.orientation === "flame" ? "flame" : null,
+  });
 }

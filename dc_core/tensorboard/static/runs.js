@@ -15,6 +15,11 @@ export class Listing {
     return (this.runs.find((r) => r.run === run) || { ranks: [] }).ranks;
   }
 
+  /** [rank, label] pairs for a Rank selector: "0 (node-a)", the rank and its host. */
+  rankOptions(run) {
+    return this.ranks(run).map((r) => [r.rank, `${r.rank} (${r.host})`]);
+  }
+
   windows(run, rank) {
     return (this.ranks(run).find((r) => r.rank === Number(rank)) || { windows: [] }).windows;
   }

@@ -7,17 +7,19 @@ import { bar, clear, el, highlighted, kindBadge } from "./dom.js";
  * columns: [{ title, sortKey?, cell(row) -> string|Node, className? }]
  * fetchChildren(keys) -> Promise<{ [key]: rows }>, each row with `kids`; at
  * most `batch` keys a call (the server's limit per request).
- * keyOf(row, parentKey) -> string; barOf(row) -> 0..1; onSelect(row, key).
+ * keyOf(row, parentKey) -> string; barOf(row) -> 0..1; barClassOf(row) -> the
+ * bar's class (default "backward" for a backward row); onSelect(row, key).
  * sort: the sortKey of the column the rows arrive ordered by (marked in the
  * header); onSort(sortKey) on a header click (what a bar shows is barOf's).
  */
 export class LazyTable {
-  constructor({ columns, fetchChildren, batch, keyOf, barOf, onSelect, onSort, sort, emptyText }) {
+  constructor({ columns, fetchChildren, batch, keyOf, barOf, barClassOf, onSelect, onSort, sort, emptyText }) {
     this.columns = columns;
     this.fetchChildren = fetchChildren;
     this.batch = batch || Infinity;
     this.keyOf = keyOf || ((row) => String(row.id));
     this.barOf = barOf || (() => 0);
+    this.barClassOf = barClassOf || ((row) => (row.backward ? "backward" : ""));
     this.onSelect = onSelect || (() => {});
     this.onSort = onSort;
     this.sort = sort;
@@ -145,7 +147,7 @@ export class LazyTable {
     return el("div", {
       className: classes.join(" "), dataset: { key }, role: "row",
       onclick: () => this.select(key), ondblclick: () => this.toggle(key),
-    }, name, ...cells, bar(this.barOf(row), row.backward ? "backward" : ""));
+    }, name, ...cells, bar(this.barOf(row), this.barClassOf(row)));
   }
 
   draw() {

@@ -103,15 +103,19 @@ export async function diffView(state) {
   const m = state.metric;
   const unit = state.vocab.unit(m);
   const change = (r) => (r.b || 0) - (r.a || 0);
+  // Red where B costs more than A, green where it costs less: cells and bars alike.
+  const trend = (r) => (change(r) > 0 ? "worse" : change(r) < 0 ? "better" : "same");
   const table = new LazyTable({
     columns: [
       { title: "Name (A \u2192 B)", width: "minmax(320px, 1fr)" },
       { title: "A", cell: (r) => formatNumber(r.a, unit) },
       { title: "B", cell: (r) => formatNumber(r.b, unit) },
-      { title: "\u0394", cell: (r) => el("span", { className: change(r) > 0 ? "worse" : change(r) < 0 ? "better" : "" }, formatSigned(change(r), unit)) },
-      { title: "\u0394 %", cell: (r) => (r.a ? `${change(r) > 0 ? "+" : ""}${formatPercent(change(r), r.a)}` : (r.b ? "new" : "\u2013")) },
+      { title: "\u0394", cell: (r) => el("span", { className: `delta ${trend(r)}` }, formatSigned(change(r), unit)) },
+      { title: "\u0394 %", cell: (r) => el("span", { className: `delta ${trend(r)}` },
+        r.a ? `${change(r) > 0 ? "+" : ""}${formatPercent(change(r), r.a)}` : (r.b ? "new" : "\u2013")) },
     ],
     barOf: (r) => (scale ? Math.abs(change(r)) / scale : 0),
+    barClassOf: trend,
     fetchChildren: (keys) => get("diff/children", { ...base, node: keys.join(",") }),
     batch: state.nodesPerRequest,
   });
