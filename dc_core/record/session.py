@@ -442,7 +442,7 @@ class Session:
         except OSError as exc:
             self._write_failed(path, exc)
             return
-        # The file itself is written off this thread (`store.writer`); `close` waits for it.
+        # Visible under its name when this returns; its fsync runs off this thread (`store.writer`).
         if self._writer is None:
             self._writer = ProfileWriter(self._written, self._write_failed)
         self._writer.submit(encode(profile), path)

@@ -32,9 +32,9 @@ PLUGIN_NAME = "deepcontext"
 MAX_BYTES_ENV = "DEEPCONTEXT_MAX_PROFILE_BYTES"
 DEFAULT_MAX_BYTES = 512 << 20
 #: A temporary this much older than a fresh write is a killed writer's: a live
-#: writer creates, writes, fsyncs and renames its temporary within one
-#: `write_atomic` call (the profile is encoded before the temporary exists),
-#: and every write moves the temporary's mtime forward.
+#: writer creates, writes and renames its temporary within one `write_atomic`
+#: or `write_visible` call (the profile is encoded before the temporary
+#: exists), and every write moves the temporary's mtime forward.
 STALE_TEMP_S = 3600.0
 # ASCII digits only: "²".isdigit() is True, but int("²") raises.
 _DIGITS = re.compile(r"^[0-9]+$")
@@ -77,6 +77,31 @@ def rewrite_profile(profile: Profile, path: str | Path) -> Path:
 def write_atomic(data: bytes, path: Path) -> Path:
     """Atomically replace the file at ``path`` (its directory exists) with
     ``data``: a temporary beside it, fsync, rename. Returns ``path``."""
+    remove_stale_temps(path.parent, _replace(data, path, sync=True))
+    return path
+
+
+def write_visible(data: bytes, path: Path) -> float:
+    """`write_atomic` without waiting for the disk: once this returns, every
+    process sees ``data`` at ``path`` (the OS's page cache keeps it past this
+    process's end, an ``os._exit`` included); `sync_file` makes it durable.
+    Returns the new file's mtime, the filesystem's clock, for `sync_file`."""
+    return _replace(data, path, sync=False)
+
+
+def sync_file(path: Path, now: float) -> None:
+    """Wait until the file `write_visible` wrote at ``path`` is on disk, then
+    remove killed writers' temporaries beside it (those older than ``now``
+    by `STALE_TEMP_S`)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    remove_stale_temps(path.parent, now)
+
+
+def _replace(data: bytes, path: Path, sync: bool) -> float:
     mode = _file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
@@ -84,14 +109,14 @@ def write_atomic(data: bytes, path: Path) -> Path:
             os.fchmod(out.fileno(), mode)  # mkstemp's 0600 would hide profiles from the TensorBoard serving them
             out.write(data)
             out.flush()
-            os.fsync(out.fileno())
+            if sync:
+                os.fsync(out.fileno())
             now = os.fstat(out.fileno()).st_mtime  # the filesystem's clock, as the stale files' mtimes
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    remove_stale_temps(path.parent, now)
-    return path
+    return now
 
 
 def _file_mode(path: Path) -> int:
