@@ -20,7 +20,9 @@ from rich.progress import Progress
 from rich.segment import Segment
 from rich.text import Text
 
-from ..store.logdir import MAX_BYTES_ENV, ProfileFile, find_profiles, max_profile_bytes, read_profile, shown_path
+from ..store.logdir import (
+    MAX_BYTES_ENV, OutwardLink, ProfileFile, find_profiles, max_profile_bytes, outward_message, read_profile, shown_path,
+)
 from ..record.validate import CONTROL_CHARACTERS
 from ..store.profile import Profile, ProfileError
 
@@ -183,7 +185,8 @@ def add_read_options(parser: Any) -> None:
 
 
 def list_logdir(logdir: str, rank: int | None = None, max_bytes: int | None = None) -> tuple[list[ProfileFile], int]:
-    """The profile files under ``logdir`` (optionally one rank's) and the size cap.
+    """The profile files under ``logdir`` (optionally one rank's) and the size
+    cap; links out of the logdir, which are not followed, are named in a warning.
 
     Raises:
         CliError: the logdir does not exist or holds no DeepContext profile, or
@@ -196,7 +199,11 @@ def list_logdir(logdir: str, rank: int | None = None, max_bytes: int | None = No
         limit = max_profile_bytes() if max_bytes is None else max_bytes
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    files = [f for f in find_profiles(path) if rank is None or f.rank == rank]
+    outward: list[OutwardLink] = []
+    files = [f for f in find_profiles(path, outward) if rank is None or f.rank == rank]
+    if outward:
+        make_console(stderr=True).print(f"[bold yellow]warning:[/] {escape(outward_message(outward, path))}",
+                                        soft_wrap=True)
     if not files:
         which = f" for rank {rank}" if rank is not None else ""
         raise CliError(f"no DeepContext profiles{which} under {logdir!r} (expected <run>/plugins/deepcontext/<rank>-<host>/steps-*.pb)")

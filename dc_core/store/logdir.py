@@ -11,6 +11,12 @@ its directory removes it once it is stale.
 Every reader goes through `read_profile`, which refuses a file over the size
 cap (``DEEPCONTEXT_MAX_PROFILE_BYTES``, or a reader's own limit) by name
 before reading a byte of it.
+
+A logdir is anyone's directory tree (a shared filesystem, an unpacked
+archive), so readers follow no link out of it: `find_profiles` passes over a
+profile file, rank directory or ``plugins/deepcontext`` that is a symlink whose
+target resolves outside the logdir, and names it; a link that stays inside
+works as its target would. `read_profile` checks again what it opened.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import os
 import re
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -174,39 +180,110 @@ class ProfileFile:
     rank: int
     host: str
     steps: tuple[int, int]  # (start, end_exclusive)
+    #: The logdir's real path: `read_profile` refuses the file when what it
+    #: opens lies outside it (a link swapped in after the listing).
+    within: str | None = field(default=None, compare=False)
 
 
-def find_profiles(logdir: str | Path) -> list[ProfileFile]:
+@dataclass(frozen=True)
+class OutwardLink:
+    """A symlink under a logdir whose target lies outside it: never followed."""
+
+    path: Path
+    target: str
+
+
+def find_profiles(logdir: str | Path, outward: list[OutwardLink] | None = None) -> list[ProfileFile]:
     """Every profile under ``logdir``, searched recursively like TensorBoard
     finds runs; sorted by run, rank, first step. Directories that are not
     ``<rank>-<host>`` and names that are not ``steps-<first>-<last>.pb`` are
-    passed over; an unreadable directory is logged and passed over."""
+    passed over; an unreadable directory is logged and passed over.
+
+    A ``plugins/deepcontext``, rank directory or profile file that is a
+    symlink to outside the logdir (``logdir`` itself resolved first) is
+    passed over too: appended to ``outward`` when given, else logged in one
+    warning (`outward_message`).
+    """
     root = Path(logdir)
-    found = []
+    real_root = os.path.realpath(root)
+    found: list[OutwardLink] = []
+
+    def inside(path: str, link: bool) -> bool:
+        if not link:  # an entry of a directory already inside
+            return True
+        target = os.path.realpath(path)
+        if not _within(target, real_root):
+            found.append(OutwardLink(Path(path), target))
+            return False
+        return True
+
+    profiles = []
     for plugin_dir in _plugin_dirs(root):
+        if not inside(str(plugin_dir), os.path.islink(plugin_dir)):
+            continue
         run_dir = plugin_dir.parent.parent
         run = run_dir.relative_to(root).as_posix() if run_dir != root else "."
-        for rank_dir in sorted(p for p in _listing(plugin_dir) if p.is_dir()):
+        for rank_dir in sorted(_listing(plugin_dir), key=lambda e: e.name):
             rank_text, _, host = rank_dir.name.partition("-")
-            if not _DIGITS.match(rank_text):
+            if not _DIGITS.match(rank_text) or not _is(rank_dir, "dir") or not inside(rank_dir.path, rank_dir.is_symlink()):
                 continue
-            for file in _listing(rank_dir):
+            for file in _listing(Path(rank_dir.path)):
                 match = _FILE_RE.match(file.name)
-                if match and file.is_file():
+                if match and _is(file, "file") and inside(file.path, file.is_symlink()):
                     first, last = int(match[1]), int(match[2])
-                    found.append(ProfileFile(file, run, int(rank_text), host, (first, last + 1)))
-    return sorted(found, key=lambda f: (f.run, f.rank, f.steps, f.host))
+                    profiles.append(ProfileFile(Path(file.path), run, int(rank_text), host, (first, last + 1),
+                                                real_root))
+    if outward is not None:
+        outward.extend(found)
+    elif found:
+        logger.warning("DeepContext: %s", outward_message(found, root))
+    return sorted(profiles, key=lambda f: (f.run, f.rank, f.steps, f.host))
 
 
-def _listing(directory: Path) -> list[Path]:
+def outward_message(links: list[OutwardLink], logdir: str | Path, shown_links: int = 5) -> str:
+    """One line naming the links `find_profiles` did not follow: their count,
+    then the first ``shown_links`` as ``'relative/path' -> '/target'`` (repr:
+    a name may hold control characters)."""
+    def named(link: OutwardLink) -> str:
+        try:
+            relative = link.path.relative_to(logdir).as_posix()
+        except ValueError:
+            relative = str(link.path)
+        return f"{relative!r} -> {link.target!r}"
+
+    listed = ", ".join(named(link) for link in links[:shown_links])
+    more = f" and {len(links) - shown_links} more" if len(links) > shown_links else ""
+    return (f"not following {len(links)} link{'s' if len(links) != 1 else ''} out of the logdir "
+            f"{str(logdir)!r}: {listed}{more}")
+
+
+def _within(real: str, real_root: str) -> bool:
+    """Whether the resolved path ``real`` is ``real_root`` or below it (by
+    components: ``/srv/app-secrets`` is not below ``/srv/app``)."""
     try:
-        return list(directory.iterdir())
+        return os.path.commonpath([real, real_root]) == real_root
+    except ValueError:  # one relative, or different drives
+        return False
+
+
+def _is(entry: os.DirEntry, kind: str) -> bool:
+    try:
+        return entry.is_dir() if kind == "dir" else entry.is_file()
+    except OSError:
+        return False
+
+
+def _listing(directory: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
     except OSError as exc:
         logger.warning("DeepContext: cannot list %s: %s", directory, exc.strerror or exc)
         return []
 
 
 def _plugin_dirs(root: Path) -> Iterator[Path]:
+    # os.walk does not descend into a linked directory: a linked run is passed over as before.
     for dirpath, dirnames, _ in os.walk(root):
         dirnames.sort()
         if Path(dirpath).name == "plugins" and PLUGIN_NAME in dirnames:
@@ -234,7 +311,8 @@ def read_profile(file: ProfileFile | str | Path, max_bytes: int | None = None) -
     """Read one file; raises `ProfileError` naming it when it cannot be used.
 
     Args:
-        file: A listed file, or a path.
+        file: A listed file (refused when what it opens resolves outside
+            the logdir it was listed under), or a path.
         max_bytes: Size cap; `max_profile_bytes` when None. A larger file is
             refused without being read.
 
@@ -244,21 +322,34 @@ def read_profile(file: ProfileFile | str | Path, max_bytes: int | None = None) -
     """
     path = file.path if isinstance(file, ProfileFile) else Path(file)
     limit = max_profile_bytes() if max_bytes is None else max_bytes
-    profile = decode(_read_capped(path, limit), path)
+    within = file.within if isinstance(file, ProfileFile) else None
+    profile = decode(_read_capped(path, limit, within), path)
     if isinstance(file, ProfileFile):
         profile.run = file.run
     return profile
 
 
-def _read_capped(path: Path, limit: int) -> bytes:
+def _read_capped(path: Path, limit: int, within: str | None = None) -> bytes:
     def too_big(size: int) -> ProfileError:
         return ProfileError(path, f"{_mib(size)} is over the {_mib(limit)} size limit for profiles "
                                   f"(raise it with {MAX_BYTES_ENV} or --max-file-mb)")
 
+    outside = ProfileError(path, "resolves outside the logdir; not read")
+    # O_NONBLOCK: a FIFO swapped in for the file must not block the reader.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    opened = str(path)
+    if within is not None:
+        # Open the resolved path, refusing a link swapped in at its last name
+        # since; then check what the descriptor is (a directory swapped above).
+        opened = os.path.realpath(path)
+        if not _within(opened, within):
+            raise outside
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        # O_NONBLOCK: a FIFO swapped in for the file must not block the reader.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(opened, flags)
         with os.fdopen(fd, "rb") as handle:
+            if within is not None and not _within(_opened_path(handle.fileno(), opened), within):
+                raise outside
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise ProfileError(path, "not a regular file")
@@ -270,6 +361,14 @@ def _read_capped(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise too_big(len(data))
     return data
+
+
+def _opened_path(fd: int, fallback: str) -> str:
+    """The real path of the open file ``fd`` (Linux names it in /proc), else ``fallback``."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return fallback
 
 
 def _mib(size: int) -> str:
