@@ -31,6 +31,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
+LONG_LINE = "a source line far wider than the side panel " * 4 + "END"
 
 
 def _need(what: str) -> None:
@@ -106,10 +107,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_tensorboard(logdir: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
+def _start_tensorboard(logdir: Path, tmp: Path, source_root: Path | None = None) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     paths = [p for p in (_entry_point_shim(tmp), str(REPO), os.environ.get("PYTHONPATH", "")) if p]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    if source_root is not None:  # the tab may show the test's own source file
+        env["DEEPCONTEXT_SOURCE_ROOTS"] = str(source_root)
     script = shutil.which("tensorboard", path=str(Path(sys.executable).parent))
     command = [script] if script else [sys.executable, "-m", "tensorboard.main"]
     log = open(tmp / "tensorboard.log", "wb")
@@ -137,8 +140,9 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
     from playwright.sync_api import expect
 
     logdir = tmp_path / "logs"
+    src.write_text(src.read_text() + f"    # {LONG_LINE}\n")  # shown beside line 3: it must wrap, not be cut
     word = _write_profiles(logdir, src)
-    proc, url = _start_tensorboard(logdir, tmp_path)
+    proc, url = _start_tensorboard(logdir, tmp_path, src.parent)
     ARTIFACTS.mkdir(exist_ok=True)
     dialogs, errors = [], []
     try:
@@ -209,23 +213,47 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator("button[data-tab=flame]").click()
             tab.locator(".flame .frame").nth(3).wait_for()
             page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-flame.png"))
+            check_flame(page, tab, url)
             tab.locator("button[data-tab=diff]").click()
             tab.locator(".row .label", has_text="A vs B").wait_for()
             assert tab.locator(".rows .row").count() > 2
+            check_diff(tab)
             page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-diff.png"))
             # Hostile names are text: shown literally, nothing runs.
             tab.locator("button[data-tab=tree]").click()
             tab.locator("select[aria-label=Run]").select_option("zz-hostile")
-            finding = tab.locator(".finding", has_text=EVIL)
-            finding.wait_for()
-            finding.locator("a.node-link").click()  # a finding reveals its node in the tree
+            # Above the tree, the three findings that save the most; one with a node selects it.
+            tab.locator(".findings-strip .strip-item").nth(2).wait_for()
+            assert tab.locator(".strip-item b").all_inner_texts() == ["note", "note", "slow_module"]  # by gain
+            assert tab.locator(".strip-item .strip-gain").first.inner_text() == "\u2248 5.0 ms per step"  # the critical one
+            tab.locator(".strip-item.linked", has_text=EVIL).click()
             tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             tab.locator(".details .label", has_text=EVIL).wait_for()
+            # A copied link opens that node: the address names it, a new page selects it.
+            _wait_until(page, lambda: "dc.run=zz-hostile" in page.url and "dc.view=tree" in page.url, "the address")
+            node = tab.locator(".row.selected").get_attribute("data-key")
+            assert f"dc.node={node}" in page.url
+            linked = browser.new_page(viewport={"width": 1024, "height": 768})
+            linked.goto(page.url)
+            there = linked.frame_locator("iframe")
+            there.locator(".row.selected .label", has_text=EVIL).wait_for()
+            there.locator(".details .label", has_text=EVIL).wait_for()
+            assert there.locator("select[aria-label=Run]").input_value() == "zz-hostile"
+            linked.close()
+            # The Findings view holds them all; a finding's link selects its node in the tree.
+            tab.locator("button[data-tab=findings]").click()
+            finding = tab.locator(".finding", has_text=EVIL)
+            finding.wait_for()
+            assert tab.locator(".side .finding").count() == 0  # no longer at the bottom of the side panel
+            finding.locator("a.node-link").click()
+            tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             assert tab.locator("img").count() == 0
             cells = tab.locator(".details tr[data-metric=cpu_time_ns] td").all_inner_texts()
             assert cells == ["CPU time", format_value(20, "cpu_time_ns"), format_value(0, "cpu_time_ns")] == [
                 "CPU time", "20 ns", "0 ns"]
             # Findings are ordered by the vocabulary's severities, most severe first.
+            tab.locator("button[data-tab=findings]").click()
+            tab.locator(".finding").nth(2).wait_for()
             assert tab.locator(".finding .sev").all_text_contents() == list(kinds.SEVERITIES)
             # Each says what its fix saves, and why.
             assert tab.locator(".finding.sev-critical .gain").inner_text() == "saves ≈ 5.0 ms per step: the planted cost"
@@ -238,6 +266,8 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator(".row.match.selected mark", has_text="relu").wait_for()
             assert tab.locator(".search-info").inner_text() == "1 matching node"
             page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-hostile.png"))
+            check_steps(tab)
+            check_source(tab)
             # The flat view filters by a kind from the vocabulary.
             tab.locator("button[data-tab=flat]").click()
             # all_inner_texts does not wait: on a loaded machine the flat view may not be drawn yet
@@ -287,3 +317,138 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
         proc.terminate()
         proc.wait(timeout=30)
     assert dialogs == [] and errors == []
+
+
+def _frames(tab) -> list[dict]:
+    return tab.locator(".flame .frame").evaluate_all("""fs => fs.map((f) => ({
+        id: f.dataset.id, depth: Number(f.dataset.depth), text: f.textContent, left: parseFloat(f.style.left),
+        width: parseFloat(f.style.width), bottom: f.style.bottom, classes: [...f.classList]}))""")
+
+
+def _selected(tab) -> str:
+    return tab.locator(".flame .frame.selected").get_attribute("data-id")
+
+
+def check_flame(page, tab, url: str) -> None:
+    """The flame graph fills the pane, its labels are whole or cut in the
+    middle, it zooms and comes back, the keyboard moves the selection,
+    a search dims what it does not match, it turns upside down, and a
+    reload keeps the zoom and the orientation."""
+    # The pane's full width and height: the graph ends where the pane ends.
+    view = tab.locator(".view").bounding_box()
+    wrap = tab.locator(".flame-wrap").bounding_box()
+    assert abs((wrap["x"] + wrap["width"]) - (view["x"] + view["width"])) < 20 and wrap["width"] > view["width"] - 40
+    assert abs((wrap["y"] + wrap["height"]) - (view["y"] + view["height"])) < 20
+    frames = _frames(tab)
+    root = frames[0]
+    assert root["depth"] == 0 and root["width"] > view["width"] - 40
+    for f in frames:  # a label is whole, cut in the middle, or left out; never a bare prefix
+        assert not f["text"].endswith("\u2026"), f
+        if "\u2026" in f["text"]:
+            head, tail = f["text"].split("\u2026")
+            assert len(head) >= 3 and len(tail) >= 3, f
+    assert any(f["text"] == "forward" for f in frames)
+    # The minimap shows the whole window: its window spans all of it at the root.
+    assert tab.locator(".minimap canvas").count() == 1
+    assert tab.locator(".minimap-window").evaluate("e => e.style.width") == "100%"
+    assert tab.locator("button.back").is_disabled()
+    # Click zooms: the phase fills the width, the crumbs and the minimap say where.
+    forward = next(f for f in frames if f["text"] == "forward")
+    tab.locator(f".flame .frame[data-id='{forward['id']}']").click()
+    tab.locator(".crumb-here", has_text="forward").wait_for()
+    assert tab.locator(".crumbs a").all_inner_texts()[-1].startswith("steps ")
+    assert 0 < float(tab.locator(".minimap-window").evaluate("e => parseFloat(e.style.width)")) < 100
+    assert _frames(tab)[0]["id"] == forward["id"] and _selected(tab) == forward["id"]
+    _wait_until(page, lambda: f"dc.zoom={forward['id']}" in page.url, "the zoom in the address")
+    # Keys: down to the heaviest child, right to its neighbour, up to the parent,
+    # Enter zooms into the selection, Escape zooms back out.
+    tab.locator(".flame-wrap").focus()
+    tab.locator(".flame-wrap").press("ArrowDown")
+    child = next(f for f in _frames(tab) if f["depth"] == 1 and f["left"] == 0)
+    assert _selected(tab) == child["id"]
+    row = sorted((f for f in _frames(tab) if f["depth"] == 1), key=lambda f: f["left"])
+    tab.locator(".flame-wrap").press("ArrowRight")
+    assert _selected(tab) == (row[1]["id"] if len(row) > 1 else child["id"])
+    tab.locator(".flame-wrap").press("ArrowLeft")
+    tab.locator(".flame-wrap").press("Enter")
+    _wait_until(page, lambda: tab.locator(".flame .frame").count() and _frames(tab)[0]["id"] == child["id"], "the keyboard zoom")
+    tab.locator(".flame-wrap").press("Escape")
+    _wait_until(page, lambda: tab.locator(".flame .frame").count() and _frames(tab)[0]["id"] == forward["id"], "zooming back")
+    assert _selected(tab) == child["id"]  # the frame zoomed out of stays selected
+    tab.locator("button.back").click()
+    tab.locator(".crumb-here", has_text="steps ").wait_for()
+    # Search: matching frames highlighted, the others dimmed.
+    tab.locator("input[type=search]").fill("forward")
+    tab.locator("input[type=search]").press("Enter")
+    tab.locator(".flame .frame.match").first.wait_for()
+    shown = _frames(tab)
+    assert "matching frame" in tab.locator(".search-info").inner_text()
+    assert all("match" in f["classes"] or "dim" in f["classes"] for f in shown)
+    assert any(f["text"] == "forward" and "match" in f["classes"] for f in shown)
+    assert all("dim" in f["classes"] for f in shown if f["text"] in ("backward", "optimizer"))
+    tab.locator("input[type=search]").fill("")
+    tab.locator("input[type=search]").press("Enter")
+    assert tab.locator(".flame .frame.dim").count() == 0
+    # Flame orientation: the root at the bottom; the address and a reload keep it.
+    tab.locator("button[data-orientation=flame]").click()
+    tab.locator(".flame.flame .frame").first.wait_for()
+    assert _frames(tab)[0]["bottom"] == "0px"
+    assert tab.locator("button[data-orientation=flame]").get_attribute("aria-pressed") == "true"
+    tab.locator(".flame .frame", has_text="forward").first.click()
+    tab.locator(".crumb-here", has_text="forward").wait_for()
+    _wait_until(page, lambda: "dc.orient=flame" in page.url and "dc.view=flame" in page.url, "the address")
+    page.reload()
+    tab.locator(".crumb-here", has_text="forward").wait_for()
+    assert tab.locator("button.tab.active").inner_text() == "Flame graph"
+    assert tab.locator(".flame.flame").count() == 1
+    tab.locator("button[data-orientation=icicle]").click()
+    tab.locator(".flame.icicle .frame").first.wait_for()
+
+
+def check_diff(tab) -> None:
+    """Increases red, decreases green, cells and bars; B's Rank names ranks as the top bar does."""
+    tab.locator(".rows .delta").first.wait_for()
+    worse = tab.locator(".rows .delta.worse").all_inner_texts()
+    better = tab.locator(".rows .delta.better").all_inner_texts()
+    assert worse and all(t.startswith("+") for t in worse) and all(t.startswith("-") for t in better)
+    colours = tab.locator(".rows").evaluate("""rows => ["worse", "better"].map((c) => {
+        const span = document.createElement("span"); span.className = `delta ${c}`; rows.appendChild(span);
+        const bar = document.createElement("div"); bar.className = `bar ${c}`; rows.appendChild(bar);
+        const got = [getComputedStyle(span).color, getComputedStyle(bar).backgroundColor]; span.remove(); bar.remove();
+        return got; })""")
+    assert colours == [["rgb(198, 40, 40)", "rgb(198, 40, 40)"], ["rgb(46, 125, 50)", "rgb(46, 125, 50)"]]
+    assert tab.locator(".rows .bar.worse").count() > 0
+    top = [t for t in tab.locator(".toolbar select[aria-label=Rank] option").all_inner_texts() if not t.startswith("All")]
+    assert tab.locator(".subbar select[aria-label=Rank] option").all_inner_texts() == top
+    assert top[0] == "0 (" + top[0].split(" (")[1] and top[0].endswith(")")
+
+
+def check_steps(tab) -> None:
+    """The hostile run's window: step times 10, 12, 30 ms; cores named cpu N; the disk counter as a rate."""
+    tab.locator("button[data-tab=steps]").click()
+    tab.locator(".chart-box[data-series=disk_read_bytes]").wait_for()
+    assert tab.locator(".charts > .chart-box").count() == 3  # steps, cpu, disk: one grid
+    steps = tab.locator(".chart-box").first.locator(".y-tick").all_text_contents()
+    assert steps == ["0 ms", "10 ms", "20 ms", "30 ms"]
+    cpu = tab.locator(".chart-box[data-series=cpu_percent]")
+    assert cpu.locator(".legend .key").all_inner_texts() == ["all", "cpu 0", "cpu 1"]
+    assert "device" not in cpu.inner_text()
+    disk = tab.locator(".chart-box[data-series=disk_read_bytes]")
+    assert disk.locator("h4").inner_text() == "disk_read rate (bytes/s)"
+    assert disk.locator(".y-tick").all_text_contents() == ["0 MiB/s", "50 MiB/s", "100 MiB/s", "150 MiB/s", "200 MiB/s"]
+    assert disk.locator(".x-tick").all_text_contents() == ["0 s", "0.2 s", "0.4 s", "0.6 s", "0.8 s", "1 s"]
+
+
+def check_source(tab) -> None:
+    """A source line wider than the side panel wraps: all of it is on screen."""
+    tab.locator("input[type=search]").fill("model.py")
+    tab.locator("input[type=search]").press("Enter")
+    long_line = tab.locator(".source .src-line", has_text="END")
+    long_line.wait_for()
+    assert LONG_LINE in long_line.inner_text()
+    size = tab.locator(".source").evaluate("e => [e.scrollWidth, e.clientWidth]")
+    assert size[0] <= size[1] + 1, size
+    box, panel = long_line.bounding_box(), tab.locator(".side").bounding_box()
+    assert box["x"] + box["width"] <= panel["x"] + panel["width"] and box["height"] > 30  # wrapped onto lines
+    tab.locator("input[type=search]").fill("")
+    tab.locator("input[type=search]").press("Enter")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dc_core.model import kinds
-from tests.tensorboard.conftest import EVIL, A, Api
+from tests.tensorboard.conftest import EVIL, MIB, A, Api
 
 
 def rows_by_label(rows):
@@ -126,6 +126,23 @@ def test_ranks_and_window_overview(api: Api):
     assert window["step_times_ns"] == [10_000_000, 12_000_000, 30_000_000]
     assert window["system"][0]["values"] == [20.0, 80.0, 50.0]
     assert window["findings"][0]["label"] == EVIL
+
+
+def test_window_series_are_rates_and_named_by_core(api: Api):
+    """A counter (bytes read since the process started) comes as bytes per
+    second between samples, at the later sample; cores are "cpu N"."""
+    system = api.json("/window", **A)["system"]
+    assert [(s["name"], s["label"], s["unit"], s["rate"]) for s in system] == [
+        ("cpu_percent", "all", "%", False), ("cpu_percent", "cpu 0", "%", False), ("cpu_percent", "cpu 1", "%", False),
+        ("disk_read_bytes", "all", "bytes/s", True)]
+    disk = system[3]
+    assert disk["t_s"] == [0.5, 1.0] and disk["values"] == [100 * MIB, 200 * MIB]  # 50 MiB in 0.5 s, then 100 MiB
+
+
+def test_a_counter_that_restarts_reads_zero_not_negative():
+    from dc_core.tensorboard.overview import rates
+
+    assert rates([0, 10**9, 2 * 10**9, 2 * 10**9], [100, 50, 150, 900]) == ([10**9, 2 * 10**9], [0.0, 100.0])
 
 
 def test_source_only_from_allowed_roots(api: Api):

@@ -120,7 +120,11 @@ export function drawFlame(container, data, options) {
 function toolbar(data, options, info) {
   const { onZoom, onBack, onOrientation, orientation = "icicle" } = options;
   const crumbs = el("div", { className: "crumbs" });
-  for (const a of data.ancestors) {
+  // The path from the window's root: the server's ancestors start below it.
+  const top = options.whole && options.whole.nodes[0];
+  const path = data.root !== 0 && !data.ancestors.some((a) => a.id === 0)
+    ? [{ id: 0, label: top ? top.label : "window" }, ...data.ancestors] : data.ancestors;
+  for (const a of path) {
     crumbs.append(el("a", { href: "#", onclick: (e) => { e.preventDefault(); onZoom(a.id); } }, a.label || "window"), " \u203a ");
   }
   const rootNode = data.nodes[0];

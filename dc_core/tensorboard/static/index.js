@@ -114,7 +114,7 @@ function zoomFlame(id) {
 function backFlame(data) {
   const from = state.flameRoot;
   if (state.flameHistory.length) state.flameRoot = state.flameHistory.pop();
-  else if (data.ancestors.length) state.flameRoot = data.ancestors[data.ancestors.length - 1].id;
+  else if (data.root !== 0) state.flameRoot = data.ancestors.length ? data.ancestors[data.ancestors.length - 1].id : 0;
   else return;
   state.flameSelected = from;
   redrawFlame();
