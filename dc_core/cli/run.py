@@ -23,8 +23,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..launch.settings import CLAIMED_ENV, RUN_ENV, RunSettings
 from ..record.config import ENV_VAR, MODES, ProfilerConfig, env_overrides, merge, read_file
@@ -32,6 +33,7 @@ from ..record.config import ENV_VAR, MODES, ProfilerConfig, env_overrides, merge
 BOOT_DIR = str(Path(__file__).resolve().parents[1] / "launch" / "boot")
 #: Signals a job scheduler or a user sends to end a job: passed on to the command.
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def add_parser(subparsers: Any) -> None:
@@ -236,8 +238,11 @@ def _run_command(command: list[str], env: dict[str, str]) -> int:
 
     Ctrl-C reaches the command from the terminal as it always does (same
     process group); meanwhile this process waits. The signals a scheduler
-    sends to end a job are passed on. Raises OSError when it cannot start."""
-    child = subprocess.Popen(command, env=env)
+    sends to end a job are passed on, and on Linux the command is sent
+    SIGTERM if this process dies first (SIGKILL leaves it no time to pass
+    anything on): the command ends as it would with its terminal, a torchrun
+    agent taking its workers down. Raises OSError when it cannot start."""
+    child = subprocess.Popen(command, env=env, preexec_fn=_dies_with(os.getpid()))
     previous = {}
 
     def forward(signum: int, frame: Any) -> None:
@@ -252,6 +257,29 @@ def _run_command(command: list[str], env: dict[str, str]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """What the command's process runs between fork and exec so that it gets
+    SIGTERM when ``parent`` dies (Linux's parent-death signal), or None where
+    there is none, or where this process runs threads (code between fork and
+    exec is safe only in a single-threaded parent)."""
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+    def set_in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it died between the fork and the prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_in_child
 
 
 def _exit_like(status: int) -> int:
