@@ -6,6 +6,10 @@ byte-level mutations drawn on them.
 The normal suite runs a deterministic `DEFAULT_CASES` cases. More on demand:
 ``DEEPCONTEXT_FUZZ_EXAMPLES=20000`` runs that many (split over the tests in
 the same proportions), and ``DEEPCONTEXT_FUZZ_SEED=7`` draws other cases.
+
+Besides files, the corpus has logdir layouts (`LAYOUT`, built by
+`build_layout`): symlinks at every level of the layout, into and out of the
+logdir, dangling and looping, named with control and bidi characters.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ TIME_LIMIT_S = 5.0
 MEMORY_LIMIT = 256 << 20
 DEFAULT_CASES = 2000
 #: Share of the cases each test runs: cheap ones more.
-SHARES = {"decode": 0.42, "readers": 0.28, "plugin": 0.175, "cli": 0.075, "index": 0.05}
+SHARES = {"decode": 0.4, "readers": 0.28, "plugin": 0.175, "cli": 0.075, "index": 0.05, "layout": 0.02}
 
 
 def _cases(test: str) -> int:
@@ -309,3 +313,51 @@ def decoded(data: bytes, name: str) -> Profile | ProfileError:
 
 
 CASE = dict(base=st.integers(0, len(CORPUS) - 1), mutations=MUTATIONS)
+
+
+# --- logdir layouts: links in and out, hostile names ------------------------------
+
+#: Every C0 and C1 control character but NUL (no file name can hold it), DEL,
+#: and the bidi embeddings, overrides and isolates.
+CONTROLS = tuple(chr(c) for c in [*range(1, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+NAME = st.lists(st.sampled_from(CONTROLS) | st.sampled_from(list("ab-_.\u00e9")), min_size=1, max_size=5).map(
+    "".join).filter(lambda name: name not in (".", ".."))
+#: Where a link is (a profile file, a rank directory, a ``plugins/deepcontext``,
+#: a run directory), where it leads, and a name for it.
+LINK = st.tuples(st.sampled_from(["file", "rank", "plugin", "run"]),
+                 st.sampled_from(["in", "out", "passwd", "dangling", "loop"]), NAME)
+LAYOUT = st.lists(LINK, min_size=1, max_size=6)
+PLUGIN_DIR = Path("plugins") / "deepcontext"
+
+
+def build_layout(root: Path, outside: Path, links: list[tuple[str, str, str]]) -> set[str]:
+    """A logdir at ``root`` with one profile of its own (run ``run``, rank 0,
+    steps 5-7) and one more to link to (run ``stash``, rank 3), ``outside``
+    holding what links lead out to, and ``links``. Returns the links that
+    lead out of the logdir and that readers would follow (all but run
+    directories, which no reader follows), relative to ``root``."""
+    own = write_profile(model_profile(0), root, "run")
+    stash = write_profile(model_profile(3), root, "stash")
+    away = write_profile(model_profile(1, scale=7), outside, "secret")
+    rank_dir, plugin_dir = own.parent, own.parent.parent
+    out = set()
+    for i, (where, leads, name) in enumerate(links):
+        if where == "file":
+            link = rank_dir / f"steps-{100 + i}-{100 + i}.pb"
+            targets = {"in": stash, "out": away}
+        elif where == "rank":
+            link = plugin_dir / f"{10 + i}-{name}"
+            targets = {"in": stash.parent, "out": away.parent}
+        elif where == "plugin":
+            (root / f"r{i}{name}" / "plugins").mkdir(parents=True)
+            link = root / f"r{i}{name}" / PLUGIN_DIR
+            targets = {"in": stash.parent.parent, "out": away.parent.parent}
+        else:
+            link = root / f"l{i}{name}"
+            targets = {"in": root, "out": outside}
+        targets.update(passwd=Path("/etc/passwd"), dangling=root / f"missing{name}", loop=link)
+        os.symlink(targets[leads], link)
+        # /etc/passwd is no directory: only a file link to it would be read
+        if where != "run" and (leads == "out" or leads == "passwd" and where == "file"):
+            out.add(link.relative_to(root).as_posix())
+    return out

@@ -5,7 +5,9 @@ huge and negative numbers, bad evidence) and fed to every reader: `decode`,
 the report (table and JSON, every view), each exporter, the processors, the
 analyzer, the cross-rank merge, the CLI commands and the TensorBoard plugin's
 routes. A damaged cross-rank index (its JSON and its arrays) is rebuilt, never
-trusted.
+trusted. Hostile logdir layouts (links in and out at every level, dangling
+and looping, names with control and bidi characters) are listed, reported
+and served from inside the logdir only.
 
 Each case either gives a result or a *named* error (`ProfileError` naming the
 file; HTTP 4xx naming it, never 500) within `TIME_LIMIT_S`, and its peak
@@ -18,6 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -38,7 +43,9 @@ from dc_core.model.processors import collapse_recursion, filter_kinds, merge_ran
 from dc_core.store.logdir import find_profiles, write_profile
 from dc_core.store.profile import Profile, ProfileError, decode, encode
 
-from tests.reliability.fuzzing import BYTEWISE, CASE, bounded, corpus, decoded, fuzz, mutate
+from tests.reliability.fuzzing import (
+    BYTEWISE, CASE, CONTROLS, LAYOUT, bounded, build_layout, corpus, decoded, fuzz, mutate,
+)
 from tests.reliability.test_readers import model_profile
 
 
@@ -243,3 +250,80 @@ def test_plugin_answers_4xx_never_500(plugin_env, base, mutations, query):
                 deeper = api.get(route, **ref, path=body["rows"][0]["id"])
                 assert deeper.status_code == 200, deeper.get_json()
         assert api.json("/window", run="run", rank=0, window="5-8")["nodes"] > 1  # the others still served
+
+
+# --- hostile logdir layouts ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    """A fresh directory per case (hypothesis runs many cases in one test call)."""
+    base, count = tmp_path_factory.mktemp("layouts"), itertools.count()
+
+    def make() -> Path:
+        place = base / str(next(count))
+        place.mkdir()
+        return place
+
+    return make
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == os.path.realpath(root)
+
+
+@fuzz("layout")
+@given(links=LAYOUT, named_by_link=st.booleans())
+def test_a_hostile_layout_is_read_from_inside_the_logdir_only(layouts, links, named_by_link):
+    _check_layout(layouts(), links, named_by_link)
+
+
+def test_every_control_and_bidi_character_in_a_name_is_read_and_shown_escaped(tmp_path):
+    kinds = itertools.cycle(itertools.product(["file", "rank", "plugin", "run"], ["in", "out", "passwd", "dangling"]))
+    _check_layout(tmp_path, [(*next(kinds), f"x{char}y") for char in CONTROLS], named_by_link=True)
+
+
+def _check_layout(place: Path, links: list[tuple[str, str, str]], named_by_link: bool) -> None:
+    """`build_layout` under ``place``: only what lies inside the logdir is
+    listed, reported and served; every link out is named; names are escaped."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.plugins.base_plugin import TBContext
+
+    from dc_core.tensorboard.plugin import DeepContextPlugin
+    from dc_core.tensorboard.store import ProfileStore
+    from tests.tensorboard.conftest import Api
+
+    root, outside = place / "logs", place / "outside"
+    out = build_layout(root, outside, links)
+    given_dir = root
+    if named_by_link:
+        given_dir = place / "latest"
+        os.symlink(root, given_dir)
+    try:
+        with bounded(f"layout {links!r:.300}"):
+            outward = []
+            files = find_profiles(given_dir, outward)
+            assert all(_inside(f.path, root) for f in files)
+            assert {link.path.relative_to(given_dir).as_posix() for link in outward} == out
+            assert {("run", 0), ("stash", 3)} <= {(f.run, f.rank) for f in files}
+            status, text = _run(["report", str(given_dir), "--json"])
+            assert status == 0 and "Traceback" not in text, text[-2000:]
+            doc = json.loads(text[text.index('{"version"'):])
+            assert len(doc["profiles"]) + len(doc["errors"]) == len(files)
+            assert not doc["errors"] and "root:" not in text
+            status, text = _run(["report", str(given_dir)])
+            assert status == 0 and "Traceback" not in text
+            assert not any(char in text for char in CONTROLS if char != "\n"), repr(text[-2000:])  # escaped
+            api = Api(DeepContextPlugin(TBContext(logdir=str(given_dir)),
+                                        store=ProfileStore(given_dir, listing_ttl_s=0)))
+            runs = api.json("/runs")["runs"]
+            served = {(r["run"], rank["rank"], w) for r in runs for rank in r["ranks"] for w in rank["windows"]}
+            assert served == {(f.run, f.rank, f"{f.steps[0]}-{f.steps[1]}") for f in files}
+            for run, rank, window in sorted(served):
+                response = api.get("/window", run=run, rank=rank, window=window)
+                if any(ord(c) < 32 for c in run):  # listed, but the routes take no such parameter
+                    assert response.status_code == 400 and "holds control characters" in response.get_json()["error"]
+                else:
+                    assert response.status_code == 200, (run, response.get_json())
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
