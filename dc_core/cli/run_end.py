@@ -4,8 +4,10 @@ report of the run, and the command that opens the tab."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
+import sys
 from pathlib import Path
 
 from rich.markup import escape
@@ -42,7 +44,13 @@ def read_logs(log_dir: str) -> tuple[int, list[str]]:
 
 
 def finish(settings: RunSettings, args: argparse.Namespace, status: int) -> None:
-    """Print what the run left: notes, the report (unless ``--no-report``), the view command."""
+    """Print what the run left, on stderr (the command's stdout is the
+    command's alone): notes, the report (unless ``--no-report``), the view command."""
+    with contextlib.redirect_stdout(sys.stderr):
+        _finish(settings, args, status)
+
+
+def _finish(settings: RunSettings, args: argparse.Namespace, status: int) -> None:
     run_dir = Path(settings.logdir) / settings.run
     processes, notes = read_logs(settings.log_dir)
     files = find_profiles(run_dir) if run_dir.is_dir() else []

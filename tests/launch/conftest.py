@@ -31,6 +31,10 @@ def run_profiles(tmp_path: Path) -> list:
     return [read_profile(f) for f in find_profiles(tmp_path / "out")]
 
 
-def script_output(stdout: str) -> str:
-    """What the command printed before DeepContext's closing report."""
-    return stdout.split("\u2500\u2500\u2500", 1)[0]
+def split_stderr(stderr: str) -> tuple[str, str]:
+    """(the command's own stderr, what ``deepcontext run`` said at its end,
+    from its closing rule on): the command's stdout is its own, whole."""
+    own, rule, said = stderr.partition("\u2500\u2500\u2500")
+    return own, rule + said
+
+

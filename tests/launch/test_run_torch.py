@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 from dc_core.model.report import planned_window
 from dc_core.store.logdir import find_profiles, read_profile
 
-from .conftest import SCRIPTS, deepcontext_run, plain, run_profiles, script_output
+from .conftest import SCRIPTS, deepcontext_run, plain, run_profiles, split_stderr
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,9 @@ def test_a_plain_script_is_profiled_under_its_own_lines(tmp_path):
     done = deepcontext_run(tmp_path, "--steps", "2:3", "--", "python", script, "--epochs", "1", env=VENV_PATH)
     alone = plain(tmp_path, script, "--epochs", "1")
     assert done.returncode == 0, done.stderr
-    assert script_output(done.stdout) == alone.stdout  # the script's output, then the report
-    assert done.stderr == alone.stderr == ""
+    assert done.stdout == alone.stdout  # byte for byte: the report goes to stderr
+    own, said = split_stderr(done.stderr)
+    assert own == alone.stderr == ""
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
     assert "SGD.step at plain_torch.py:" in profile.env["step_source"]
@@ -57,9 +58,9 @@ def test_a_plain_script_is_profiled_under_its_own_lines(tmp_path):
     assert backward and _labels(tree, backward[0])[0] == "backward"
     assert tree.find("optimizer", f"plain_torch.py:{module} <module>", f"plain_torch.py:{step} main") is not None
     # the report printed after the script names how the steps were found
-    assert f"steps: each SGD.step at plain_torch.py:{step}" in done.stdout
+    assert f"steps: each SGD.step at plain_torch.py:{step}" in said
     run_dir = find_profiles(tmp_path / "out")[0].path.parents[3].name
-    assert f"deepcontext report out/{run_dir}\n  deepcontext view out\n" in done.stdout
+    assert said.endswith(f"deepcontext report out/{run_dir}\n  deepcontext view out\n")
 
 
 def test_exit_status_and_exceptions_are_the_scripts(tmp_path):
@@ -72,7 +73,8 @@ def test_exit_status_and_exceptions_are_the_scripts(tmp_path):
     raised = deepcontext_run(tmp_path / "raise", "--steps", "2:3", script, "--raise-at", "6")
     alone = plain(tmp_path, script, "--raise-at", "6")
     assert raised.returncode == alone.returncode == 1
-    assert raised.stderr == alone.stderr and "RuntimeError: planted failure at step 6" in raised.stderr
+    own = split_stderr(raised.stderr)[0]
+    assert own == alone.stderr and "RuntimeError: planted failure at step 6" in own
     [window] = run_profiles(tmp_path / "raise")
     assert window.steps == (2, 5) and len(window.step_times_ns) == 3  # written whole before the failure
 
@@ -155,12 +157,13 @@ def test_ctrl_c_in_a_window_writes_it_partial_and_ends_as_the_script_does(tmp_pa
     status, out, err = _interrupted(tmp_path, _run(tmp_path), ctrl_c)
     alone = _interrupted(tmp_path, [sys.executable, str(SCRIPTS / "signals.py")], ctrl_c)
     assert status == alone[0] == -signal.SIGINT
-    assert err == alone[2] and err.rstrip().endswith("KeyboardInterrupt")
+    own, said = split_stderr(err)
+    assert own == alone[2] and own.rstrip().endswith("KeyboardInterrupt")
     first, second = _windows(tmp_path)
     assert first.steps == (2, 5) and len(first.step_times_ns) == 3
     assert second.steps == (6, 8) and len(second.step_times_ns) == 1  # step 6 timed, 7 interrupted
     assert planned_window(second.env) == (6, 9)
-    assert "steps 6–7 (partial: step 6 timed, of steps 6–8 planned)" in out
+    assert "steps 6–7 (partial: step 6 timed, of steps 6–8 planned)" in said
 
 
 def test_sigterm_reaches_the_scripts_own_handler_and_its_status_is_kept(tmp_path):
@@ -174,14 +177,14 @@ def test_sigterm_without_a_handler_writes_the_open_window_then_ends_by_the_signa
     status, out, err = _interrupted(tmp_path, _run(tmp_path), lambda p: p.send_signal(signal.SIGTERM))
     assert status == -signal.SIGTERM, err
     assert [p.steps for p in _windows(tmp_path)] == [(2, 5), (6, 8)]
-    assert "killed by signal 15" in out
+    assert "killed by signal 15" in err
 
 
 @pytest.mark.parametrize("loader", ["fork", "spawn"])
 def test_dataloader_workers_are_not_profiled(tmp_path, loader):
     done = deepcontext_run(tmp_path, "--steps", "2:3", str(SCRIPTS / "plain_torch.py"), "--loader", loader)
     assert done.returncode == 0, done.stderr
-    assert "1 process profiled" in done.stdout
+    assert "1 process profiled" in done.stderr
     [profile] = run_profiles(tmp_path)
     assert profile.rank == 0 and len(profile.step_times_ns) == 3
     assert profile.tree.find("dataloader") is not None
@@ -192,11 +195,11 @@ def test_torchrun_profiles_each_worker_not_the_agent(tmp_path):
                            str(SCRIPTS / "ddp_script.py"), env={**VENV_PATH, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert "rank 0 of 2 done" in done.stdout and "rank 1 of 2 done" in done.stdout
-    assert "2 processes profiled" in done.stdout
+    assert "2 processes profiled" in done.stderr
     files = find_profiles(tmp_path / "out")
     assert sorted(f.rank for f in files) == [0, 1] and {f.steps for f in files} == {(2, 5)}
     assert len({f.run for f in files}) == 1  # both ranks in the one run of this invocation
-    assert "step time per rank" in done.stdout  # the report compares them
+    assert "step time per rank" in done.stderr  # the report compares them
 
 
 def test_steps_found_after_the_time_fallback_began_take_over(tmp_path):
@@ -220,7 +223,7 @@ def test_accelerate_launch_profiles_the_script_not_the_launcher(tmp_path):
     done = deepcontext_run(tmp_path, "--steps", "2:3", "--no-report", "--", "accelerate", "launch", "--cpu",
                            "--num_processes", "1", str(SCRIPTS / "plain_torch.py"), env=VENV_PATH)
     assert done.returncode == 0, done.stderr
-    assert "1 process profiled" in done.stdout
+    assert "1 process profiled" in done.stderr
     [log] = (tmp_path / "out").glob("*/.logs/*.log")
     assert log.read_text().splitlines()[0].endswith("plain_torch.py")  # the worker, started by the launcher
     assert [p.steps for p in run_profiles(tmp_path)] == [(2, 5)]
@@ -235,8 +238,8 @@ def test_the_environments_own_sitecustomize_still_runs(tmp_path):
                      "print(any('launch/boot' in p for p in sys.path))\n")
     done = deepcontext_run(tmp_path, "--no-report", str(probe), env={"PYTHONPATH": str(own)})
     assert done.returncode == 0, done.stderr
-    assert script_output(done.stdout).splitlines() == ["ran True", "False"]  # and our directory is off sys.path
-    assert "1 process profiled" in done.stdout
+    assert done.stdout.splitlines() == ["ran True", "False"]  # and our directory is off sys.path
+    assert "1 process profiled" in done.stderr
 
 
 def test_a_time_range_cut_short_by_the_end_of_the_process_is_its_one_step(tmp_path):
@@ -253,7 +256,7 @@ def test_no_step_boundary_falls_back_to_a_time_range(tmp_path):
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
     assert profile.env["step_source"] == "a time range: no step boundary in the first 1 s"
-    assert "steps: a time range" in done.stdout
+    assert "steps: a time range" in done.stderr
     matmul = [n for n in range(1, len(profile.tree)) if profile.tree.node_frame(n).name in ("aten::matmul", "aten::mm")
               and any("no_steps.py" in l and "crunch" in l for l in _labels(profile.tree, n))]
     assert matmul, "the script's own line runs the matmul"

@@ -63,7 +63,7 @@ def test_a_lightning_trainer_gets_the_callback_and_its_steps(tmp_path):
     name, profile = only_profile(tmp_path)
     assert name == "steps-2-4.pb" and profile.steps == (2, 5) and len(profile.step_times_ns) == 3
     assert profile.env["step_source"].startswith("Lightning Trainer optimizer steps (trainer.global_step)")
-    assert "steps: Lightning Trainer optimizer steps" in done.stdout
+    assert "steps: Lightning Trainer optimizer steps" in done.stderr
     tree = profile.tree
     assert {"forward", "backward", "optimizer"} <= {tree.node_frame(n).name for n in tree.children(0)}
     linear = tree.find("forward", f"lightning_fit.py:{module} <module>", f"lightning_fit.py:{main} main",
