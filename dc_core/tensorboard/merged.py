@@ -50,7 +50,7 @@ class MergedCache:
 
     def get(self, key: Hashable, files: Sequence[ProfileFile], build: Build) -> Merged:
         """The cached merge for ``key`` while ``files`` are unchanged, else ``build()``."""
-        version = _versions(files)
+        version = versions(files)
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None and cached[0] == version:
@@ -72,7 +72,7 @@ class MergedCache:
         return merged
 
 
-def _versions(files: Sequence[ProfileFile]) -> tuple:
+def versions(files: Sequence[ProfileFile]) -> tuple:
     """Path, mtime and size of each file (a missing one counts as changed)."""
     out = []
     for file in files:

@@ -2,8 +2,11 @@
 
 Each route parses its query with `params` and calls one pure function; the
 ``_respond`` wrapper turns `BadRequest` into 400, `NotFound` into 404, an
-unreadable profile into 422 and anything else into a logged 500 whose body
-carries no traceback. Static assets are listed one by one (no wildcard route).
+unreadable profile into 422, a saturated plugin (`answers.Busy`) into 503
+with ``Retry-After`` and anything else into a logged 500 whose body carries
+no traceback. The heavy routes answer through `answers.Answers`, keyed by
+the versions of the files they read and their parameters. Static assets are
+listed one by one (no wildcard route).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from werkzeug import wrappers
 
 from ..store.profile import ProfileError
 from . import browse, diff, overview, params, source, spread, tables, windows
+from .answers import Answers, Busy
+from .merged import versions
 from .metadata import PLUGIN_NAME, TAB_NAME
 from .store import Index, ProfileStore
 
@@ -49,8 +54,10 @@ class DeepContextPlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, store: ProfileStore | None = None) -> None:
+    def __init__(self, context: base_plugin.TBContext, store: ProfileStore | None = None,
+                 answers: Answers | None = None) -> None:
         self.store = store or ProfileStore(context.logdir or "")
+        self.answers = answers or Answers()
         self.source_roots = source.allowed_roots()
 
     def is_active(self) -> bool:
@@ -60,30 +67,53 @@ class DeepContextPlugin(base_plugin.TBPlugin):
         return base_plugin.FrontendMetadata(es_module_path="/static/index.js", tab_name=TAB_NAME)
 
     def get_plugin_apps(self) -> dict[str, Callable]:
-        routes = {
+        light = {
             "/runs": lambda args: overview.runs(self.store),
             "/window": lambda args: overview.window(self._index(args)),
-            "/children": self._children,
-            "/hotpath": self._hot_path,
-            "/flat": self._flat,
-            "/bottomup": self._bottom_up,
-            "/node": self._node,
             "/source": self._source,
-            "/search": self._search,
-            "/flame": self._flame,
-            "/diff": self._diff,
-            "/diff/children": self._diff_children,
-            "/ranks": self._ranks,
-            "/allranks": self._all_ranks,
-            "/allranks/children": self._all_ranks_children,
-            "/allranks/node": self._all_ranks_node,
-            "/allranks/locate": self._all_ranks_locate,
-            "/allranks/search": self._all_ranks_search,
-            "/windows": self._windows,
         }
-        apps = {path: _json_route(handler) for path, handler in routes.items()}
+        # route -> (handler, the files its answer reads: see `_versions`)
+        heavy = {
+            "/children": (self._children, "ref"),
+            "/hotpath": (self._hot_path, "ref"),
+            "/flat": (self._flat, "ref"),
+            "/bottomup": (self._bottom_up, "ref"),
+            "/node": (self._node, "ref"),
+            "/search": (self._search, "ref"),
+            "/flame": (self._flame, "ref"),
+            "/diff": (self._diff, "pair"),
+            "/diff/children": (self._diff_children, "pair"),
+            "/ranks": (self._ranks, "window"),
+            "/allranks": (self._all_ranks, "window"),
+            "/allranks/children": (self._all_ranks_children, "window"),
+            "/allranks/node": (self._all_ranks_node, "window"),
+            "/allranks/locate": (self._all_ranks_locate, "window"),
+            "/allranks/search": (self._all_ranks_search, "window"),
+            "/windows": (self._windows, "run"),
+        }
+        apps = {path: _json_route(handler) for path, handler in light.items()}
+        apps.update({path: _json_route(self._kept(path, handler, reads)) for path, (handler, reads) in heavy.items()})
         apps.update({f"/static/{name}": _static_route(name, kind) for name, kind in STATIC_FILES.items()})
         return apps
+
+    def _kept(self, route: str, handler: Callable, reads: str) -> Callable[[Mapping[str, str]], bytes]:
+        """``handler`` answered through `Answers`: gzip-compressed JSON bytes."""
+        def answer(args: Mapping[str, str]) -> bytes:
+            key = (route, self._versions(args, reads), tuple(sorted(args.items())))
+            return self.answers.get(key, lambda: handler(args))
+
+        return answer
+
+    def _versions(self, args: Mapping[str, str], reads: str) -> tuple:
+        """Path, mtime and size of the files an answer reads: the window of
+        ``ref``, of both refs of a ``pair`` (a diff), every rank of a
+        ``window`` (and the ref's file when named), every file of a ``run``."""
+        if reads in ("ref", "pair"):
+            refs = [params.profile_ref(args)] + ([params.profile_ref(args, "b_")] if reads == "pair" else [])
+            return tuple(self.store.version(ref) for ref in refs)
+        run = params.run_name(params.text(args, "run"))
+        steps = params.window(args) if reads == "window" else None
+        return versions([f for f in self.store.files() if f.run == run and steps in (None, f.steps)])
 
     # --- handlers: parse, then call one function ------------------------
     def _index(self, args: Mapping[str, str], prefix: str = "") -> Index:
@@ -191,12 +221,19 @@ def _limit(args: Mapping[str, str]) -> int:
     return params.integer(args, "limit", 200, lo=1, hi=2000)
 
 
-def _json_route(handler: Callable[[Mapping[str, str]], dict]) -> Callable:
+def _json_route(handler: Callable[[Mapping[str, str]], dict | bytes]) -> Callable:
+    """A route answering ``handler(args)``: JSON-ready data, or bytes that
+    `answers.encode` made (gzip-compressed JSON)."""
     @wrappers.Request.application
     def app(request: wrappers.Request) -> wrappers.Response:
         code = 200
         try:
             body = handler(request.args.to_dict(flat=True))
+            if isinstance(body, bytes):
+                return http_util.Respond(request, body, "application/json", content_encoding="gzip")
+        except Busy as exc:  # saturated: the client comes back later instead of queueing here
+            return http_util.Respond(request, {"error": str(exc)}, "application/json", code=503,
+                                     headers=[("Retry-After", str(exc.retry_after_s))])
         except params.BadRequest as exc:
             code, body = 400, {"error": str(exc)}
         except params.NotFound as exc:

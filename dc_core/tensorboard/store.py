@@ -198,6 +198,13 @@ class ProfileStore:
                 return file
         raise NotFound(f"no profile for run {ref.run!r}, rank {ref.rank}, window {format_window(ref.window)}")
 
+    def version(self, ref: Ref) -> tuple[str, int, int]:
+        """Path, mtime and size of the file behind ``ref`` now (`NotFound`
+        when there is none): what `index` compares to reload a changed file,
+        and what kept answers are keyed by (`answers`)."""
+        file = self.resolve(ref)
+        return (str(file.path), *_version(file.path))
+
     def index(self, ref: Ref) -> Index:
         """The loaded profile for ``ref``; raises `NotFound` or `ProfileError`."""
         file = self.resolve(ref)
