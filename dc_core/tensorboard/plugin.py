@@ -57,7 +57,7 @@ class DeepContextPlugin(base_plugin.TBPlugin):
     def __init__(self, context: base_plugin.TBContext, store: ProfileStore | None = None,
                  answers: Answers | None = None) -> None:
         self.store = store or ProfileStore(context.logdir or "")
-        self.answers = answers or Answers()
+        self.answers = answers if answers is not None else Answers()  # an empty one is falsy
         self.source_roots = source.allowed_roots()
 
     def is_active(self) -> bool:
