@@ -21,7 +21,8 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ..store.logdir import (
-    MAX_BYTES_ENV, OutwardLink, ProfileFile, find_profiles, max_profile_bytes, outward_message, read_profile, shown_path,
+    MAX_BYTES_ENV, OutwardLink, ProfileFile, find_profiles, max_profile_bytes, outward_message, read_profile,
+    shown_path,
 )
 from ..record.validate import CONTROL_CHARACTERS
 from ..store.profile import Profile, ProfileError

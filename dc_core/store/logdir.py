@@ -28,7 +28,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from .profile import Profile, ProfileError, decode, encode
 
@@ -225,11 +225,12 @@ def find_profiles(logdir: str | Path, outward: list[OutwardLink] | None = None) 
         run = run_dir.relative_to(root).as_posix() if run_dir != root else "."
         for rank_dir in sorted(_listing(plugin_dir), key=lambda e: e.name):
             rank_text, _, host = rank_dir.name.partition("-")
-            if not _DIGITS.match(rank_text) or not _is(rank_dir, "dir") or not inside(rank_dir.path, rank_dir.is_symlink()):
+            if not (_DIGITS.match(rank_text) and _followed(rank_dir.is_dir)
+                    and inside(rank_dir.path, rank_dir.is_symlink())):
                 continue
             for file in _listing(Path(rank_dir.path)):
                 match = _FILE_RE.match(file.name)
-                if match and _is(file, "file") and inside(file.path, file.is_symlink()):
+                if match and _followed(file.is_file) and inside(file.path, file.is_symlink()):
                     first, last = int(match[1]), int(match[2])
                     profiles.append(ProfileFile(Path(file.path), run, int(rank_text), host, (first, last + 1),
                                                 real_root))
@@ -266,9 +267,11 @@ def _within(real: str, real_root: str) -> bool:
         return False
 
 
-def _is(entry: os.DirEntry, kind: str) -> bool:
+def _followed(test: Callable[[], bool]) -> bool:
+    """``entry.is_dir`` or ``entry.is_file`` (following a link); False when
+    that fails (a link looping on itself)."""
     try:
-        return entry.is_dir() if kind == "dir" else entry.is_file()
+        return test()
     except OSError:
         return False
 
