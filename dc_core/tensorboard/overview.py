@@ -105,8 +105,11 @@ def window(index: Index) -> dict:
         node = f.get("node", -1)
         findings.append({**f, "node": node if 0 <= node < size else -1,
                          "label": index.label(frame[node]) if 0 < node < size else ""})
+    stored = {"stored_rank": p.rank} if p.rank != index.ref.rank else {}
     return {
-        **index.ref.as_dict(), "label": window_label(index.ref.window, p.step_times_ns, p.env),
+        # the rank is the directory's, as the listing and every request name it; a file
+        # moved or copied from another rank's directory says its own beside it
+        **index.ref.as_dict(), **stored, "label": window_label(index.ref.window, p.step_times_ns, p.env),
         "host": p.host, "framework": p.framework, "mode": p.mode, "world_size": p.world_size,
         "steps": list(p.steps), "step_times_ns": list(p.step_times_ns), "duration_ns": p.duration_ns,
         "init_ns": p.init_ns, "nodes": size, "drops": dict(p.drops), "env": dict(p.env),
@@ -144,7 +147,9 @@ def ranks(store: ProfileStore, run: str, window_steps: tuple[int, int], metric: 
         if file.run != run or file.steps != window_steps:
             continue
         try:
-            rows.append(store.summary(file, rank_summary))
+            summary = store.summary(file, rank_summary)
+            stored = {"stored_rank": summary["rank"]} if summary["rank"] != file.rank else {}
+            rows.append({**summary, "rank": file.rank, **stored})  # the directory's rank, as in /window
         except (ProfileError, NotFound) as exc:  # a bad file drops out of the table, the rest stays
             errors[f"{file.rank}-{file.host}"] = str(getattr(exc, "message", exc))
     for key, pick in (("vs_median", lambda r: r["totals"].get(metric, 0)), ("step_vs_median", lambda r: r["step_mean_ns"])):

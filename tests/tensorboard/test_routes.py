@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dc_core.model import kinds
-from tests.tensorboard.conftest import EVIL, MIB, A, Api
+from tests.tensorboard.conftest import EVIL, MIB, A, Api, make_profile
 
 
 def rows_by_label(rows):
@@ -292,3 +292,16 @@ def test_routes_walk_a_deep_chain_without_recursion(tmp_path, depth, monkeypatch
     assert api.json("/diff", **ref, b_run="deep", b_rank=1, b_window="0-1")["total_a"] == 10 * depth + 5 * (depth // 2)
     assert [r["rank"] for r in api.json("/ranks", run="deep", window="0-1")["ranks"]] == [0, 1]
     assert api.json("/window", **ref)["nodes"] == last + 1
+
+
+def test_window_and_ranks_say_the_directory_rank_not_the_one_stored_in_the_file(api: Api, logdir, src):
+    from dc_core.store.logdir import write_profile
+
+    path = write_profile(make_profile(src, 2147483647, (20, 21)), logdir, "moved")
+    path.parent.rename(path.parent.with_name("3-node-a"))  # the file now sits in rank 3's directory
+    window = api.json("/window", run="moved", rank=3, window="20-21")
+    assert (window["rank"], window["stored_rank"]) == (3, 2147483647)
+    ranks = api.json("/ranks", run="moved", window="20-21", metric="count")["ranks"]
+    assert [(r["rank"], r["stored_rank"]) for r in ranks] == [(3, 2147483647)]
+    assert "stored_rank" not in api.json("/window", **A)  # said only where the two differ
+    assert all("stored_rank" not in r for r in api.json("/ranks", run="run-a", window="5-8")["ranks"])

@@ -119,7 +119,8 @@ export function ranksTable(data, metric, vocab) {
   for (const r of data.ranks) {
     const flag = (v) => (v && (v > 1.15 || v < 0.85) ? "off" : "");
     table.appendChild(el("tr", {},
-      el("td", {}, String(r.rank)), el("td", {}, r.host), el("td", {}, formatNumber(r.steps)),
+      el("td", { title: r.stored_rank === undefined ? "" : `the file says rank ${r.stored_rank}` },
+        r.stored_rank === undefined ? String(r.rank) : `${r.rank} (file: ${r.stored_rank})`), el("td", {}, r.host), el("td", {}, formatNumber(r.steps)),
       el("td", {}, formatNumber(r.step_mean_ns, "ns")),
       el("td", { className: flag(r.step_vs_median) }, formatRatio(r.step_vs_median)),
       el("td", {}, vocab.format(r.totals[metric] || 0, metric)),

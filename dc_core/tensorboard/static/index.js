@@ -257,6 +257,10 @@ async function loadWindow() {
   }
   if (latest.window.stale(ticket)) return;
   state.overview = overview;
+  if (overview.stored_rank !== undefined) { // the file was moved or copied from another rank's directory
+    ui.status.appendChild(el("div", { className: "note" },
+      `Rank ${overview.rank} (its directory); the file itself says rank ${overview.stored_rank}.`));
+  }
   const { totals, metrics } = overview;
   if (!(totals[state.metric] > 0)) state.metric = metrics.find((m) => totals[m] > 0) || state.metric || metrics[0];
   if (!overview.kinds.includes(state.kinds)) state.kinds = "all";
