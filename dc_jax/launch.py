@@ -35,6 +35,7 @@ import types
 import weakref
 from typing import Any, Callable
 
+from dc_core.collect.ownfiles import cut_own_frames
 from dc_jax.names import qualified_name, unwrapped
 
 logger = logging.getLogger("deepcontext")
@@ -67,7 +68,11 @@ class Jitted:
                 pass
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # ``self=`` may be the user's keyword
-        return self._dc_call(*args, **kwargs)
+        try:
+            return self._dc_call(*args, **kwargs)
+        except BaseException as exc:  # the user's, with the traceback it has without us
+            cut_own_frames(exc)
+            raise
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # A jitted method binds as jax's own does: the instance becomes the first argument.

@@ -35,6 +35,8 @@ import sys
 import threading
 from typing import Any, Callable, NamedTuple
 
+from dc_core.collect.ownfiles import cut_own_frames
+
 logger = logging.getLogger("deepcontext")
 
 _MARK = "__deepcontext_nnx__"  # set on our wrappers: never wrap a wrapper
@@ -164,6 +166,9 @@ class NnxScopes:
             try:
                 with jax.named_scope(scope):
                     return call(module, *args, **kwargs)
+            except BaseException as exc:  # the user's, with the traceback it has without us
+                cut_own_frames(exc)
+                raise
             finally:
                 scopes._local.stack.pop()
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD
+from dc_core.collect.ownfiles import cut_own_frames
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
@@ -254,9 +255,14 @@ class BackwardRunner:
             opened = len(passes)
         except Exception as exc:
             hub.fail(exc, "backward")
+            phase = None
+        if phase is None:  # outside the handler: the user's exception gets no profiler error as its context
             return func(*args, **kwargs)
         try:
             return func(*args, **kwargs)  # once: the user's backward, and its exception, are the user's
+        except BaseException as exc:
+            cut_own_frames(exc)
+            raise
         finally:
             # After a failed backward the engine runs no end-of-pass callback;
             # leaving the phase closes the scopes, this forgets the pass.

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from torch.optim import optimizer as optimizer_mod
 
+from dc_core.collect.ownfiles import cut_own_frames
+
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
 
@@ -51,7 +53,11 @@ class ClosureHooks:
 
         @functools.wraps(closure)
         def run(*args: Any, **kwargs: Any) -> Any:
-            with session.phase(session.default_phase):  # a no-op once the window has closed
-                return closure(*args, **kwargs)
+            try:
+                with session.phase(session.default_phase):  # a no-op once the window has closed
+                    return closure(*args, **kwargs)
+            except BaseException as exc:  # the user's, with the traceback it has without us
+                cut_own_frames(exc)
+                raise
 
         return run

@@ -39,6 +39,7 @@ from typing import Any, Callable
 import torch
 
 from dc_core.collect.collector import KIND_COMPILED, KIND_OPERATOR, METRIC_COUNT
+from dc_core.collect.ownfiles import cut_own_frames
 from dc_core.record.session import active_sessions
 
 from dc_torch.adapter import TorchAdapter
@@ -139,11 +140,16 @@ class Region:
                 state.pending, state.node = at_entry, None
             except Exception as exc:
                 hub.fail(exc, "compiled")
+                state = None
+            if state is None:  # outside the handler: the user's exception gets no profiler error as its context
                 return compiled(*args)
             node = None
             try:
                 # at the entry, Region._entry opens the region; else here, around the backend's callable
                 out = compiled(*args) if at_entry else region._call(hub, compiled, args, suspended=False)
+            except BaseException as exc:  # the user's, with the traceback it has without us
+                cut_own_frames(exc)
+                raise
             finally:
                 try:
                     node = state.node

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from dc_core.collect.ownfiles import cut_own_frames
 from dc_torch.autograd import BackwardRunner
 from dc_torch.device import DeviceTracer
 from dc_torch.native import NO_METRIC
@@ -148,9 +149,14 @@ def _interceptor(hub: Hub, where: str, capture: bool, user_depth: int, marks: bo
             marker = device.mark(node) if marks and device.on else None
         except Exception as exc:
             fail(exc, where)
+            node = None
+        if node is None:  # outside the handler: the user's exception gets no profiler error as its context
             return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)
+        except BaseException as exc:  # the user's, with the traceback it has without us
+            cut_own_frames(exc)
+            raise
         finally:
             # Here an error is the profiler's and must not replace the user's
             # result or exception.

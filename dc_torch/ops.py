@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from dc_core.collect.collector import FLAG_BACKWARD
+from dc_core.collect.ownfiles import cut_own_frames
 
 from dc_torch.autograd import BACKWARD_ENTRY_POINTS
 from dc_torch.hub import INHERIT, Interceptor
@@ -181,6 +182,13 @@ class OperatorMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = _NO_KWARGS
+        try:
+            return self._intercept(func, args, kwargs)
+        except BaseException as exc:  # the user's, with the traceback it has without us
+            cut_own_frames(exc)
+            raise
+
+    def _intercept(self, func: Any, args: tuple, kwargs: dict) -> Any:
         # Under dynamo tracing is_compiling() folds this to a plain call before
         # any of our state is read, so nothing of ours is traced or guarded on.
         # Metadata reads (half the calls in an optimizer step) leave next.
@@ -195,7 +203,7 @@ class OperatorMode(TorchFunctionMode):
                 fid = classify(hub.frames, func)
             except Exception as exc:
                 hub.fail(exc, "operator")
-                return func(*args, **kwargs)
+                fid = SKIP  # the user's call still runs, once, outside this handler
             if fid == SKIP:
                 return func(*args, **kwargs)
         if fid == BACKWARD_ENTRY:
@@ -207,6 +215,7 @@ class OperatorMode(TorchFunctionMode):
                     fid = self.ops[_TO_DEVICE] = hub.frames.op("torch.Tensor.to", detail="device")
                 except Exception as exc:  # the profiler's error: the user's call still runs, once
                     hub.fail(exc, "operator")
+                if fid is None:
                     return func(*args, **kwargs)
         suspended = hub.window.suspended
         if suspended and get_ident() in suspended:  # inside a compiled region: it records itself
@@ -251,6 +260,13 @@ class AtenMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
+        try:
+            return self._dispatch(func, args, kwargs)
+        except BaseException as exc:  # the user's, with the traceback it has without us
+            cut_own_frames(exc)
+            raise
+
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         hub = self.hub
         if not hub.active:
             return func(*args, **kwargs)
@@ -264,6 +280,8 @@ class AtenMode(TorchDispatchMode):
                 count = self.flops[func] = _flop_formula(func)
         except Exception as exc:
             hub.fail(exc, "aten")
+            fid = None  # the user's call still runs, once, outside this handler
+        if fid is None:
             return func(*args, **kwargs)
         if count is None:
             return self.scope.call((fid,), func, args, kwargs)

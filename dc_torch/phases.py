@@ -33,6 +33,7 @@ from torch.optim import optimizer as optimizer_mod
 from torch.utils.data import dataloader as dataloader_mod
 
 from dc_core.collect.collector import KIND_PYTHON
+from dc_core.collect.ownfiles import cut_own_frames
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
@@ -180,6 +181,9 @@ class PhaseHooks:
             hooks._begin(phase, frame=frame)
             try:
                 return wrapper.__wrapped__(*args, **kwargs)
+            except BaseException as exc:  # the user's, with the traceback it has without us
+                cut_own_frames(exc)
+                raise
             finally:
                 hooks._end()
 

@@ -41,6 +41,34 @@ def profiler_files() -> tuple[str, ...]:
     return _package_files()
 
 
+def cut_own_frames(exc: BaseException) -> None:
+    """Take the profiler's own frames out of ``exc``'s traceback: a user's
+    exception that passed through a wrapper of ours reaches the user with the
+    traceback it would have had without the profiler. Call it where the
+    exception is caught, then re-raise with a bare ``raise`` (which adds no
+    entry of its own). Never raises."""
+    try:
+        own = _own_files()
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in own:
+            tb = tb.tb_next
+        head = tb
+        while tb is not None:
+            after = tb.tb_next
+            while after is not None and after.tb_frame.f_code.co_filename in own:
+                after = after.tb_next
+            tb.tb_next = after
+            tb = after
+        exc.__traceback__ = head
+    except Exception:  # the traceback as it was: still the user's exception
+        pass
+
+
+@functools.cache
+def _own_files() -> frozenset[str]:
+    return frozenset(_package_files())
+
+
 @functools.cache  # walking the packages costs milliseconds, at a window's first step
 def _package_files() -> tuple[str, ...]:
     root = Path(__file__).resolve().parents[2]

@@ -31,9 +31,9 @@ class Point:
 
 #: Every hook boundary of the Python capture path.
 POINTS = {
-    "operator": Point("enter", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
-    "operator exit": Point("exit", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
-    "aten": Point("enter", ("ops.py", "__torch_dispatch__"), depth=1),
+    "operator": Point("enter", ("ops.py", "_intercept"), depth=1),  # through the shared Interceptor
+    "operator exit": Point("exit", ("ops.py", "_intercept"), depth=1),  # through the shared Interceptor
+    "aten": Point("enter", ("ops.py", "_dispatch"), depth=1),
     "backward": Point("enter", ("autograd.py", "_open")),
     "module": Point("enter", ("modules.py", "pre")),
     "phase": Point("enter", ("phases.py", "_begin"), depth=3),  # through the session's phase
