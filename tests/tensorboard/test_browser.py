@@ -407,7 +407,7 @@ def check_flame(page, tab, url: str) -> None:
 
 def check_diff(tab) -> None:
     """Increases red, decreases green, cells and bars; B's Rank names ranks as the top bar does."""
-    tab.locator(".rows .delta").first.wait_for()
+    tab.locator(".rows .delta.worse").first.wait_for()  # the rows come as their answers do, not all at once
     worse = tab.locator(".rows .delta.worse").all_inner_texts()
     better = tab.locator(".rows .delta.better").all_inner_texts()
     assert worse and all(t.startswith("+") for t in worse) and all(t.startswith("-") for t in better)
