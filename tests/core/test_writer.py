@@ -91,36 +91,23 @@ def test_a_window_closes_without_waiting_for_the_disk_and_its_file_is_there(tmp_
     assert written == visible and written.parent.parent == tmp_path / "plugins" / "deepcontext"
 
 
-def test_a_failed_write_warns_once_and_stops_later_windows(tmp_path, monkeypatch, caplog):
-    def full(data: bytes, path: Path) -> float:
-        raise OSError(28, "No space left on device")
+@pytest.mark.parametrize(("step", "error"), [("write_visible", OSError(28, "No space left on device")),
+                                             ("sync_file", OSError(5, "Input/output error"))])
+def test_a_failed_write_or_fsync_warns_once_leaves_no_file_and_stops_later_windows(tmp_path, monkeypatch, caplog,
+                                                                                     step, error):
+    def fails(*args: object) -> None:
+        raise error
 
-    monkeypatch.setattr(writer_mod, "write_visible", full)
+    monkeypatch.setattr(writer_mod, step, fails)
     session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 1, "every": 3, "repeat": 0},
                       cpu_sampling_hz=0, framework="python")
     with caplog.at_level(logging.WARNING, logger="deepcontext"):
         _loop(session, 2)
+        session._writer.flush()  # a failed fsync is known before the next window is due
         _loop(session, 7)  # steps 0..6 again: windows at 3 and 6 would open
         session.close()
     warnings = [r.getMessage() for r in caplog.records if "could not write its profile" in r.getMessage()]
-    assert len(warnings) == 1 and "No space left on device" in warnings[0]
-    assert session.disabled and session.written == []
-
-
-def test_a_failed_fsync_removes_the_file_and_warns_once(tmp_path, monkeypatch, caplog):
-    def refused(path: Path, now: float) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(writer_mod, "sync_file", refused)
-    session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 1, "every": 3, "repeat": 0},
-                      cpu_sampling_hz=0, framework="python")
-    with caplog.at_level(logging.WARNING, logger="deepcontext"):
-        _loop(session, 2)
-        session._writer.flush()  # the failure is known before the next window is due
-        _loop(session, 7)
-        session.close()
-    warnings = [r.getMessage() for r in caplog.records if "could not write its profile" in r.getMessage()]
-    assert len(warnings) == 1 and "Input/output error" in warnings[0]
+    assert len(warnings) == 1 and error.strerror in warnings[0]
     assert session.disabled and session.written == [] and not list(tmp_path.rglob("*.pb"))
 
 
