@@ -45,7 +45,10 @@ def format_window(window: tuple[int, int]) -> str:
     return f"{window[0]}-{window[1]}"
 
 
-def text(args: Mapping[str, str], name: str, default: str | None = None, max_len: int = MAX_TEXT) -> str:
+def text(args: Mapping[str, str], name: str, default: str | None = None, max_len: int = MAX_TEXT,
+         controls: bool = False) -> str:
+    """Parameter ``name``; control characters are refused unless ``controls``
+    (a run's name, which is only ever compared with the names `/runs` listed)."""
     value = args.get(name)
     if value is None or value == "":
         if default is None:
@@ -53,7 +56,7 @@ def text(args: Mapping[str, str], name: str, default: str | None = None, max_len
         return default
     if len(value) > max_len:
         raise BadRequest(f"parameter {name!r} is longer than {max_len} characters")
-    if any(ord(c) < 32 for c in value):
+    if "\0" in value or (not controls and any(ord(c) < 32 for c in value)):
         raise BadRequest(f"parameter {name!r} holds control characters")
     return value
 
@@ -122,6 +125,13 @@ def node(args: Mapping[str, str], size: int, name: str = "node", default: int | 
     return integer(args, name, default=default, hi=size - 1)
 
 
+def run_param(args: Mapping[str, str], name: str = "run") -> str:
+    """The run parameter ``name``: any name `/runs` can list (a directory's
+    name may hold control characters; the tab shows them escaped), never a
+    path out of the logdir."""
+    return run_name(text(args, name, controls=True))
+
+
 def run_name(value: str) -> str:
     """A run is a relative path under the logdir ('.' for the logdir itself);
     anything that could leave it is refused before any lookup."""
@@ -135,7 +145,7 @@ def run_name(value: str) -> str:
 
 def profile_ref(args: Mapping[str, str], prefix: str = "") -> Ref:
     """``run``, ``rank`` and ``window`` (``first-endexclusive``), optionally prefixed (``b_run``)."""
-    run = run_name(text(args, prefix + "run"))
+    run = run_param(args, prefix + "run")
     rank = integer(args, prefix + "rank", hi=1 << 24)
     return Ref(run, rank, window(args, prefix + "window"))
 

@@ -111,7 +111,7 @@ class DeepContextPlugin(base_plugin.TBPlugin):
         if reads in ("ref", "pair"):
             refs = [params.profile_ref(args)] + ([params.profile_ref(args, "b_")] if reads == "pair" else [])
             return tuple(self.store.version(ref) for ref in refs)
-        run = params.run_name(params.text(args, "run"))
+        run = params.run_param(args)
         steps = params.window(args) if reads == "window" else None
         return versions([f for f in self.store.files() if f.run == run and steps in (None, f.steps)])
 
@@ -170,12 +170,12 @@ class DeepContextPlugin(base_plugin.TBPlugin):
         return diff.diff_children(union, nodes, params.metric(args), _limit(args))
 
     def _ranks(self, args):
-        run = params.run_name(params.text(args, "run"))
+        run = params.run_param(args)
         return overview.ranks(self.store, run, params.window(args), params.metric(args))
 
     # --- all ranks of a window, and one rank's windows -----------------
     def _cross_rank(self, args):
-        return self.store.cross_rank(params.run_name(params.text(args, "run")), params.window(args))
+        return self.store.cross_rank(params.run_param(args), params.window(args))
 
     def _all_ranks(self, args):
         merged = self._cross_rank(args)

@@ -114,3 +114,22 @@ def test_a_sibling_sharing_the_roots_prefix_is_not_under_it(tmp_path):
         roots = allowed_roots({"DEEPCONTEXT_SOURCE_ROOTS": root}, cwd=str(tmp_path / "srv" / "elsewhere"))
         assert not snippet(str(secrets / "keys.py"), 1, roots)["available"]
         assert snippet(str(app / "model.py"), 1, roots)["available"]
+
+
+def test_a_run_whose_name_holds_control_characters_opens_as_it_is_listed(tmp_path):
+    """Regression: `/runs` listed such a run and every route refused it (400,
+    "parameter 'run' holds control characters")."""
+    from tensorboard.plugins.base_plugin import TBContext
+
+    from dc_core.store.logdir import write_profile
+    from dc_core.tensorboard.plugin import DeepContextPlugin
+    from dc_core.tensorboard.store import ProfileStore
+    from tests.tensorboard.conftest import make_profile
+
+    name = "exp\x1b[2J\u202e\x07"
+    write_profile(make_profile(tmp_path, 0, (5, 8)), tmp_path, name)
+    api = Api(DeepContextPlugin(TBContext(logdir=str(tmp_path)), store=ProfileStore(tmp_path, listing_ttl_s=0)))
+    assert [r["run"] for r in api.json("/runs")["runs"]] == [name]
+    assert api.json("/window", run=name, rank=0, window="5-8")["rank"] == 0
+    assert api.json("/windows", run=name, rank=0, window="5-8", node=0)
+    api.json("/window", status=400, run="exp\x00", rank=0, window="5-8")  # NUL is in no file name
