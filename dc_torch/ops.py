@@ -161,6 +161,23 @@ def matmul_flops(left: Any, out: Any) -> int:
     return 0
 
 
+def _hook(method: Callable[..., Any], shared_kwargs: dict | None) -> Callable[..., Any]:
+    """A mode's ``__torch_function__``/``__torch_dispatch__`` running ``method``
+    (no kwargs: ``shared_kwargs``, or a fresh dict where None): the user's
+    exception leaves it with the traceback it has without us."""
+
+    def hook(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if kwargs is None:
+            kwargs = {} if shared_kwargs is None else shared_kwargs
+        try:
+            return method(self, func, args, kwargs)
+        except BaseException as exc:
+            cut_own_frames(exc)
+            raise
+
+    return hook
+
+
 class OperatorMode(TorchFunctionMode):
     """Records each torch call as an operator scope while a window is open.
 
@@ -178,15 +195,6 @@ class OperatorMode(TorchFunctionMode):
         # is its autograd nodes (one call less per op).
         self.scope = Interceptor(hub, "operator", capture=True,
                                  after=self._recorded if hub.window.shapes else self.tag)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = _NO_KWARGS
-        try:
-            return self._intercept(func, args, kwargs)
-        except BaseException as exc:  # the user's, with the traceback it has without us
-            cut_own_frames(exc)
-            raise
 
     def _intercept(self, func: Any, args: tuple, kwargs: dict) -> Any:
         # Under dynamo tracing is_compiling() folds this to a plain call before
@@ -223,6 +231,8 @@ class OperatorMode(TorchFunctionMode):
         first_seq = _next_seq() if _grad_enabled() else None
         return self.scope.call((fid,), func, args, kwargs, first_seq)
 
+    __torch_function__ = _hook(_intercept, _NO_KWARGS)
+
     def _recorded(self, node: int, frames: tuple, first_seq: int | None, args: tuple, kwargs: dict,
                   out: Any) -> None:
         """What a window with shapes reads of a call: alloc_bytes and FLOPs, then its autograd nodes."""
@@ -257,15 +267,6 @@ class AtenMode(TorchDispatchMode):
         self.scope = Interceptor(hub, "aten", user_depth=INHERIT)
         self.counted = Interceptor(hub, "aten", user_depth=INHERIT, after=self._count_flops)  # ops with a formula
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
-        try:
-            return self._dispatch(func, args, kwargs)
-        except BaseException as exc:  # the user's, with the traceback it has without us
-            cut_own_frames(exc)
-            raise
-
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         hub = self.hub
         if not hub.active:
@@ -286,6 +287,8 @@ class AtenMode(TorchDispatchMode):
         if count is None:
             return self.scope.call((fid,), func, args, kwargs)
         return self.counted.call((fid,), func, args, kwargs, count)
+
+    __torch_dispatch__ = _hook(_dispatch, None)
 
     def _count_flops(self, node: int, frames: tuple, count: Any, args: tuple, kwargs: dict, out: Any) -> None:
         try:
