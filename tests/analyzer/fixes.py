@@ -100,12 +100,15 @@ class SlowSamples(torch.utils.data.Dataset):
 @_on_one_thread
 def run_dataloader(logdir, fixed: bool) -> Profile:
     """Batches of 8 slow samples (16 ms) in the step's process, or in 2 workers
-    that prepare them while a ~20 ms step computes."""
+    that prepare them while a ~20 ms step computes, 16 batches ahead: more
+    than the window takes, so workers a loaded host starves for a while still
+    have its batches ready (2 ahead, a starved pair left the fixed step
+    waiting 2 ms in one run of four)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 64))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     loader = torch.utils.data.DataLoader(SlowSamples(), batch_size=8, num_workers=2 if fixed else 0,
-                                         persistent_workers=fixed)
+                                         persistent_workers=fixed, prefetch_factor=8 if fixed else None)
     batches = iter(loader)
     work = torch.randn(256, 512)
 
