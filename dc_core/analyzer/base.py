@@ -269,9 +269,8 @@ class Window:
 
     @cached_property
     def others_waited(self) -> float:
-        """ns per step the process's other threads (intra-op workers) and its
-        child processes (data-loader workers) waited, runnable, for a CPU:
-        time a parallel operator, or a wait for a batch, may show as its own."""
+        """ns per step the process's other threads (intra-op workers) waited,
+        runnable, for a CPU: time a parallel operator may show as its own."""
         return max(self.profile.others_wait_ns, 0) / self.steps
 
     def judge(self, severity: str, excess_ns: float) -> tuple[str, str]:
@@ -281,8 +280,7 @@ class Window:
         if self.noise_caveat:
             return "info", self.noise_caveat
         if excess_ns <= self.others_waited:
-            return "info", (f"the process's other threads and child processes waited {ms(self.others_waited)} "
-                            "per step for a CPU, "
+            return "info", (f"the process's other threads waited {ms(self.others_waited)} per step for a CPU, "
                             "as much as this: the host's load may be all of it")
         return severity, ""
 

@@ -71,37 +71,6 @@ def workers_wait_ns() -> int:
     return total
 
 
-def children_wait_ns() -> dict[int, int]:
-    """Per child process (a DataLoader's workers): ns its threads have waited,
-    runnable, for a CPU, summed. A step waits for a batch its starved worker
-    could not make, so their wait is time the step shows. Empty where the
-    kernel does not list children (``/proc/<pid>/task/<tid>/children``)."""
-    pids: set[int] = set()
-    try:
-        for task in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{task}/children", "rb") as f:
-                    pids.update(int(pid) for pid in f.read().split())
-            except (OSError, ValueError):
-                continue
-    except OSError:
-        return {}
-    waits = {}
-    for pid in pids:
-        total = 0
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as f:
-                        total += int(f.read().split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue  # the thread ended meanwhile
-        except OSError:
-            continue  # the child ended meanwhile
-        waits[pid] = total
-    return waits
-
-
 def read_cpu_times(proc: Path = _PROC) -> list[tuple[int, int]]:
     """Per-core ``(busy, total)`` jiffies from ``/proc/stat``, in core order."""
     cores = []

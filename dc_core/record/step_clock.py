@@ -25,7 +25,7 @@ from threading import get_ident
 from typing import Any, Callable
 
 from dc_core.collect import collector as collector_mod
-from dc_core.collect.sysmon import children_wait_ns, run_queue_wait_ns, workers_wait_ns
+from dc_core.collect.sysmon import run_queue_wait_ns, workers_wait_ns
 
 
 class StepClock:
@@ -37,7 +37,6 @@ class StepClock:
         self.waits: list[int] = []  # per step: ns its thread waited for a CPU (empty: unknown)
         self.others_wait = -1  # ns the process's worker threads waited for a CPU in the window (-1: unknown)
         self._others_from = -1  # ... their total when the window opened
-        self._children_from: dict[int, int] = {}  # ... and each child process's
         self._wait_ns = -1  # the step thread's run-queue wait when its step (or the loop after it) began
         self.thread = 0  # the thread that drives the steps
         self._start_ns = 0  # the step running began (session clock)
@@ -52,7 +51,6 @@ class StepClock:
         """A window opens: its steps are timed afresh."""
         self.times, self.waits = [], []
         self.others_wait, self._others_from = -1, workers_wait_ns()
-        self._children_from = children_wait_ns()
 
     def begin(self, c: Any, phase: int) -> None:
         """A step begins on this thread, in phase frame ``phase``."""
@@ -127,9 +125,6 @@ class StepClock:
         self._lent_from.clear()
         now = workers_wait_ns()
         self.others_wait = now - self._others_from if now >= 0 and self._others_from >= 0 else -1
-        if self.others_wait >= 0:  # and the child processes' (data-loader workers), those still alive
-            self.others_wait += sum(max(wait - self._children_from.get(pid, 0), 0)
-                                    for pid, wait in children_wait_ns().items())
 
     def profile_fields(self) -> dict[str, Any]:
         """What the window's profile says of its steps: their times, their
