@@ -196,42 +196,47 @@ class OperatorMode(TorchFunctionMode):
         self.scope = Interceptor(hub, "operator", capture=True,
                                  after=self._recorded if hub.window.shapes else self.tag)
 
-    def _intercept(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        # Under dynamo tracing is_compiling() folds this to a plain call before
-        # any of our state is read, so nothing of ours is traced or guarded on.
-        # Metadata reads (half the calls in an optimizer step) leave next.
-        if _is_compiling():
-            return func(*args, **kwargs)
-        fid = self.ops.get(func)
-        hub = self.hub
-        if fid == SKIP or not hub.active:
-            return func(*args, **kwargs)
-        if fid is None:
-            try:
-                fid = classify(hub.frames, func)
-            except Exception as exc:
-                hub.fail(exc, "operator")
-                fid = SKIP  # the user's call still runs, once, outside this handler
-            if fid == SKIP:
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = _NO_KWARGS
+        try:  # inline, not through `_hook`: this runs for every torch call, and a call costs ~50 ns
+            # Under dynamo tracing is_compiling() folds this to a plain call before
+            # any of our state is read, so nothing of ours is traced or guarded on.
+            # Metadata reads (half the calls in an optimizer step) leave next.
+            if _is_compiling():
                 return func(*args, **kwargs)
-        if fid == BACKWARD_ENTRY:
-            return hub.backward.run(func, args, kwargs)
-        if func is _TENSOR_TO and moves_device(args, kwargs):  # a transfer, not a cast
-            fid = self.ops.get(_TO_DEVICE)
+            fid = self.ops.get(func)
+            hub = self.hub
+            if fid == SKIP or not hub.active:
+                return func(*args, **kwargs)
             if fid is None:
                 try:
-                    fid = self.ops[_TO_DEVICE] = hub.frames.op("torch.Tensor.to", detail="device")
-                except Exception as exc:  # the profiler's error: the user's call still runs, once
+                    fid = classify(hub.frames, func)
+                except Exception as exc:
                     hub.fail(exc, "operator")
-                if fid is None:
+                    fid = SKIP  # the user's call still runs, once, outside this handler
+                if fid == SKIP:
                     return func(*args, **kwargs)
-        suspended = hub.window.suspended
-        if suspended and get_ident() in suspended:  # inside a compiled region: it records itself
-            return func(*args, **kwargs)
-        first_seq = _next_seq() if _grad_enabled() else None
-        return self.scope.call((fid,), func, args, kwargs, first_seq)
+            if fid == BACKWARD_ENTRY:
+                return hub.backward.run(func, args, kwargs)
+            if func is _TENSOR_TO and moves_device(args, kwargs):  # a transfer, not a cast
+                fid = self.ops.get(_TO_DEVICE)
+                if fid is None:
+                    try:
+                        fid = self.ops[_TO_DEVICE] = hub.frames.op("torch.Tensor.to", detail="device")
+                    except Exception as exc:  # the profiler's error: the user's call still runs, once
+                        hub.fail(exc, "operator")
+                    if fid is None:
+                        return func(*args, **kwargs)
+            suspended = hub.window.suspended
+            if suspended and get_ident() in suspended:  # inside a compiled region: it records itself
+                return func(*args, **kwargs)
+            first_seq = _next_seq() if _grad_enabled() else None
+            return self.scope.call((fid,), func, args, kwargs, first_seq)
+        except BaseException as exc:  # the user's, with the traceback it has without us
+            cut_own_frames(exc)
+            raise
 
-    __torch_function__ = _hook(_intercept, _NO_KWARGS)
 
     def _recorded(self, node: int, frames: tuple, first_seq: int | None, args: tuple, kwargs: dict,
                   out: Any) -> None:

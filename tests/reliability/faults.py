@@ -31,8 +31,8 @@ class Point:
 
 #: Every hook boundary of the Python capture path.
 POINTS = {
-    "operator": Point("enter", ("ops.py", "_intercept"), depth=1),  # through the shared Interceptor
-    "operator exit": Point("exit", ("ops.py", "_intercept"), depth=1),  # through the shared Interceptor
+    "operator": Point("enter", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
+    "operator exit": Point("exit", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
     "aten": Point("enter", ("ops.py", "_dispatch"), depth=1),
     "backward": Point("enter", ("autograd.py", "_open")),
     "module": Point("enter", ("modules.py", "pre")),
