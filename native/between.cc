@@ -1,53 +1,32 @@
-// The time between two things recorded inside a scope: the Python code that
-// ran from the end of one to the start of the next, billed to the line or
-// module that ran it (the rule: _native.pyi, Collector.exit). Module calls
-// timed meanwhile split it at module boundaries; spans a thread lent to
-// another (it waited for that thread's recorded work) are billed nowhere.
+// The time between two things recorded inside a scope; see between.h.
+#include "between.h"
+
 #include <algorithm>
 
-#include "collector.h"
+#include "tree.h"
 
 namespace dc {
 
-namespace {
-
-constexpr size_t kMaxCalls = 256;  // module calls kept between two recorded things (more: no split)
-constexpr size_t kMaxLent = 64;    // spans a thread may have lent and not yet given up
-
-}  // namespace
-
-void Collector::module_call(bool entering) {
-  if (!capturing_.load(std::memory_order_relaxed)) return;
-  ThreadScopes* ts = scopes_.current();
-  if (ts->stack.empty()) return;
-  if (open_operator(ts) != nullptr) return;  // inside an operator (a region): its time
-  if (ts->calls.size() >= kMaxCalls) {
-    ts->calls_lost = true;
-    return;
-  }
-  ts->calls.push_back(ThreadScopes::Call{now_ns(), entering});
-}
-
-void Collector::bill(Scope& s, int64_t node, int64_t ns) {
+void Between::bill(Scope& s, int64_t node, int64_t ns) {
   if (node < 0 || ns <= 0) return;
-  tree_.add(node, METRIC_CPU_TIME, ns);
+  store_.tree.add(node, METRIC_CPU_TIME, ns);
   s.child_ns += ns;
 }
 
-void Collector::bill_span(ThreadScopes* ts, Scope& s, int64_t node, int64_t from, int64_t to) {
+void Between::bill_span(ThreadScopes* ts, Scope& s, int64_t node, int64_t from, int64_t to) {
   if (to <= from) return;
   const int64_t lent = take_lent(ts, from, to);  // waited for another thread's recorded work
   s.child_ns += lent;
   bill(s, node, to - from - lent);
 }
 
-void Collector::modules_below(int64_t node, int64_t top, std::vector<int64_t>* out) const {
+void Between::modules_below(int64_t node, int64_t top, std::vector<int64_t>* out) const {
   out->clear();
-  for (; node > 0 && node != top; node = tree_.parent(node))
-    if (frames_.at(tree_.frames()[static_cast<size_t>(node)]).kind == KIND_MODULE) out->push_back(node);
+  for (; node > 0 && node != top; node = store_.tree.parent(node))
+    if (store_.frames.at(store_.tree.frames()[static_cast<size_t>(node)]).kind == KIND_MODULE) out->push_back(node);
 }
 
-void Collector::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside,
+void Between::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside,
                              int64_t start) {
   const int64_t from = s.last_ns;
   if (ts->calls.empty() && !ts->calls_lost) {  // the usual case: no module call timed in between
@@ -76,10 +55,10 @@ void Collector::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool i
     bill_span(ts, s, at, from, start);
     return;
   }
-  const bool after = s.last_inside && tree_.valid_node(s.last_context);
-  const bool before = inside && tree_.valid_node(context);
-  int64_t top = after && before ? tree_.common(s.last_context, context) : s.node;
-  if (tree_.depth(top) < tree_.depth(s.node)) top = s.node;
+  const bool after = s.last_inside && store_.tree.valid_node(s.last_context);
+  const bool before = inside && store_.tree.valid_node(context);
+  int64_t top = after && before ? store_.tree.common(s.last_context, context) : s.node;
+  if (store_.tree.depth(top) < store_.tree.depth(s.node)) top = s.node;
   if (after) modules_below(s.last_context, top, &left_); else left_.clear();
   if (before) modules_below(context, top, &entered_); else entered_.clear();
   if (exits_.size() > left_.size() || entries_.size() > entered_.size()) {
@@ -97,29 +76,29 @@ void Collector::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool i
     bill_span(ts, s, entered_[k - 1 - j], entries_[j], j + 1 < k ? entries_[j + 1] : start);
 }
 
-int64_t Collector::stretch_node(const Scope& s, int64_t context, bool inside) const {
+int64_t Between::stretch_node(const Scope& s, int64_t context, bool inside) const {
   // Neither end knows where the thread was in between: the time goes to the
   // deepest node both calls hang from (the line or module whose code ran
   // from one to the other). Where they share nothing below the scope (calls
   // from two lines of the outermost function, the scope's first or last
   // stretch), to the outermost frame of the call before (returning from it),
   // else of the call after (on the way to it): never to the scope alone.
-  if (inside && s.last_inside && context == s.last_context && context != s.node && tree_.valid_node(context))
+  if (inside && s.last_inside && context == s.last_context && context != s.node && store_.tree.valid_node(context))
     return context;  // two calls from the same place: the usual case
-  const int64_t depth = tree_.depth(s.node);
-  const bool after = s.last_inside && s.last_context != s.node && tree_.valid_node(s.last_context) &&
-                     tree_.depth(s.last_context) > depth;
-  const bool before = inside && tree_.valid_node(context) && tree_.depth(context) > depth;
+  const int64_t depth = store_.tree.depth(s.node);
+  const bool after = s.last_inside && s.last_context != s.node && store_.tree.valid_node(s.last_context) &&
+                     store_.tree.depth(s.last_context) > depth;
+  const bool before = inside && store_.tree.valid_node(context) && store_.tree.depth(context) > depth;
   if (after && before) {
-    const int64_t at = tree_.common(s.last_context, context);
-    if (tree_.depth(at) > depth) return at;
+    const int64_t at = store_.tree.common(s.last_context, context);
+    if (store_.tree.depth(at) > depth) return at;
   }
-  if (after) return tree_.ancestor(s.last_context, depth + 1);
-  if (before) return tree_.ancestor(context, depth + 1);
+  if (after) return store_.tree.ancestor(s.last_context, depth + 1);
+  if (before) return store_.tree.ancestor(context, depth + 1);
   return -1;
 }
 
-int64_t Collector::take_lent(ThreadScopes* ts, int64_t from, int64_t to) {
+int64_t Between::take_lent(ThreadScopes* ts, int64_t from, int64_t to) {
   if (ts->lent.empty()) return 0;
   int64_t taken = 0;
   size_t kept = 0;
@@ -130,15 +109,6 @@ int64_t Collector::take_lent(ThreadScopes* ts, int64_t from, int64_t to) {
   }
   ts->lent.resize(kept);
   return taken;
-}
-
-void Collector::lend(uint64_t ident, int64_t start_ns, int64_t end_ns) {
-  if (end_ns <= start_ns) return;
-  DC_HOT_LOCK;
-  ThreadScopes* ts = scopes_.find(ident);
-  if (ts == nullptr || ts->stack.empty()) return;
-  if (ts->lent.size() >= kMaxLent) ts->lent.erase(ts->lent.begin());  // bounded: the oldest go
-  ts->lent.emplace_back(start_ns, end_ns);
 }
 
 }  // namespace dc

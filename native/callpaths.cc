@@ -1,8 +1,10 @@
 // Call paths of the native capture: from an operator's interpreter frames
-// to its tree node below the thread's innermost scope (see capture.h). The
+// to its tree node below the thread's innermost scope (see opcapture.h). The
 // steady state is one hash of the frames and a probe of the thread's cache;
 // a miss takes the GIL once to name lines and modules.
-#include "collector.h"
+#include "opcapture.h"
+
+#include "monitor.h"
 
 namespace dc {
 
@@ -17,7 +19,7 @@ int lasti_of(const RawFrame& f, bool gil_free) {
 
 }  // namespace
 
-int64_t Collector::context_node(OpThread& t, int64_t frame) {
+int64_t OpCapture::context_node(OpThread& t, int64_t frame) {
   int64_t parent = 0, min_depth = 0;
   ThreadScopes* sc = t.scopes;
   if (sc != nullptr && !sc->stack.empty()) {
@@ -26,9 +28,9 @@ int64_t Collector::context_node(OpThread& t, int64_t frame) {
   } else {
     parent = unscoped_root_.load(std::memory_order_relaxed);
     if (parent < 0) {
-      DC_HOT_LOCK;
+      auto lock = store_.lock();
       if (!capturing_.load(std::memory_order_relaxed)) return -1;
-      parent = tree_.child(0, unscoped_frame_);
+      parent = store_.tree.child(0, unscoped_frame_);
       unscoped_root_.store(parent, std::memory_order_relaxed);
     }
   }
@@ -72,17 +74,17 @@ int64_t Collector::context_node(OpThread& t, int64_t frame) {
   return node;
 }
 
-int64_t Collector::anchored(OpThread& t, int64_t at, int64_t frame) {
+int64_t OpCapture::anchored(OpThread& t, int64_t at, int64_t frame) {
   const uint64_t key = static_cast<uint64_t>(at) | kAnchorTag;
   if (const int64_t* hit = t.backs.find(key, static_cast<uint64_t>(frame))) return *hit;
-  DC_HOT_LOCK;
-  if (!capturing_.load(std::memory_order_relaxed) || !tree_.valid_node(at)) return -1;
-  const int64_t node = tree_.child(at, frame);
+  auto lock = store_.lock();
+  if (!capturing_.load(std::memory_order_relaxed) || !store_.tree.valid_node(at)) return -1;
+  const int64_t node = store_.tree.child(at, frame);
   t.backs.insert(key, static_cast<uint64_t>(frame), node);
   return node;
 }
 
-int64_t Collector::resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame, bool engine) {
+int64_t OpCapture::resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame, bool engine) {
   if (_Py_IsFinalizing()) return -1;
   const bool held = PyGILState_Check() != 0;
   PyGILState_STATE g = PyGILState_UNLOCKED;
@@ -96,28 +98,28 @@ int64_t Collector::resolve_path(OpThread& t, int keep, int64_t parent, int64_t f
   t.busy = false;
   int64_t node = -1;
   {
-    DC_HOT_LOCK;
+    auto lock = store_.lock();
     if (capturing_.load(std::memory_order_relaxed)) {
       node = parent;
       for (int i = keep - 1; i >= 0; --i) {
         const RawFrame& f = t.walk[i];
         if (f.self != nullptr) {
-          if (t.ids[i] >= 0) node = tree_.child(node, t.ids[i]);
+          if (t.ids[i] >= 0) node = store_.tree.child(node, t.ids[i]);
           continue;
         }
-        PyStack::Resolved r = pystack_.resolve_code(f.code, lasti_of(f, gil_free_));
-        if (!r.skip) node = tree_.child(node, r.frame);
+        PyStack::Resolved r = store_.pystack.resolve_code(f.code, lasti_of(f, gil_free_));
+        if (!r.skip) node = store_.tree.child(node, r.frame);
       }
       // No frame of its own below the scope, in the backward phase: autograd's
       // engine runs it between functions (accumulating a gradient).
-      node = engine && node == parent ? kEngineOp : tree_.child(node, frame);
+      node = engine && node == parent ? kEngineOp : store_.tree.child(node, frame);
     }
   }
   if (!held) PyGILState_Release(g);
   return node;
 }
 
-int Collector::walk_with_gil(OpThread& t) {
+int OpCapture::walk_with_gil(OpThread& t) {
   if (_Py_IsFinalizing()) return 0;
   PyGILState_STATE g = PyGILState_Ensure();
   int n = 0;
@@ -149,7 +151,7 @@ int Collector::walk_with_gil(OpThread& t) {
   return n;
 }
 
-int64_t Collector::module_frame(PyObject* module, PyObject* root) {
+int64_t OpCapture::module_frame(PyObject* module, PyObject* root) {
   uint64_t a = reinterpret_cast<uintptr_t>(module), b = reinterpret_cast<uintptr_t>(root);
   if (const int64_t* hit = module_frames_.find(a, b)) return *hit;
   int64_t fid = -1;
@@ -157,7 +159,7 @@ int64_t Collector::module_frame(PyObject* module, PyObject* root) {
     PyObject* r = PyObject_CallFunctionObjArgs(namer_, module, root, nullptr);
     if (r != nullptr) fid = PyLong_AsLongLong(r);
     Py_XDECREF(r);
-    if (PyErr_Occurred() || fid < 0 || !valid_frame(fid)) {
+    if (PyErr_Occurred() || fid < 0 || !store_.valid_frame(fid)) {
       PyErr_Clear();
       ++namer_errors_;
       fid = -1;

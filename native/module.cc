@@ -1,7 +1,8 @@
 // pybind11 bindings: argument checking (args.h) and conversion to flat Python
 // values, nothing else; enter and exit are bound in fastcall.cc. All methods
-// run with the GIL held (pybind11's default), which is the collector's lock;
-// see collector.h.
+// run with the GIL held (pybind11's default); the GIL is not what guards the
+// collector's state (other threads record without it): each part takes the
+// store's mutex where it needs it (store.h, collector.h).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

@@ -7,9 +7,9 @@
 // `innermost`, an atomic each thread publishes, and the thread's CPU clock.
 // The registry's mutex guards the map and each entry's binding (tid, CPU
 // clock); it is taken at bind time (rare: the hot path hits a thread_local
-// cache) and once per sampler tick. Lock order: hot_mu_ before the registry's
-// mutex (enter binds under hot_mu_), so whoever holds the registry's mutex
-// takes no other lock.
+// cache) and once per sampler tick. Lock order: the store's mutex (store.h)
+// before the registry's (enter binds under the store's), so whoever holds the
+// registry's mutex takes no other lock.
 #pragma once
 
 #include <Python.h>
@@ -70,7 +70,7 @@ struct ThreadScopes {
   bool calls_lost = false;  // more than the cap came between two recorded things
   // Spans of this thread's time another thread recorded the work of (it
   // waited for it): taken out of this thread's time between recorded things.
-  // Guarded by the collector's hot_mu_, not by this thread.
+  // Guarded by the store's mutex (store.h), not by this thread.
   std::vector<std::pair<int64_t, int64_t>> lent;
   // The node this thread is in now (its innermost open operator or scope; -1
   // when none), published for the sampler, which reads it without the GIL.

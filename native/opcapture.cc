@@ -1,9 +1,13 @@
-// Native operator capture; see capture.h for the design and capture_api.h for
-// the calls a framework extension makes.
-#include <cstdlib>
-#include <cstring>
+// Native operator capture; see opcapture.h for the design and capture_api.h
+// for the calls a framework extension makes.
+#include "opcapture.h"
 
-#include "collector.h"
+#include <memory>
+#include <stdexcept>
+
+#include "frames.h"
+#include "monitor.h"
+#include "tree.h"
 
 namespace dc {
 
@@ -12,7 +16,7 @@ namespace {
 // Capture generations are unique across collectors, so a thread's state from
 // another collector or an earlier window never matches.
 std::atomic<uint64_t> g_generation{0};
-std::atomic<Collector*> g_capturing{nullptr};
+std::atomic<OpCapture*> g_capturing{nullptr};
 
 constexpr uint64_t kNestedTag = 0x6e65737465642121ull;
 // The profiler's own time resolving new call paths (a cold window's first
@@ -20,59 +24,29 @@ constexpr uint64_t kNestedTag = 0x6e65737465642121ull;
 // scope as an operator of ours, not to the user's line the next op is on.
 constexpr const char kOwnFrame[] = "deepcontext::call_paths";
 
-// Innermost recorded operator or region below open slot `d`, or -1: what
-// takes its inclusive time as child time.
-int innermost_recorded(const OpThread& t, int d) {
-  for (int i = (d < kMaxOpDepth ? d : kMaxOpDepth) - 1; i >= 0; --i)
-    if (t.open[i].node >= 0) return i;
-  return -1;
-}
-
-// Innermost recorded operator (not region) below slot `d`, or -1: what an op
-// entered now is an inner op of.
-int innermost_op(const OpThread& t, int d) {
-  for (int i = (d < kMaxOpDepth ? d : kMaxOpDepth) - 1; i >= 0; --i)
-    if (t.open[i].node >= 0 && !t.open[i].region) return i;
-  return -1;
-}
-
-// What the thread is in now, for the sampler and for Python scopes opened
-// inside an op: its innermost open operator, unless a Python scope was
-// opened inside that operator (then that scope).
-void publish(OpThread& t, int d) {
-  if (t.scopes == nullptr) return;
-  const int i = innermost_op(t, d);
-  if (i >= 0 && static_cast<int64_t>(t.scopes->stack.size()) <= t.open[i].py_depth)
-    t.scopes->innermost.store(t.open[i].node, std::memory_order_relaxed);
-  else
-    t.scopes->publish();
-}
-
-// The C table (capture_api.h): thin casts to the collector.
+// The C table (capture_api.h): thin casts to the capture.
 int64_t api_op_frame(void* c, const char* name, int32_t backward) {
-  return static_cast<Collector*>(c)->op_frame(name, backward != 0);
+  return static_cast<OpCapture*>(c)->op_frame(name, backward != 0);
 }
 
 int64_t api_op_frame_detail(void* c, const char* name, const char* detail, int32_t backward) {
-  return static_cast<Collector*>(c)->op_frame(name, backward != 0, detail);
+  return static_cast<OpCapture*>(c)->op_frame(name, backward != 0, detail);
 }
 int64_t api_op_enter(void* c, int64_t frame, int64_t seq, uint64_t thread, int32_t flags) {
-  return static_cast<Collector*>(c)->op_enter(frame, seq, thread, flags);
+  return static_cast<OpCapture*>(c)->op_enter(frame, seq, thread, flags);
 }
 int64_t api_backward_enter(void* c, int64_t frame, int64_t seq, uint64_t forward_thread) {
-  return static_cast<Collector*>(c)->backward_enter(frame, seq, forward_thread);
+  return static_cast<OpCapture*>(c)->backward_enter(frame, seq, forward_thread);
 }
 void api_op_exit(void* c, int64_t metric, int64_t value) {
-  static_cast<Collector*>(c)->op_exit(metric, value);
+  static_cast<OpCapture*>(c)->op_exit(metric, value);
 }
 void api_op_add(void* c, int64_t metric, int64_t value) {
-  static_cast<Collector*>(c)->op_add(metric, value);
+  static_cast<OpCapture*>(c)->op_add(metric, value);
 }
-void api_abandon(void* c) { static_cast<Collector*>(c)->capture_abandon(); }
+void api_abandon(void* c) { static_cast<OpCapture*>(c)->abandon(); }
 
-}  // namespace
-
-dc_capture_api make_capture_api(Collector* c) {
+dc_capture_api make_api(OpCapture* c) {
   dc_capture_api api;
   api.abi = DC_CAPTURE_ABI;
   api.collector = c;
@@ -86,9 +60,14 @@ dc_capture_api make_capture_api(Collector* c) {
   return api;
 }
 
+}  // namespace
+
+OpCapture::OpCapture(Store* store, ScopeRegistry* scopes, Between* between)
+    : store_(*store), scopes_(*scopes), between_(*between), api_(make_api(this)) {}
+
 // --- start / stop (GIL held) ----------------------------------------------
 
-bool Collector::walk_matches_public_api() {
+bool OpCapture::walk_matches_public_api() {
   std::unique_ptr<RawFrame[]> walk(new RawFrame[kMaxWalk]);
   int n = walk_frames(own_thread_state(), nullptr, walk.get(), kMaxWalk);
   if (n <= 0) return false;
@@ -105,18 +84,18 @@ bool Collector::walk_matches_public_api() {
   return i == n;
 }
 
-bool Collector::capture_start(int64_t backward_frame, bool nested, PyObject* context_code,
-                              PyObject* namer, bool allow_gil_free, int64_t unscoped_frame) {
-  Collector* expected = nullptr;
+bool OpCapture::start(int64_t backward_frame, bool nested, PyObject* context_code,
+                      PyObject* namer, bool allow_gil_free, int64_t unscoped_frame) {
+  OpCapture* expected = nullptr;
   if (!g_capturing.compare_exchange_strong(expected, this) && expected != this)
     throw std::runtime_error("another collector is capturing operators");
   gil_free_ = allow_gil_free && walk_compiled() && walk_matches_public_api();
   {
-    DC_HOT_LOCK;
-    backward_frame_ = valid_frame(backward_frame) ? backward_frame : -1;
+    auto lock = store_.lock();
+    backward_frame_ = store_.valid_frame(backward_frame) ? backward_frame : -1;
     backward_root_ = -1;  // made on the first backward function, so a window without one has no such node
-    unscoped_frame_ = valid_frame(unscoped_frame) ? unscoped_frame : -1;
-    own_frame_ = frames_.intern(KIND_OPERATOR, kOwnFrame, "", 0, "", 0);
+    unscoped_frame_ = store_.valid_frame(unscoped_frame) ? unscoped_frame : -1;
+    own_frame_ = store_.frames.intern(KIND_OPERATOR, kOwnFrame, "", 0, "", 0);
     unscoped_root_.store(unscoped_frame_ >= 0 ? -1 : 0);  // likewise
     nested_ = nested;
     seqs_.clear();
@@ -127,37 +106,37 @@ bool Collector::capture_start(int64_t backward_frame, bool nested, PyObject* con
     Py_XINCREF(namer);
     Py_XSETREF(context_code_, context_code);
     Py_XSETREF(namer_, namer);
-    capture_gen_.store(g_generation.fetch_add(1) + 1);
+    generation_.store(g_generation.fetch_add(1) + 1);
     capturing_.store(true);
   }
   return gil_free_;
 }
 
-std::pair<int64_t, int64_t> Collector::capture_stop() {
+std::pair<int64_t, int64_t> OpCapture::stop() {
   {
-    DC_HOT_LOCK;  // operators in flight finish their tree work first
+    auto lock = store_.lock();  // operators in flight finish their tree work first
     capturing_.store(false);
   }
   Py_CLEAR(context_code_);
   Py_CLEAR(namer_);
-  Collector* self = this;
+  OpCapture* self = this;
   g_capturing.compare_exchange_strong(self, nullptr);
   return {unpathed_ops_.load(), namer_errors_};
 }
 
-void Collector::capture_abandon() {
-  DC_HOT_LOCK;  // operators in flight finish their tree work first
+void OpCapture::abandon() {
+  auto lock = store_.lock();  // operators in flight finish their tree work first
   capturing_.store(false);
 }
 
 // --- the hot calls (any thread, GIL or not) ---------------------------------
 
-int64_t Collector::op_frame(const char* name, bool backward, const char* detail) {
-  DC_HOT_LOCK;
-  return frames_.intern(KIND_OPERATOR, name, "", 0, detail, backward ? FLAG_BACKWARD : 0);
+int64_t OpCapture::op_frame(const char* name, bool backward, const char* detail) {
+  auto lock = store_.lock();
+  return store_.frames.intern(KIND_OPERATOR, name, "", 0, detail, backward ? FLAG_BACKWARD : 0);
 }
 
-OpThread& Collector::op_thread(bool python) {
+OpThread& OpCapture::op_thread(bool python) {
   // A pointer in the initial-exec TLS block: one instruction to reach, where
   // a thread_local object (tens of KB, dynamically initialised) in a dlopen'ed
   // module costs a __tls_get_addr call and a guard check per access.
@@ -168,7 +147,7 @@ OpThread& Collector::op_thread(bool python) {
     state = owner.get();
   }
   OpThread& t = *state;
-  const uint64_t gen = capture_gen_.load(std::memory_order_relaxed);
+  const uint64_t gen = generation_.load(std::memory_order_relaxed);
   if (t.owner != gen) {
     t.owner = gen;
     t.depth = 0;
@@ -186,43 +165,27 @@ OpThread& Collector::op_thread(bool python) {
   return t;
 }
 
-namespace {
-
-// Every enter takes a slot, recorded or not, so that exits pair with enters.
-// Null when the slot is past kMaxOpDepth (counted in depth, not recorded).
-OpThread::Open* open_slot(OpThread& t, bool region) {
-  const int d = t.depth++;
-  if (d >= kMaxOpDepth) return nullptr;
-  OpThread::Open& o = t.open[d];
-  o.node = -1;
-  o.region = region;
-  return &o;
-}
-
-// Starts the timing of a recorded slot; last, so the lookup is not billed to it.
-int64_t begin(OpThread& t, OpThread::Open& o, int64_t node, bool inside) {
+int64_t OpCapture::begin(OpThread& t, OpThread::Open& o, int64_t node, bool inside) {
   o.node = node;
   o.child_ns = 0;
   o.py_depth = t.scopes != nullptr ? static_cast<int64_t>(t.scopes->stack.size()) : 0;
   o.inside = inside && o.py_depth > 0;
   o.own_ns = t.resolved_ns;
   t.resolved_ns = 0;
-  if (!o.region) publish(t, t.depth);
+  if (!o.region) t.publish(t.depth);
   o.start_ns = now_ns();
   return node;
 }
 
-}  // namespace
-
-int64_t Collector::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t flags) {
+int64_t OpCapture::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t flags) {
   if (!capturing_.load(std::memory_order_relaxed)) return -1;
   OpThread& t = op_thread();
   const int d = t.depth;
-  OpThread::Open* slot = open_slot(t, (flags & DC_OP_REGION) != 0);
+  OpThread::Open* slot = t.open_slot((flags & DC_OP_REGION) != 0);
   if (slot == nullptr) return -1;
   OpThread::Open& o = *slot;
   if (t.busy || t.suspended > 0 || frame < 0) return -1;  // frame -1: a record that is not an operator
-  const int outer = o.region ? -1 : innermost_op(t, d);
+  const int outer = o.region ? -1 : t.innermost_op(d);
   int64_t node;
   if (outer >= 0) {
     const int64_t outer_node = t.open[outer].node;
@@ -236,16 +199,16 @@ int64_t Collector::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t
     if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(outer_node))) {
       node = *hit;
     } else {
-      DC_HOT_LOCK;
+      auto lock = store_.lock();
       if (!capturing_.load(std::memory_order_relaxed)) return -1;
       int64_t fid = frame;
-      const Frame& outer_frame = frames_.at(tree_.frames()[static_cast<size_t>(outer_node)]);
+      const Frame& outer_frame = store_.frames.at(store_.tree.frames()[static_cast<size_t>(outer_node)]);
       if (outer_frame.flags & FLAG_BACKWARD) {  // an op a backward function runs is backward too
-        Frame f = frames_.at(frame);
+        Frame f = store_.frames.at(frame);
         f.flags |= FLAG_BACKWARD;
-        fid = frames_.intern_ids(f);
+        fid = store_.frames.intern_ids(f);
       }
-      node = tree_.child(outer_node, fid);
+      node = store_.tree.child(outer_node, fid);
       t.paths.insert(a, static_cast<uint64_t>(outer_node), node);
     }
   } else {
@@ -257,14 +220,14 @@ int64_t Collector::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t
   return begin(t, o, node, outer < 0);
 }
 
-int64_t Collector::backward_enter(int64_t frame, int64_t seq, uint64_t forward_thread) {
+int64_t OpCapture::backward_enter(int64_t frame, int64_t seq, uint64_t forward_thread) {
   if (!capturing_.load(std::memory_order_relaxed)) return -1;
   OpThread& t = op_thread();
   const int d = t.depth;
-  OpThread::Open* slot = open_slot(t, false);
+  OpThread::Open* slot = t.open_slot(false);
   if (slot == nullptr) return -1;
   OpThread::Open& o = *slot;
-  if (t.busy || t.suspended > 0 || (!nested_ && innermost_op(t, d) >= 0)) return -1;
+  if (t.busy || t.suspended > 0 || (!nested_ && t.innermost_op(d) >= 0)) return -1;
   const int64_t forward = seq >= 0 ? seqs_.get(forward_thread, seq) : -1;
   // A function no forward op made (a parameter's AccumulateGrad) runs as soon
   // as the function that computed its gradient ends (the engine's ready queue
@@ -280,22 +243,22 @@ int64_t Collector::backward_enter(int64_t frame, int64_t seq, uint64_t forward_t
   if (const int64_t* hit = t.backs.find(key, static_cast<uint64_t>(frame))) {
     node = *hit;
   } else {
-    DC_HOT_LOCK;
-    if (!capturing_.load(std::memory_order_relaxed) || !valid_frame(frame)) return -1;
-    if (backward_root_ < 0) backward_root_ = backward_frame_ >= 0 ? tree_.child(0, backward_frame_) : 0;
+    auto lock = store_.lock();
+    if (!capturing_.load(std::memory_order_relaxed) || !store_.valid_frame(frame)) return -1;
+    if (backward_root_ < 0) backward_root_ = backward_frame_ >= 0 ? store_.tree.child(0, backward_frame_) : 0;
     t.backward_root = backward_root_;
-    if (forward >= 0 && tree_.valid_node(forward)) {
+    if (forward >= 0 && store_.tree.valid_node(forward)) {
       // backward phase -> the forward op's context -> forward op [backward],
       // detail: the autograd node, so a composite call's nodes get their rows.
-      const Frame& fwd = frames_.at(tree_.frames()[static_cast<size_t>(forward)]);
-      const Frame& bwd = frames_.at(frame);
-      int64_t fid = frames_.intern_ids(
+      const Frame& fwd = store_.frames.at(store_.tree.frames()[static_cast<size_t>(forward)]);
+      const Frame& bwd = store_.frames.at(frame);
+      int64_t fid = store_.frames.intern_ids(
           Frame{KIND_OPERATOR, fwd.name, fwd.file, fwd.line, bwd.name, FLAG_BACKWARD});
-      node = tree_.child(tree_.mirror(tree_.parent(forward), backward_root_), fid);
-    } else if (anchor >= 0 && tree_.valid_node(anchor)) {
-      node = tree_.child(anchor, frame);
+      node = store_.tree.child(store_.tree.mirror(store_.tree.parent(forward), backward_root_), fid);
+    } else if (anchor >= 0 && store_.tree.valid_node(anchor)) {
+      node = store_.tree.child(anchor, frame);
     } else {
-      node = tree_.child(backward_root_, frame);  // made outside this window
+      node = store_.tree.child(backward_root_, frame);  // made outside this window
     }
     t.backs.insert(key, static_cast<uint64_t>(frame), node);
   }
@@ -306,7 +269,7 @@ int64_t Collector::backward_enter(int64_t frame, int64_t seq, uint64_t forward_t
   return begin(t, o, node, inside);
 }
 
-void Collector::op_exit(int64_t metric, int64_t value) {
+void OpCapture::op_exit(int64_t metric, int64_t value) {
   if (!capturing_.load(std::memory_order_relaxed)) return;
   OpThread& t = op_thread(false);
   if (t.depth == 0) return;  // entered before this window: not ours
@@ -316,7 +279,7 @@ void Collector::op_exit(int64_t metric, int64_t value) {
   if (o.node < 0) return;
   const int64_t end = now_ns();
   const int64_t elapsed = end - o.start_ns;
-  const int outer = innermost_recorded(t, d);
+  const int outer = t.innermost_recorded(d);
   // Not inside another recorded op or region: the scope it was entered in
   // takes its time, and the Python time since the last thing recorded there.
   Scope* scope = nullptr;
@@ -324,18 +287,18 @@ void Collector::op_exit(int64_t metric, int64_t value) {
       static_cast<int64_t>(t.scopes->stack.size()) >= o.py_depth)
     scope = &t.scopes->stack[static_cast<size_t>(o.py_depth - 1)];
   {
-    DC_HOT_LOCK;
+    auto lock = store_.lock();
     if (!capturing_.load(std::memory_order_relaxed)) return;
-    tree_.add(o.node, METRIC_CPU_TIME, elapsed - o.child_ns);
-    tree_.add(o.node, METRIC_COUNT, 1);
-    if (metric >= 0 && value != 0 && tree_.valid_metric(metric)) tree_.add(o.node, metric, value);
+    store_.tree.add(o.node, METRIC_CPU_TIME, elapsed - o.child_ns);
+    store_.tree.add(o.node, METRIC_COUNT, 1);
+    if (metric >= 0 && value != 0 && store_.tree.valid_metric(metric)) store_.tree.add(o.node, metric, value);
     if (scope != nullptr) {
-      const int64_t context = tree_.parent(o.node);
+      const int64_t context = store_.tree.parent(o.node);
       if (o.own_ns > 0) {
-        tree_.add(tree_.child(scope->node, own_frame_), METRIC_CPU_TIME, o.own_ns);
+        store_.tree.add(store_.tree.child(scope->node, own_frame_), METRIC_CPU_TIME, o.own_ns);
         scope->child_ns += o.own_ns;
       }
-      bill_between(t.scopes, *scope, context, o.inside, o.start_ns - o.own_ns);
+      between_.bill_between(t.scopes, *scope, context, o.inside, o.start_ns - o.own_ns);
       scope->child_ns += elapsed;
       scope->last_ns = end;
       scope->last_context = context;
@@ -343,50 +306,50 @@ void Collector::op_exit(int64_t metric, int64_t value) {
     }
   }
   if (outer >= 0) t.open[outer].child_ns += elapsed;
-  publish(t, d);
+  t.publish(d);
 }
 
-OpThread::Open* Collector::open_operator(ThreadScopes* ts) {
+OpThread::Open* OpCapture::open_operator(ThreadScopes* ts) {
   if (!capturing_.load(std::memory_order_relaxed)) return nullptr;
   OpThread& t = op_thread(false);
   if (t.scopes != ts) return nullptr;
-  const int i = innermost_recorded(t, t.depth);
+  const int i = t.innermost_recorded(t.depth);
   if (i < 0 || t.open[i].py_depth != static_cast<int64_t>(ts->stack.size())) return nullptr;
   return &t.open[i];
 }
 
-void Collector::republish(ThreadScopes* ts) {
+void OpCapture::republish(ThreadScopes* ts) {
   if (!capturing_.load(std::memory_order_relaxed)) {
     ts->publish();
     return;
   }
   OpThread& t = op_thread();
   if (t.scopes == ts)
-    publish(t, t.depth);
+    t.publish(t.depth);
   else
     ts->publish();
 }
 
-void Collector::capture_suspend(int delta) {
+void OpCapture::suspend(int delta) {
   if (!capturing_.load(std::memory_order_relaxed)) return;
   OpThread& t = op_thread();
   t.suspended += delta;
   if (t.suspended < 0) t.suspended = 0;
 }
 
-void Collector::capture_seq(uint64_t thread, int64_t first, int64_t last, int64_t node) {
+void OpCapture::claim_seqs(uint64_t thread, int64_t first, int64_t last, int64_t node) {
   if (!capturing_.load(std::memory_order_relaxed) || first < 0) return;
   for (int64_t seq = first; seq < last && seq - first < 4096; ++seq) seqs_.put(thread, seq, node);
 }
 
-void Collector::op_add(int64_t metric, int64_t value) {
+void OpCapture::op_add(int64_t metric, int64_t value) {
   if (!capturing_.load(std::memory_order_relaxed)) return;
   OpThread& t = op_thread();
-  const int i = innermost_recorded(t, t.depth);
+  const int i = t.innermost_recorded(t.depth);
   if (i < 0) return;
-  DC_HOT_LOCK;
-  if (capturing_.load(std::memory_order_relaxed) && tree_.valid_metric(metric))
-    tree_.add(t.open[i].node, metric, value);
+  auto lock = store_.lock();
+  if (capturing_.load(std::memory_order_relaxed) && store_.tree.valid_metric(metric))
+    store_.tree.add(t.open[i].node, metric, value);
 }
 
 }  // namespace dc

@@ -1,0 +1,127 @@
+#include "python_scopes.h"
+
+#include "monitor.h"
+#include "tree.h"
+
+namespace dc {
+
+namespace {
+
+constexpr size_t kMaxCalls = 256;  // module calls kept between two recorded things (more: no split)
+constexpr size_t kMaxLent = 64;    // spans a thread may have lent and not yet given up
+
+}  // namespace
+
+void PythonScopes::python_frames(std::vector<int64_t>* out) {
+  auto lock = store_.lock();
+  ThreadScopes* ts = scopes_.current();
+  int64_t min_depth = ts->stack.empty() ? 0 : ts->stack.back().user_depth;
+  store_.pystack.capture(PyEval_GetFrame(), min_depth, out);
+}
+
+int64_t PythonScopes::enter(const int64_t* frames, size_t n, int64_t parent, bool capture,
+                         int64_t user_depth) {
+  auto lock = store_.lock();
+  ThreadScopes* ts = scopes_.current();
+  const bool nested = !ts->stack.empty();
+  // Inside an operator the native capture recorded, a scope nests under it.
+  const int64_t inside = ts->innermost.load(std::memory_order_relaxed);
+  int64_t base = parent >= 0 ? parent : (inside >= 0 ? inside : 0);
+  int64_t min_depth = nested ? ts->stack.back().user_depth : 0;
+  if (user_depth == kInheritUserDepth) user_depth = min_depth;
+  // Without capture the walk is still needed unless the caller gave the user
+  // depth: it is what later captures inside this scope are cut at.
+  scratch_.clear();
+  if (capture || user_depth < 0) {
+    int64_t measured =
+        store_.pystack.capture(PyEval_GetFrame(), min_depth, capture ? &scratch_ : nullptr);
+    if (user_depth < 0) user_depth = measured;
+  }
+  int64_t node = base;
+  for (int64_t f : scratch_) node = store_.tree.child(node, f);
+  const int64_t context = node;
+  for (size_t i = 0; i < n; ++i) node = store_.tree.child(node, frames[i]);
+  // A scope opened inside the enclosing one's subtree (not inside an open
+  // operator) follows the last thing recorded there.
+  const int64_t top = nested ? ts->stack.back().node : -1;
+  const bool under_op = parent < 0 && inside >= 0 && inside != top;
+  const bool follows = nested && !under_op && store_.tree.depth(base) >= store_.tree.depth(top) &&
+                       store_.tree.ancestor(base, store_.tree.depth(top)) == top;
+  // Timestamp last, so the tree work above is not billed to the scope.
+  const int64_t start = now_ns();
+  // Inside an open operator the time since the scope's last call is that
+  // operator's, billed when it ends.
+  if (nested && !under_op) between_.bill_between(ts, ts->stack.back(), context, follows, start);
+  ts->stack.push_back(Scope{node, start, 0, user_depth, context, follows, start, node, true});
+  ts->innermost.store(node, std::memory_order_relaxed);
+  return node;
+}
+
+int64_t PythonScopes::close_innermost(ThreadScopes* ts) {
+  int64_t end = now_ns();
+  Scope s = ts->stack.back();
+  ts->stack.pop_back();
+  capture_.republish(ts);
+  int64_t elapsed = end - s.start_ns;
+  between_.bill_between(ts, s, -1, false, end);  // its last stretch, after its last call
+  store_.tree.add(s.node, METRIC_CPU_TIME, elapsed - s.child_ns);
+  store_.tree.add(s.node, METRIC_COUNT, 1);
+  if (OpThread::Open* op = capture_.open_operator(ts)) {
+    op->child_ns += elapsed;  // it ran inside that operator: billed once, there
+  } else if (!ts->stack.empty()) {
+    Scope& outer = ts->stack.back();
+    outer.child_ns += elapsed;
+    outer.last_ns = end;
+    outer.last_context = s.context;
+    outer.last_inside = s.inside;
+  }
+  return elapsed;
+}
+
+int64_t PythonScopes::exit() {
+  auto lock = store_.lock();
+  ThreadScopes* ts = scopes_.current();
+  if (ts->stack.empty()) return -1;
+  return close_innermost(ts);
+}
+
+int64_t PythonScopes::top() {
+  auto lock = store_.lock();
+  ThreadScopes* ts = scopes_.current();
+  return ts->stack.empty() ? 0 : ts->stack.back().node;
+}
+
+int64_t PythonScopes::depth() {
+  auto lock = store_.lock();
+  return static_cast<int64_t>(scopes_.current()->stack.size());
+}
+
+void PythonScopes::unwind(int64_t depth) {
+  auto lock = store_.lock();
+  ThreadScopes* ts = scopes_.current();
+  if (depth < 0) depth = 0;
+  while (static_cast<int64_t>(ts->stack.size()) > depth) close_innermost(ts);
+}
+
+void PythonScopes::module_call(bool entering) {
+  if (!capture_.capturing()) return;
+  ThreadScopes* ts = scopes_.current();
+  if (ts->stack.empty()) return;
+  if (capture_.open_operator(ts) != nullptr) return;  // inside an operator (a region): its time
+  if (ts->calls.size() >= kMaxCalls) {
+    ts->calls_lost = true;
+    return;
+  }
+  ts->calls.push_back(ThreadScopes::Call{now_ns(), entering});
+}
+
+void PythonScopes::lend(uint64_t ident, int64_t start_ns, int64_t end_ns) {
+  if (end_ns <= start_ns) return;
+  auto lock = store_.lock();
+  ThreadScopes* ts = scopes_.find(ident);
+  if (ts == nullptr || ts->stack.empty()) return;
+  if (ts->lent.size() >= kMaxLent) ts->lent.erase(ts->lent.begin());  // bounded: the oldest go
+  ts->lent.emplace_back(start_ns, end_ns);
+}
+
+}  // namespace dc
