@@ -26,6 +26,8 @@ extern "C" {
 
 typedef struct dc_capture_api {
   int32_t abi; /* DC_CAPTURE_ABI */
+  /* The collector's operator capture (native/opcapture.h), opaque: passed
+   * back as the first argument of every call below. */
   void* collector;
   /* Frame id of an operator named `name` (flagged backward when `backward`);
    * interns on first use, so callers cache it. */

@@ -1,7 +1,7 @@
 // dc_torch's native operator capture: a global at::RecordFunction callback,
 // registered only while a window is open, that reports every ATen op and
 // autograd function on every thread to the collector through its C table
-// (native/capture_api.h). Built on first use against the torch that imports
+// (dc_core/include/capture_api.h). Built on first use against the torch that imports
 // it (dc_torch/native.py); no pybind11, so it compiles against ATen's
 // record_function.h alone.
 #include <Python.h>
