@@ -3,6 +3,7 @@
 #   make test   - install what the tests need and run the whole suite
 #   make bench  - run the benchmarks (ratios against peers measured in the same run)
 #   make test-cuda - only the tests that need a CUDA device
+#   make test-native - the native collector under ASan+UBSan and TSan (C++ unit tests, contract tests)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -12,7 +13,7 @@ PIP    := $(BIN)/python -m pip
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-cuda bench install install-test browser clean
+.PHONY: demo test test-cuda test-native bench install install-test browser clean
 
 $(BIN)/python:
 	@echo "== creating $(VENV)"
@@ -68,6 +69,14 @@ test: install-test
 # The CUDA paths (Kineto kernels, the caching allocator, NVML) on a machine with a GPU.
 test-cuda: install-test
 	$(BIN)/python -m pytest -m requires_cuda -rs
+
+# The collector built with -fsanitize=address,undefined and, apart, thread, in
+# build/native-*: its C++ unit tests, then the collector's contract tests and
+# the native capture's tests against each sanitized module.
+test-native: install-test
+	@command -v cmake >/dev/null || $(PIP) install -q cmake
+	$(PIP) install -q ninja pybind11
+	PATH="$(CURDIR)/$(BIN):$$PATH" PYTHON="$(CURDIR)/$(BIN)/python" tests/native/run.sh
 
 bench: install
 	@# synthetic.py writes the runs the scale benchmarks read; it is not one itself
