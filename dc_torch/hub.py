@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from dc_core.collect.collector import INNERMOST, MEASURE
 from dc_core.collect.ownfiles import cut_own_frames
 from dc_torch.autograd import BackwardRunner
 from dc_torch.device import DeviceTracer
@@ -31,17 +32,6 @@ if TYPE_CHECKING:
     from dc_core._native import Collector
     from dc_core.record.session import Session
     from dc_torch.native import NativeCapture
-
-#: ``collector.enter(parent=INNERMOST)``: the scope opens under this thread's
-#: innermost open scope (the contract's default; ``dc_core/_native.pyi``).
-INNERMOST = -1
-#: ``collector.enter(user_depth=MEASURE)``: the scope's user depth is measured
-#: from the current stack (the contract's default).
-MEASURE = -1
-#: ``collector.enter(user_depth=INHERIT)``: the scope takes the innermost open
-#: scope's user depth without walking the stack, for scopes that add no Python
-#: frames of their own (``kInheritUserDepth`` in ``native/collector.h``).
-INHERIT = -2
 
 #: ``after(node, frames, note, args, kwargs, out)``: what an interceptor
 #: records once the user's call has returned.

@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL
+from dc_core.collect.collector import FLAG_BACKWARD, INHERIT, KIND_KERNEL
 
-from dc_torch.hub import INHERIT, Interceptor
+from dc_torch.hub import Interceptor
 from dc_torch.source import Frame, common_prefix, module_frames, python_frames, source_of
 
 if TYPE_CHECKING:

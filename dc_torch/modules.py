@@ -20,7 +20,7 @@ import torch
 from torch.nn.modules import module as module_mod
 from torch.utils._python_dispatch import _pop_mode, _push_mode
 
-from dc_torch.hub import INNERMOST
+from dc_core.collect.collector import INNERMOST
 from dc_torch.ops import AtenMode, OperatorMode
 
 if TYPE_CHECKING:

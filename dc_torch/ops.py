@@ -23,11 +23,11 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from dc_core.collect.collector import FLAG_BACKWARD
+from dc_core.collect.collector import FLAG_BACKWARD, INHERIT
 from dc_core.collect.ownfiles import cut_own_frames
 
 from dc_torch.autograd import BACKWARD_ENTRY_POINTS
-from dc_torch.hub import INHERIT, Interceptor
+from dc_torch.hub import Interceptor
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub

@@ -34,6 +34,27 @@ from dc_core.collect.reference import (
     now_ns,
 )
 
+# The contract's sentinels for ``Collector.enter`` (``dc_core/_native.pyi``),
+# by name: ``enter(frames, INNERMOST, False, INHERIT)`` reads, ``-1, False, -2``
+# does not. Checked against the stub's defaults and both implementations'
+# behaviour by tests/core/test_contract_constants.py.
+
+#: Node id of the tree's root: ``enter(parent=ROOT_NODE)`` opens a scope right under it.
+ROOT_NODE = 0
+#: ``enter(parent=INNERMOST)``: the scope opens under this thread's innermost
+#: open scope (the contract's default).
+INNERMOST = -1
+#: ``enter(user_depth=MEASURE)``: the scope's user depth is measured from the
+#: current stack (the contract's default).
+MEASURE = -1
+#: ``enter(user_depth=INHERIT)``: the scope takes the innermost open scope's
+#: user depth without walking the stack, for scopes that add no Python frames
+#: of their own (``kInheritUserDepth`` in ``native/python_scopes.h``).
+INHERIT = -2
+#: ``enter(user_depth=WHOLE_STACK)``: captures under the scope keep the whole
+#: Python stack from its outermost frame (a phase, a step).
+WHOLE_STACK = 0
+
 logger = logging.getLogger(__name__)
 
 

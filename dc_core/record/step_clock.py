@@ -25,6 +25,7 @@ from threading import get_ident
 from typing import Any, Callable
 
 from dc_core.collect import collector as collector_mod
+from dc_core.collect.collector import ROOT_NODE, WHOLE_STACK
 from dc_core.collect.sysmon import run_queue_wait_ns, workers_wait_ns
 
 
@@ -65,7 +66,7 @@ class StepClock:
             self._wait_ns = run_queue_wait_ns()
         self._between_ns = None
         self._start_ns = self.clock()
-        c.enter([phase], 0, False, 0)
+        c.enter([phase], ROOT_NODE, False, WHOLE_STACK)
 
     def end(self, c: Any, overhead_ns: int) -> None:
         """The step ends; ``overhead_ns`` of it were the framework's one-offs
@@ -83,7 +84,7 @@ class StepClock:
     def between(self, c: Any, other: int) -> None:
         """The window stays open after a step ended: the loop until the next
         step begins is phase frame ``other``."""
-        c.enter([other], 0, False, 0)
+        c.enter([other], ROOT_NODE, False, WHOLE_STACK)
         self._between_ns = self.clock()
 
     def update_end(self, c: Any, other: int) -> None:
@@ -93,7 +94,7 @@ class StepClock:
             self._tail = True
             # On top of the step's scope, not in its place: no instant between
             # the two goes untimed, and the step's end closes both.
-            c.enter([other], 0, False, 0)
+            c.enter([other], ROOT_NODE, False, WHOLE_STACK)
 
     def phase_entered(self) -> None:
         """A phase was entered on this thread: on another thread than the

@@ -90,3 +90,30 @@ def test_a_monitor_stopped_at_once_still_has_its_start_and_end_readings(make_col
         collector.start_monitor(500)
         collector.stop_monitor()
         assert len(collector.monitor_samples()["t_ns"]) == 2
+
+
+def test_the_facades_enter_sentinels_are_the_contracts():
+    """``enter``'s sentinels are named once, in the facade: its defaults in the
+    stub, the inherit value the stub documents and the reference collector
+    uses (the native one keeps it as ``kInheritUserDepth``, not exported)."""
+    from dc_core.collect import collector as collector_mod
+
+    signature = re.search(r"def enter\(\s*self, frames: Sequence\[int\], parent: int = (-?\d+), "
+                          r"capture: bool = False, user_depth: int = (-?\d+)", STUB.read_text())
+    assert signature is not None
+    assert (collector_mod.INNERMOST, collector_mod.MEASURE) == (int(signature[1]), int(signature[2]))
+    assert "when it is -2" in STUB.read_text() and collector_mod.INHERIT == reference._INHERIT_USER_DEPTH == -2
+    assert collector_mod.ROOT_NODE == 0 and collector_mod.WHOLE_STACK == 0
+
+
+def test_enter_by_name_opens_where_its_names_say(collector):
+    from dc_core.collect.collector import INHERIT, INNERMOST, MEASURE, ROOT_NODE, WHOLE_STACK
+
+    c = collector
+    phase, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    assert c.enter([mm], INNERMOST, False, INHERIT) == c.child(ROOT_NODE, mm)  # no scope open: under the root
+    c.exit()
+    top = c.enter([phase], ROOT_NODE, False, WHOLE_STACK)
+    assert top == c.child(ROOT_NODE, phase)
+    assert c.enter([mm], INNERMOST, False, MEASURE) == c.child(top, mm)  # under the innermost scope
+    c.unwind(0)

@@ -13,7 +13,7 @@ import dc_torch
 from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_PYTHON
 from dc_core.record.config import StepRange
 from dc_torch.compiled import deepcontext_backend
-from dc_torch.hub import INHERIT, INNERMOST
+from dc_core.collect.collector import INHERIT, INNERMOST
 from dc_torch.inductor import Generated, compile_fx_kwargs, kernel_sites
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
