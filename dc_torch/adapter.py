@@ -30,7 +30,7 @@ from dc_core.record.session import active_sessions
 from dc_torch.closure import ClosureHooks
 from dc_torch.collectives import CollectiveHooks
 from dc_torch.device import cuda_present
-from dc_torch.hub import Hub, Window
+from dc_torch.hub import HookWindow, Hub
 from dc_torch.modules import ModuleBoundaries, ModuleHooks
 from dc_torch.native import NO_FRAME, NO_METRIC, BusyError, NativeCapture, load as load_native
 from dc_torch.ops import AtenMode, OperatorMode
@@ -91,9 +91,10 @@ class TorchAdapter:
         capture, note = self._choose_capture(hub)
         # FLOPs and (on CPU) alloc_bytes are read from operator arguments, on
         # both capture paths, only where configured.
-        hub.window = Window(generation=hub.window.generation + 1, capture=capture, note=note, thread=threading.get_ident(),
-                            shapes=session.config.shapes, metric_alloc=c.metric("alloc_bytes", "bytes"),
-                            metric_flops=c.metric("flops", "1"), metric_device_time=c.metric("device_time_ns", "ns"))
+        hub.window = HookWindow(generation=hub.window.generation + 1, capture=capture, note=note,
+                                thread=threading.get_ident(), shapes=session.config.shapes,
+                                metric_alloc=c.metric("alloc_bytes", "bytes"), metric_flops=c.metric("flops", "1"),
+                                metric_device_time=c.metric("device_time_ns", "ns"))
         hub.frames.naming_root = self.naming_root
         self._install_thread = threading.get_ident()
         hub.active = True
@@ -230,7 +231,7 @@ class TorchAdapter:
             return
         window.note = f"frames: {native.frame_walk}"
 
-    def _shapes(self, window: Window) -> frozenset[str]:
+    def _shapes(self, window: HookWindow) -> frozenset[str]:
         """Which shape-derived metrics the native path takes: asking for any
         makes torch box every operator's inputs (and, for alloc_bytes, outputs),
         so by default only comprehensive windows do (``ProfilerConfig.record_shapes``)."""

@@ -43,7 +43,7 @@ from dc_core.collect.ownfiles import cut_own_frames
 from dc_core.record.session import active_sessions
 
 from dc_torch.adapter import TorchAdapter
-from dc_torch.hub import Hub, Interceptor, Window
+from dc_torch.hub import HookWindow, Hub, Interceptor
 from dc_torch.inductor import Generated, compile_with_kernels
 from dc_torch.ops import op_name
 from dc_torch.source import source_of
@@ -80,7 +80,7 @@ class Region:
             for node in gm.graph.nodes
             if node.op in ("call_function", "call_method", "call_module")
         ]
-        self._window: Window | None = None  # the window _nodes belong to
+        self._window: HookWindow | None = None  # the window _nodes belong to
         self._nodes: dict[int, list[int]] = {}  # region node -> op nodes, in _window
         self.generated: list[Generated] = []  # Inductor's modules: forward, then backward when compiled
         self._swapped_for: Hub | None = None

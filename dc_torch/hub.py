@@ -5,7 +5,7 @@ backward hooks, the device tracer, compiled regions and kernel shims) is
 handed the adapter's `Hub`: the session, its collector and frame caches, the
 services one hook asks of another (the device tracer's markers, the backward
 runner), ``active`` and the fail-open path. What belongs to one window lives
-in `Window`, made afresh when a window opens, so nothing of a closed window
+in `HookWindow`, made afresh when a window opens, so nothing of a closed window
 (its metric ids, its compiled-region threads, its backward node, its
 cleanups) is read in the next by mistake.
 
@@ -39,8 +39,8 @@ After = Callable[[int, Any, Any, tuple, dict, Any], None]
 
 
 @dataclass(eq=False)
-class Window:
-    """What one window's hooks read; `TorchAdapter.install` makes a new one per window."""
+class HookWindow:
+    """What the hooks read of the window open now; `TorchAdapter.install` makes a new one per window."""
 
     generation: int = 0  # counts windows: marks and per-thread state made in another are stale
     capture: str = "python"  # the operator capture this window took: "native" or "python"
@@ -65,7 +65,7 @@ class Hub:
     backward: BackwardRunner
     native: NativeCapture | None  # the native capture, once the extension has loaded
     active: bool  # installed and not failed: every hook checks it first
-    window: Window
+    window: HookWindow
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -75,7 +75,7 @@ class Hub:
         self.backward = BackwardRunner(self)
         self.native = None
         self.active = False
-        self.window = Window()
+        self.window = HookWindow()
         self._state = ThreadState()
 
     def thread_state(self) -> ThreadState:
