@@ -10,9 +10,11 @@ must not fail when a window opens or closes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,6 +25,9 @@ ENV_VAR = "DEEPCONTEXT_CONFIG"
 MODES = ("lightweight", "comprehensive")
 #: How framework operators are captured: natively when the extension builds, or forced.
 CAPTURES = ("auto", "native", "python")
+#: Which collector records: the C++ one (falling back, with a warning, to the
+#: reference one where it is not built), or the pure-Python reference one.
+COLLECTORS = ("native", "reference")
 #: A step no window reaches; step fields stay below it, so ``start + count``
 #: still fits the profile's int64 step fields.
 NEVER = 1 << 62
@@ -108,7 +113,9 @@ class ProfilerConfig:
         cpu_sampling_hz: CPU sampler rate inside windows; 0 turns it off.
         system_interval_ms: System monitor interval inside windows; 0 turns it off.
         max_nodes: Cap on context-tree nodes per window (drops are counted).
-        native: Prefer the native collector (falls back with a warning).
+        collector: ``"native"``: the C++ collector (where it is not built,
+            the reference one, with a warning); ``"reference"``: the
+            pure-Python reference collector.
         capture: How PyTorch operators are captured: ``"auto"`` (the native
             ``RecordFunction`` path when its extension builds and loads, else
             the Python path with one warning), ``"native"`` (the same, named
@@ -126,6 +133,9 @@ class ProfilerConfig:
             turns a rule off. Stored as a copy, so later edits cannot bypass the checks.
         profile_eval: Also profile validation/test loops, as their own windows.
         enabled: False turns every integration into a no-op.
+        native: The old name of ``collector`` (``True`` is ``"native"``,
+            ``False`` is ``"reference"``), accepted with a ``DeprecationWarning``;
+            ``config.native`` reads it the same way.
 
     Raises:
         ValueError: a field is out of range, naming the dotted field and the accepted range.
@@ -139,7 +149,7 @@ class ProfilerConfig:
     cpu_sampling_hz: float = 100.0
     system_interval_ms: int = 500
     max_nodes: int = 500_000
-    native: bool = True
+    collector: str = "native"
     capture: str = "auto"
     record_shapes: bool | None = None
     analyzer: Mapping[str, float] = field(default_factory=dict)
@@ -156,6 +166,8 @@ class ProfilerConfig:
             raise ValueError(f"time_range must be a TimeRange, got {type(self.time_range).__name__}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {shown(self.mode)}")
+        if self.collector not in COLLECTORS:
+            raise ValueError(f"collector must be one of {', '.join(COLLECTORS)}, got {shown(self.collector)}")
         if self.capture not in CAPTURES:
             raise ValueError(f"capture must be one of {', '.join(CAPTURES)}, got {shown(self.capture)}")
         # A positive rate below 0.01 Hz samples nothing in a window of steps, and far
@@ -163,7 +175,7 @@ class ProfilerConfig:
         check_number("cpu_sampling_hz", self.cpu_sampling_hz, 0.01, 10_000.0, off=True)
         check_int("system_interval_ms", self.system_interval_ms, 10, 3_600_000, off=True)
         check_int("max_nodes", self.max_nodes, 1_000, INT64_MAX)
-        for flag in ("native", "profile_eval", "enabled"):
+        for flag in ("profile_eval", "enabled"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {shown(getattr(self, flag))}")
         if self.record_shapes is not None and not isinstance(self.record_shapes, bool):
@@ -171,9 +183,46 @@ class ProfilerConfig:
         object.__setattr__(self, "analyzer", check_thresholds(self.analyzer))
 
     @property
+    def native(self) -> bool:
+        """Deprecated: whether ``collector`` is ``"native"`` (its old name)."""
+        warnings.warn("ProfilerConfig.native is deprecated: read collector ('native' or 'reference')",
+                      DeprecationWarning, stacklevel=2)
+        return self.collector == "native"
+
+    @property
     def shapes(self) -> bool:
         """Whether windows read operator shapes (``record_shapes``, else by mode)."""
         return self.mode == "comprehensive" if self.record_shapes is None else self.record_shapes
+
+
+#: Names a config takes besides its fields: old name -> field.
+_RENAMED = {"native": "collector"}
+_UNSET: Any = object()
+_dataclass_init = ProfilerConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self: ProfilerConfig, *args: Any, native: Any = _UNSET, **kwargs: Any) -> None:
+    if native is not _UNSET:
+        warnings.warn("ProfilerConfig(native=...) is deprecated: use collector='native' or collector='reference'",
+                      DeprecationWarning, stacklevel=2)
+        kwargs["collector"] = _collector_of(native, kwargs.get("collector"))
+    _dataclass_init(self, *args, **kwargs)
+
+
+# The old name stays a keyword of the constructor, not a field: a field would be
+# in repr, equality, `asdict` and `replace`, which know only `collector`.
+ProfilerConfig.__init__ = _init  # type: ignore[method-assign]
+
+
+def _collector_of(native: Any, collector: Any) -> Any:
+    """The `collector` the old ``native`` flag names."""
+    if not isinstance(native, bool):
+        raise ValueError(f"native must be true or false, got {shown(native)}")
+    wanted = "native" if native else "reference"
+    if collector is not None and collector != wanted:
+        raise ValueError(f"native={native} and collector={shown(collector)} disagree; give collector only")
+    return wanted
 
 
 _NESTED = {"steps": StepRange, "time_range": TimeRange}
@@ -182,8 +231,9 @@ _NESTED = {"steps": StepRange, "time_range": TimeRange}
 def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     """Construct ``cls`` from a mapping, naming the dotted field of any error."""
     known = {f.name for f in dataclasses.fields(cls)}
+    accepted = known | set(_RENAMED) if cls is ProfilerConfig else known
     for key in data:
-        if key not in known:
+        if key not in accepted:
             raise ValueError(f"unknown config field '{prefix}{key}'; known fields: {', '.join(sorted(known))}")
     values = {}
     for key, value in data.items():
@@ -199,12 +249,15 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
 def merge(config: ProfilerConfig, data: Mapping[str, Any]) -> ProfilerConfig:
     """Return ``config`` with the fields in ``data`` replaced (nested mappings merge)."""
     current = {f.name: getattr(config, f.name) for f in dataclasses.fields(ProfilerConfig)}
+    for old, new in _RENAMED.items():
+        if old in data and new not in data:  # the override's old name replaces the field
+            del current[new]
     for key, value in data.items():
         base = current.get(key)
         if key in _NESTED and isinstance(value, Mapping) and base is not None:
             value = {**dataclasses.asdict(base), **value}
         current[key] = value
-    unknown = set(data) - {f.name for f in dataclasses.fields(ProfilerConfig)}
+    unknown = set(data) - {f.name for f in dataclasses.fields(ProfilerConfig)} - set(_RENAMED)
     if unknown:
         _build(ProfilerConfig, data)  # raises naming the unknown key
     return _build(ProfilerConfig, current)

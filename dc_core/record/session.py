@@ -139,7 +139,7 @@ class Session:
     def collector(self) -> Any:
         if self._collector is None:
             self._collector = collector_mod.create_collector(
-                prefer_native=self.config.native, max_nodes=self.config.max_nodes
+                prefer_native=self.config.collector == "native", max_nodes=self.config.max_nodes
             )
             skip_profiler_files(self._collector)
         return self._collector

@@ -30,11 +30,52 @@ def test_every_smaller_than_count_is_rejected():
         ("system_interval_ms", 5, r"system_interval_ms must be an integer, 0 \(off\) or in \[10, 3600000\]"),
         ("run", "../escape", r"run must be a relative name"),
         ("native", "yes", r"native must be true or false"),
+        ("collector", "fast", r"collector must be one of native, reference, got 'fast'"),
     ],
 )
 def test_bad_fields_name_themselves(field, value, message):
     with pytest.raises(ValueError, match=message):
         ProfilerConfig(**{field: value})
+
+
+def _deprecations(record) -> list[str]:
+    return [str(w.message) for w in record if issubclass(w.category, DeprecationWarning)]
+
+
+@pytest.mark.parametrize("native, collector", [(True, "native"), (False, "reference")])
+def test_the_old_name_native_is_collector_with_one_deprecation_warning(native, collector, tmp_path):
+    from dc_core.collect import reference
+    from dc_core.record.session import Session
+
+    with pytest.warns(DeprecationWarning) as record:
+        config = ProfilerConfig(native=native)
+    assert len(_deprecations(record)) == 1 and "collector=" in _deprecations(record)[0]
+    assert config == ProfilerConfig(collector=collector) and config.collector == collector
+    with pytest.warns(DeprecationWarning) as record:
+        assert config.native is native  # read under its old name too
+    assert len(_deprecations(record)) == 1
+    with pytest.warns(DeprecationWarning) as record:
+        session = Session(logdir=str(tmp_path), native=False, cpu_sampling_hz=0, system_interval_ms=0)
+    assert len(_deprecations(record)) == 1
+    assert type(session.collector) is reference.Collector  # the behaviour of collector="reference"
+    session.close()
+
+
+@pytest.mark.parametrize("text, name", [('{"native": false}', None), ("native: false\n", "dc.yaml")])
+def test_env_may_still_say_native(text, name, monkeypatch, tmp_path):
+    if name is not None:
+        (tmp_path / name).write_text(text)
+        text = str(tmp_path / name)
+    monkeypatch.setenv(ENV_VAR, text)
+    with pytest.warns(DeprecationWarning) as record:
+        config = resolve(ProfilerConfig(collector="native"))
+    assert config.collector == "reference" and len(_deprecations(record)) == 1
+
+
+def test_native_and_collector_that_disagree_are_refused():
+    with pytest.raises(ValueError, match=r"native=False and collector='native' disagree"):
+        with pytest.warns(DeprecationWarning):
+            ProfilerConfig(native=False, collector="native")
 
 
 def test_single_window_from_start_zero():
