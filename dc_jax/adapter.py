@@ -34,7 +34,7 @@ from dc_core.collect.collector import (
     METRIC_CPU_TIME,
 )
 from dc_core.collect.ownfiles import skip_framework_files
-from dc_core.record.adapter import WindowSkipped
+from dc_core.record.adapter import Adapter, WindowSkipped
 
 from dc_jax import host, trace
 from dc_jax.context import context_of, is_library
@@ -64,8 +64,8 @@ def _barrier() -> None:
             pass
 
 
-class JaxAdapter:
-    """Session adapter for JAX (see ``dc_core.record.adapter.Adapter``)."""
+class JaxAdapter(Adapter):
+    """Session adapter for JAX (the contract: ``dc_core.record.adapter.Adapter``)."""
 
     framework = "jax"
 
@@ -108,7 +108,7 @@ class JaxAdapter:
         """The profiler stopped: restore the NNX module classes."""
         self._nnx.stop()
 
-    # --- session protocol ---------------------------------------------------
+    # --- the Adapter contract ---------------------------------------------------
     def install(self, session: Any) -> None:
         import jax
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dc_core.collect.ownfiles import skip_framework_files
+from dc_core.record.adapter import Adapter
 from dc_core.record.session import active_sessions
 
 from dc_torch.closure import ClosureHooks
@@ -43,7 +44,7 @@ TORCH_DIR = os.path.dirname(torch.__file__)
 logger = logging.getLogger(__name__)
 
 
-class TorchAdapter:
+class TorchAdapter(Adapter):
     """Hooks PyTorch for one session; see the module docstring."""
 
     framework = "torch"
@@ -71,7 +72,7 @@ class TorchAdapter:
         """Why the last window took the Python path, or how the native one read frames."""
         return self.hub.window.note if self.hub is not None else ""
 
-    # --- session protocol -----------------------------------------------------
+    # --- the Adapter contract ---------------------------------------------------
     def prepare(self, session: Session) -> None:
         """At session creation: build or load the capture extension and warm torch's
         tables, so that opening a window costs the first step almost nothing."""

@@ -24,18 +24,6 @@ from .settings import STEP_SOURCE_ENV, RunSettings
 
 logger = logging.getLogger("deepcontext")
 
-#: Modules whose import installs a driver: ``module name -> "package.module:function"``,
-#: each function taking the `Launch` and the imported module.
-DRIVERS = {
-    "torch": "dc_torch.launch:install",
-    "lightning.pytorch.trainer.trainer": "dc_lightning.launch:install",
-    "pytorch_lightning.trainer.trainer": "dc_lightning.launch:install",
-    "transformers.trainer": "dc_hf.launch:install",
-    "jax": "dc_jax.launch:install",
-    "flax.nnx": "dc_jax.launch:install_nnx",
-}
-
-
 class Launch:
     """What the step drivers of one profiled process share.
 
@@ -199,19 +187,17 @@ class Launch:
 
 
 def _time_loop(launch: Launch) -> Any:
-    """A plain loop of the framework the process imported, set to one window of
+    """A plain loop of the framework the process imported (the first adapter
+    package's whose framework is loaded), set to one window of
     ``--time-window`` seconds (the config's ``time_range`` is for step drivers:
     it makes their windows timed)."""
+    from ..record.adapter import adapter_packages, load
+
     window = {"start_after_s": 0.0, "duration_s": launch.settings.time_window_s}
     overrides = {**launch.overrides, "time_range": window}
-    if "torch" in sys.modules:
-        from dc_torch.loop import Profiler
-
-        return Profiler(None, **overrides)
-    if "jax" in sys.modules:
-        from dc_jax.loop import Profiler as JaxProfiler
-
-        return JaxProfiler(None, **overrides)
+    for package in adapter_packages():
+        if package.time_loop is not None and package.time_loop[0] in sys.modules:
+            return load(package.time_loop[1])(None, **overrides)
     from ..record.loop import StepLoop
 
     return StepLoop(None, None, framework="python", default_phase="other", **overrides)
@@ -237,20 +223,30 @@ def boot(settings: RunSettings) -> Launch:
     fallback, windows written at exit. Imports no framework."""
     launch = Launch(settings)
     _log_to_run(settings)
-    drivers = {name: _driver(target, launch) for name, target in DRIVERS.items()}
-    AfterImport(drivers).install()
+    AfterImport(drivers(launch)).install()
     atexit.register(launch.close_all)
     launch.start_fallback()
     return launch
 
 
-def _driver(target: str, launch: Launch) -> Callable[[Any], None]:
-    module_name, _, function = target.partition(":")
+def drivers(launch: Launch) -> dict[str, Callable[[Any], None]]:
+    """``module name -> callback(module)``: the step drivers the installed
+    adapter packages start when a module of theirs is imported (`AdapterPackage.drivers`)."""
+    from ..record.adapter import adapter_packages
 
+    targets: dict[str, list[str]] = {}
+    for package in adapter_packages():
+        for module, target in package.drivers.items():
+            targets.setdefault(module, []).append(target)
+    return {module: _driver(found, launch) for module, found in targets.items()}
+
+
+def _driver(targets: list[str], launch: Launch) -> Callable[[Any], None]:
     def run(module: Any) -> None:
-        import importlib
+        from ..record.adapter import load
 
-        getattr(importlib.import_module(module_name), function)(launch, module)
+        for target in targets:
+            load(target)(launch, module)
 
     return run
 

@@ -22,6 +22,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..collect import collector as collector_mod
+from ..collect.collector import (
+    FLAG_BACKWARD,
+    INNERMOST,
+    KIND_OPERATOR,
+    KIND_PHASE,
+    MEASURE,
+    ROOT_NODE,
+    WHOLE_STACK,
+)
 from . import registry
 from .adapter import Adapter, WindowSkipped
 from .registry import active_sessions, open_sessions, watch_windows  # noqa: F401 (where integrations look)
@@ -36,11 +45,8 @@ from ..store.profile import encode, mark_pending
 from ..store.writer import ProfileWriter
 from ..collect.ownfiles import skip_profiler_files
 from .snapshot import profile_from_snapshot, shift_step_bounds
-from ..model.kinds import kind_id
+from .state import OpenWindow, State, StepsSeen
 from .windows import WindowSchedule
-
-KIND_PHASE = kind_id("phase")
-KIND_OPERATOR = kind_id("operator")
 
 logger = logging.getLogger("deepcontext")
 
@@ -49,7 +55,7 @@ def _guarded(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def wrapper(self: "Session", *args: Any, **kwargs: Any) -> Any:
-        if self.disabled:
+        if self.state is not State.ON:
             return None
         try:
             return method(self, *args, **kwargs)
@@ -67,7 +73,8 @@ class Session:
         config: What to profile (resolved with ``overrides`` and
             ``DEEPCONTEXT_CONFIG``; invalid values raise ``ValueError`` here).
         framework: Name recorded in profiles ("torch", "jax", "python").
-        adapter: Framework hooks installed while a window is open.
+        adapter: Framework hooks installed while a window is open (none: the
+            base `Adapter`, which hooks nothing).
         default_phase: Phase a step's work belongs to unless marked otherwise.
         rank, host: Override the detected rank/host.
         clock: Monotonic ns clock (tests pass a fake one).
@@ -88,36 +95,26 @@ class Session:
     ) -> None:
         self.config = resolve(config, **overrides)
         self.framework = framework
-        self.adapter = adapter
+        self.adapter = adapter if adapter is not None else Adapter()
         self.default_phase = default_phase
         self.rank = detect_rank() if rank is None else rank
         self.world_size = world_size or int(os.environ.get("WORLD_SIZE", "1") or 1)
         self.host = host or detect_host()
         self.clock = clock
-        self.disabled = not self.config.enabled
+        self.state = State.ON if self.config.enabled else State.OFF
         self.closed = False
         self.written: list[Path] = []  # once on disk (`close` waits for the writes under way)
         #: Called on the writer's thread with each profile once it is on disk.
         self.on_written: Callable[[Path], None] | None = None
         self._writer: ProfileWriter | None = None
-        self.window: tuple[int, int] | None = None  # (start, end_exclusive) while open
-        self._skipped_until = 0  # steps of a skipped window are not opened again
-        self._warned_skip = False
+        self._window: OpenWindow | None = None
         self._schedule = WindowSchedule(self.config.steps, self.config.time_range, clock())
-        self._created_ns = clock()
-        self._first_step_ns: int | None = None
+        self._seen = StepsSeen(clock())
         self._pid = os.getpid()
-        self._failed_once = False
         self._unrestored = False  # the adapter left a hook it could not remove yet (see _restore)
         self._collector: Any = None
         self._frames: dict[tuple, int] = {}
         self._steps = StepClock(clock)  # where the window's time is
-        self._last_step = -1
-        self._planned: tuple[int, int] | None = None
-        self._steps_seen = 0  # for the one warning when a session closes with nothing written
-        self._first_seen = self._last_seen = -1
-        self._window_t0 = 0
-        self._window_unix = 0
         self.notes: dict[str, str] = {}  # facts for each profile's environment (what defined the steps)
         registry.opened(self)
         self._prepare()
@@ -126,11 +123,10 @@ class Session:
         """Let the adapter pay its one-off costs now (building or loading an
         extension, warming tables), not in the first profiled step where the
         step times would not show them; a failure here is retried at install."""
-        prepare = getattr(self.adapter, "prepare", None)
-        if prepare is None or self.disabled:
+        if self.disabled:
             return
         try:
-            prepare(self)
+            self.adapter.prepare(self)
         except Exception:  # install tries again and fails open there
             logger.debug("DeepContext adapter preparation failed", exc_info=True)
 
@@ -145,8 +141,18 @@ class Session:
         return self._collector
 
     @property
+    def disabled(self) -> bool:
+        """Whether profiling is off for good (`State`: off, or failed)."""
+        return self.state is not State.ON
+
+    @property
+    def window(self) -> tuple[int, int] | None:
+        """The open window's planned steps ``(start, end_exclusive)``; None outside windows."""
+        return self._window.planned if self._window is not None else None
+
+    @property
     def in_window(self) -> bool:
-        return self.window is not None
+        return self._window is not None
 
     @property
     def step_thread(self) -> int:
@@ -155,8 +161,8 @@ class Session:
 
     @property
     def last_step(self) -> int:
-        """The step begun (or ended) last; -1 before the first."""
-        return self._last_step
+        """The step begun (or ended) last in a window; -1 before the first."""
+        return self._steps.step
 
     def frame(self, kind: int, name: str, file: str = "", line: int = 0, detail: str = "", flags: int = 0) -> int:
         """Interned frame id (cached on the Python side for the hot path)."""
@@ -172,11 +178,12 @@ class Session:
     # --- driving -----------------------------------------------------------
     def step_begin(self, step: int) -> None:
         """Call at the start of training step ``step``."""
-        if not self._steps_seen:
-            self._first_seen = step
-        self._steps_seen += 1
-        self._last_seen = step
-        if self.disabled or (self.window is None and not self._schedule.may_open(step)):
+        seen = self._seen
+        if not seen.count:
+            seen.first = step
+        seen.count += 1
+        seen.last = step
+        if self.state is not State.ON or (self._window is None and not self._schedule.may_open(step)):
             if self._unrestored:
                 self._restore()
             return  # outside a window: the count above and one compare, nothing else
@@ -185,28 +192,23 @@ class Session:
     @_guarded
     def _step_begin(self, step: int) -> None:
         now = self.clock()
-        if self._first_step_ns is None:
-            self._first_step_ns = now
-        if self.window is None:
-            if step < self._skipped_until:
-                return
+        if self._seen.first_checked_ns is None:
+            self._seen.first_checked_ns = now
+        if self._window is None:
             window = self._schedule.open_at(step, now)
             if window is None:
                 return
             try:
                 self._open(window, now)
             except WindowSkipped as skipped:
-                self._skipped_until = window[1]
-                if not self._warned_skip:
-                    self._warned_skip = True
+                if self._schedule.skip(window):  # the first skipped says so; the others follow it
                     logger.warning("DeepContext skips the window of steps %d–%d: %s", window[0], window[1] - 1, skipped)
                 return
-        self._last_step = step
-        self._steps.begin(self.collector, self.phase_frame(self.default_phase))
+        self._steps.begin(self.collector, self.phase_frame(self.default_phase), step)
 
     def step_end(self, step: int) -> None:
         """Call at the end of training step ``step``."""
-        if self.window is None or self.disabled:
+        if self._window is None or self.state is not State.ON:
             if self._unrestored:
                 self._restore()
             return
@@ -214,10 +216,8 @@ class Session:
 
     @_guarded
     def _step_end(self, step: int) -> None:
-        overhead = getattr(self.adapter, "step_overhead_ns", None)
-        self._steps.end(self.collector, overhead() if overhead is not None else 0)
-        self._last_step = step
-        if self._schedule.should_close(step, self.clock(), self._window_t0):
+        self._steps.end(self.collector, self.adapter.step_overhead_ns(), step)
+        if self._schedule.should_close(step, self.clock(), self._window.opened_ns):
             self._close_window(step + 1)
         else:
             self._steps.between(self.collector, self.phase_frame("other"))
@@ -235,7 +235,7 @@ class Session:
         lines, a checkpoint's recomputed forward; autograd's own work between
         functions has none and goes with the function before it), not the
         caller's frames above them."""
-        if self.window is None or self.disabled:
+        if self._window is None or self.disabled:
             return NO_PHASE
         return PhaseScope(self, name, below_caller)
 
@@ -244,7 +244,7 @@ class Session:
         of an optimizer). Once the step running has made as many updates as the
         step before it, the rest of the step (host reads of the loss, logging,
         a scheduler) is phase ``other``, not the default phase it began in."""
-        if self.window is not None and not self.disabled and get_ident() == self._steps.thread:
+        if self._window is not None and not self.disabled and get_ident() == self._steps.thread:
             self._update_end()
 
     @_guarded
@@ -254,27 +254,27 @@ class Session:
     @_guarded
     def _enter_phase(self, name: str, below_caller: bool = False) -> int:
         depth = self.collector.depth()
-        # user depth -1: measured here, so captures inside start below this call
-        self.collector.enter([self.phase_frame(name)], 0, False, -1 if below_caller else 0)
+        # below the caller: the user depth measured here, so captures inside start below this call
+        self.collector.enter([self.phase_frame(name)], ROOT_NODE, False, MEASURE if below_caller else WHOLE_STACK)
         self._steps.phase_entered()
         return depth
 
     def region(self, name: str, backward: bool = False) -> Any:
         """Context manager timing a hand-marked operator ``name`` under the
         calling Python line (for code no adapter intercepts)."""
-        if self.window is None or self.disabled:
+        if self._window is None or self.disabled:
             return NO_PHASE
-        return RegionScope(self, self.frame(KIND_OPERATOR, name, flags=1 if backward else 0))
+        return RegionScope(self, self.frame(KIND_OPERATOR, name, flags=FLAG_BACKWARD if backward else 0))
 
     @_guarded
     def _enter_region(self, frame: int) -> int:
         depth = self.collector.depth()
-        self.collector.enter([frame], -1, True)
+        self.collector.enter([frame], INNERMOST, True)
         return depth
 
     @_guarded
     def _leave_phase(self, depth: int, phase: bool = False) -> None:
-        if self.window is None:
+        if self._window is None:
             return
         self.collector.unwind(depth)
         if phase:
@@ -287,14 +287,14 @@ class Session:
         self.closed = True
         ours = os.getpid() == self._pid
         try:
-            if self.window is not None and not self.disabled and ours:
+            if self._window is not None and not self.disabled and ours:
                 try:
-                    self._close_window(self._last_step + 1)
+                    self._close_window(self._steps.step + 1)
                 except Exception as exc:
                     self.fail(exc, "close")
         finally:
-            if self.window is not None and ours:  # interrupted before the window closed: unhook all the same
-                self.window = None
+            if self._window is not None and ours:  # interrupted before the window closed: unhook all the same
+                self._window = None
                 try:
                     self._stop_collecting()
                 except Exception:  # closing never raises the profiler's errors
@@ -306,43 +306,34 @@ class Session:
             if self._writer is not None and ours:
                 with deferred_interrupts():  # the last window's file is on disk when close returns
                     self._writer.close()
-            if ours and not self.disabled and not self.written and not self._warned_skip:
+            if ours and not self.disabled and not self.written and not self._schedule.skips:
                 logger.warning(self._nothing_written())
 
     def _nothing_written(self) -> str:
         """Why a session closed without a profile: what it saw, what it waited for, where files go."""
         where = Path(self.config.logdir) / self.config.run if self.config.run else Path(self.config.logdir)
-        if self._steps_seen == 0:
-            seen = "no training step was seen (call step() once per step, or use the trainer callback)"
-        else:
-            # by their numbers, as the window's steps are counted: never a count beside a number
-            first, last = self._first_seen, self._last_seen
-            seen = f"step {last} was seen" if first == last else f"steps {first}–{last} were seen"
-        return f"DeepContext wrote no profile: {seen}; it profiles {self._schedule.describe()}; profiles would go to {where}"
+        return (f"DeepContext wrote no profile: {self._seen.said()}; it profiles {self._schedule.describe()}; "
+                f"profiles would go to {where}")
 
     # --- windows -------------------------------------------------------------
     def _open(self, window: tuple[int, int], now: int) -> None:
         if os.getpid() != self._pid:  # a forked child never profiles on its parent's behalf
-            self.disabled = True
+            self.state = State.OFF
             return
         c = self.collector
         c.reset()
-        self.window = window
-        self._planned = window  # what the written profile says it planned (a loop may end early)
+        self._window = OpenWindow(window, now, time.time_ns())
         self._track()
         self._steps.open_window()
-        self._window_t0 = now
-        self._window_unix = time.time_ns()
         try:
             with deferred_interrupts():  # Ctrl-C waits until the hooks are all in (or all out)
-                if self.adapter is not None and hasattr(self.adapter, "install"):
-                    self.adapter.install(self)
+                self.adapter.install(self)
                 if self.config.cpu_sampling_hz > 0:
                     c.start_sampler(self.config.cpu_sampling_hz, self.config.mode == "comprehensive")
                 if self.config.system_interval_ms > 0:
                     c.start_monitor(self.config.system_interval_ms)
         except BaseException:
-            self.window = None
+            self._window = None
             try:
                 self._stop_collecting()
             except Exception:  # the first error is the one to report
@@ -361,21 +352,19 @@ class Session:
                     finally:
                         c.stop_monitor()
             finally:
-                if self.adapter is not None and hasattr(self.adapter, "uninstall"):
-                    restored = False
-                    try:
-                        restored = self.adapter.uninstall(self) is not False
-                    finally:  # what is left is retried at the next step boundary (see _restore)
-                        self._unrestored = not restored and hasattr(self.adapter, "restore")
-                        self._track()
+                restored = False
+                try:
+                    restored = self.adapter.uninstall(self) is not False
+                finally:  # what is left is retried at the next step boundary (see _restore)
+                    self._unrestored = not restored
+                    self._track()
 
     def _restore(self) -> bool:
         """Ask the adapter to remove what its uninstall could not (see
         ``Adapter.restore``); never raises. Until it has, every step boundary asks again."""
-        restore = getattr(self.adapter, "restore", None)
         try:
             with deferred_interrupts():
-                self._unrestored = restore is not None and not restore()
+                self._unrestored = not self.adapter.restore()
         except Exception:  # a hook that cannot be removed stays inert
             logger.debug("DeepContext could not restore every hook", exc_info=True)
             self._unrestored = False
@@ -384,53 +373,51 @@ class Session:
 
     def _track(self) -> None:
         """Keep this session in the registry exactly while hooks of its may be in."""
-        registry.track(self, self.window is not None or self._unrestored)
+        registry.track(self, self._window is not None or self._unrestored)
 
     def _close_window(self, end: int) -> None:
         # A window closes whole, unhooked and then written: a Ctrl-C meanwhile
         # waits for both (writing is bounded: one profile of at most max_nodes).
         with deferred_interrupts():
-            start = self.window[0] if self.window else end
+            window = self._window
+            start = window.planned[0]
             self._steps.close(self.collector)  # first: stopping the profiler's threads is not the user's time
             try:
                 self._stop_collecting()
             finally:  # what was collected is written even when unhooking failed
-                self.window = None
+                self._window = None
                 self._track()
                 self.collector.unwind(0)
-                self._write((start, max(end, start + 1)))
+                self._write(window, (start, max(end, start + 1)))
                 self.collector.reset()
 
-    def _write(self, steps: tuple[int, int]) -> None:
+    def _write(self, window: OpenWindow, steps: tuple[int, int]) -> None:
         env = environment(self.framework, self.config.mode)
-        if self.config.time_range is None and self._planned is not None:
-            env[PLANNED_WINDOW_ENV] = f"{self._planned[0]}-{self._planned[1]}"
-        if self.adapter is not None and hasattr(self.adapter, "environment"):
-            env.update(self.adapter.environment())
+        if self.config.time_range is None:
+            env[PLANNED_WINDOW_ENV] = f"{window.planned[0]}-{window.planned[1]}"
+        env.update(self.adapter.environment())
         env.update(self.notes)
-        env[FIRST_STEP_ENV] = str(self._first_seen)  # a window that holds it shows its one-off costs apart
+        env[FIRST_STEP_ENV] = str(self._seen.first)  # a window that holds it shows its one-off costs apart
         snap = self.collector.snapshot()
-        shifts = getattr(self.adapter, "step_bound_shifts", None)
-        if shifts is not None:
-            try:
-                shift_step_bounds(snap, shifts())
-            except Exception as exc:  # the window is still written, its bounds as the steps marked them
-                self.fail(exc, "step bounds")
+        try:
+            shift_step_bounds(snap, self.adapter.step_bound_shifts())
+        except Exception as exc:  # the window is still written, its bounds as the steps marked them
+            self.fail(exc, "step bounds")
         profile = profile_from_snapshot(
             snap,
             self.collector.monitor_samples(),
             steps=steps,
             **self._steps.profile_fields(),
-            window_t0=self._window_t0,
+            window_t0=window.opened_ns,
             run=self.config.run or ".",
             rank=self.rank,
             host=self.host,
             framework=self.framework,
             mode=self.config.mode,
             env=env,
-            start_unix_ns=self._window_unix,
-            duration_ns=self.clock() - self._window_t0,
-            init_ns=(self._first_step_ns - self._created_ns) if self._first_step_ns else -1,
+            start_unix_ns=window.opened_unix_ns,
+            duration_ns=self.clock() - window.opened_ns,
+            init_ns=self._seen.init_ns(),
             world_size=self.world_size,
         )
         # Analysis is left to whoever reads the window (`analyzer.findings_of`):
@@ -460,26 +447,28 @@ class Session:
         # Every later window would fail the same way: stop paying for them.
         logger.warning("DeepContext could not write its profile under %s (%s); profiling stops",
                        self.config.logdir, exc)
-        self.disabled = True
+        if self.state is State.ON:  # a failure before stays the reason
+            self.state = State.OFF
 
     # --- failure ---------------------------------------------------------------
     def fail(self, exc: BaseException, where: str) -> None:
         """Log once, disable, keep what was collected; never raises."""
-        if self._failed_once:
+        if self.state is State.FAILED:
             return
-        self._failed_once = True
-        self.disabled = True
+        self.state = State.FAILED
         logger.error("DeepContext disabled itself after an internal error in %s: %r", where, exc, exc_info=exc)
         try:
             with deferred_interrupts():
-                if self.window is not None:
-                    steps = (self.window[0], max(self._last_step + 1, self.window[0] + 1))
+                window = self._window
+                if window is not None:
+                    start = window.planned[0]
+                    steps = (start, max(self._steps.step + 1, start + 1))
                     self._steps.close(self.collector)
                     try:
                         self._stop_collecting()
                     finally:
-                        self.window = None
-                    self._write(steps)
+                        self._window = None
+                    self._write(window, steps)
         except Exception:  # nothing more can be saved
             logger.debug("DeepContext could not save the partial window", exc_info=True)
         finally:

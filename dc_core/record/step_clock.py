@@ -40,6 +40,7 @@ class StepClock:
         self._others_from = -1  # ... their total when the window opened
         self._wait_ns = -1  # the step thread's run-queue wait when its step (or the loop after it) began
         self.thread = 0  # the thread that drives the steps
+        self.step = -1  # the step begun (or ended) last in a window
         self._start_ns = 0  # the step running began (session clock)
         self._open = False  # a step begun and not ended
         self._between_ns: int | None = None  # a trainer's loop between two steps, since (session clock)
@@ -53,8 +54,9 @@ class StepClock:
         self.times, self.waits = [], []
         self.others_wait, self._others_from = -1, workers_wait_ns()
 
-    def begin(self, c: Any, phase: int) -> None:
-        """A step begins on this thread, in phase frame ``phase``."""
+    def begin(self, c: Any, phase: int, step: int) -> None:
+        """Step ``step`` begins on this thread, in phase frame ``phase``."""
+        self.step = step
         between = self._close_scopes(c, self._between_ns)  # on the thread that opened them, before it changes
         self.thread = get_ident()
         self._updates, self._tail = 0, False
@@ -68,8 +70,8 @@ class StepClock:
         self._start_ns = self.clock()
         c.enter([phase], ROOT_NODE, False, WHOLE_STACK)
 
-    def end(self, c: Any, overhead_ns: int) -> None:
-        """The step ends; ``overhead_ns`` of it were the framework's one-offs
+    def end(self, c: Any, overhead_ns: int, step: int) -> None:
+        """Step ``step`` ends; ``overhead_ns`` of it were the framework's one-offs
         (JAX compiling a new shape), reported as a phase of their own, not step time."""
         elapsed = self._close_scopes(c, self._start_ns if self._open else None)
         self.times.append(max(elapsed - overhead_ns, 0))
@@ -80,6 +82,7 @@ class StepClock:
         self._open = False
         if self._updates:
             self._updates_per_step = self._updates
+        self.step = step
 
     def between(self, c: Any, other: int) -> None:
         """The window stays open after a step ended: the loop until the next

@@ -20,6 +20,8 @@ class WindowSchedule:
         self._cut = False  # the open time range ends at the next step end, however long it ran
         self._current: tuple[int, int] | None = None
         self._next_start = steps.start  # cheap first test for the hot path
+        self._skipped_until = 0  # steps of a skipped window are not opened again
+        self.skips = 0  # windows the adapter skipped (`skip`)
 
     def describe(self) -> str:
         """The windows planned, in words: ``steps 5–7, then every 100 steps``."""
@@ -36,7 +38,10 @@ class WindowSchedule:
         return step >= self._next_start
 
     def open_at(self, step: int, now: int) -> tuple[int, int] | None:
-        """The window opening at ``step`` (start, planned end_exclusive), or None."""
+        """The window opening at ``step`` (start, planned end_exclusive), or None
+        (also inside a window that was skipped)."""
+        if step < self._skipped_until:
+            return None
         if self.time_range is not None:
             elapsed_s = (now - self.start_ns) / 1e9
             if self._time_window_done or elapsed_s < self.time_range.start_after_s:
@@ -65,6 +70,13 @@ class WindowSchedule:
             self._advance(step + 1)
             return True
         return False
+
+    def skip(self, window: tuple[int, int]) -> bool:
+        """``window`` (as `open_at` gave it) is not recorded: its steps are
+        not opened again. True for the first window skipped."""
+        self._skipped_until = window[1]
+        self.skips += 1
+        return self.skips == 1
 
     def cut(self) -> None:
         """End the open time range at the next step end, before its duration."""

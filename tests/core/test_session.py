@@ -9,6 +9,7 @@ import pytest
 
 from dc_core.demo.workload import train
 from dc_core.store.logdir import load_profiles
+from dc_core.record.adapter import Adapter
 from dc_core.record.session import Session, active_sessions
 
 
@@ -71,7 +72,7 @@ def test_user_exception_passes_through_unchanged(tmp_path):
     assert len(session.written) == 1
 
 
-class BrokenAdapter:
+class BrokenAdapter(Adapter):
     framework = "broken"
 
     def __init__(self):
@@ -198,3 +199,19 @@ def test_a_loop_that_ends_inside_a_window_writes_it_as_partial_of_its_plan(tmp_p
     assert profile.steps == (5, 6) and profile.env["planned_window"] == "5-8"
     assert window_label(profile.steps, profile.step_times_ns, profile.env) == \
         "step 5 (partial: step 5 timed, of steps 5–7 planned)"
+
+
+def test_the_session_state_says_why_profiling_is_off(tmp_path):
+    from dc_core.record.state import State
+
+    assert Session(logdir=str(tmp_path), enabled=False).state is State.OFF
+    session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 2}, cpu_sampling_hz=0)
+    assert session.state is State.ON and type(session.adapter) is Adapter  # the base one: hooks nothing
+    session.step_begin(0)
+    assert session.window == (0, 2) and session.last_step == 0
+    session.fail(RuntimeError("profiler bug"), "test")
+    assert session.state is State.FAILED and session.disabled and session.window is None
+    session._write_failed(tmp_path, OSError("later"))  # a failure stays the reason
+    assert session.state is State.FAILED
+    session.close()
+    assert len(session.written) == 1  # the partial window, written at the failure
