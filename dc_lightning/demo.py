@@ -58,3 +58,9 @@ def run_demo(logdir: str, steps: int = 8) -> list[pathlib.Path]:
                              log_every_n_steps=1, callbacks=[callback])
         trainer.fit(DemoGPT())
     return list(callback.written)
+
+
+def demo(logdir: str, run: str | None = None) -> list[pathlib.Path]:
+    """``deepcontext demo``'s workload: `run_demo`. ``run`` is not used: the
+    Trainer's logger names its own run (``version_N``)."""
+    return run_demo(logdir)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import time
 from pathlib import Path
@@ -12,22 +11,24 @@ from typing import Any
 from rich.markup import escape
 
 
-#: Workloads, richest first: (name, what must be importable for it, the extra that installs it).
-WORKLOADS = (
-    ("lightning", (("lightning", "pytorch_lightning"),), "lightning"),
-    ("torch", (("torch",),), "torch"),
-    ("jax", (("jax",), ("flax",), ("optax",)), "jax"),
-    ("python", (), ""),
-)
+def workloads() -> tuple[tuple[str, tuple[tuple[str, ...], ...], str, str], ...]:
+    """Workloads, richest first: (name, what must be importable for it, the
+    extra that installs it, how the help names it): the installed adapter
+    packages' demos, then the pure-Python one."""
+    from ..record.adapter import adapter_packages
+
+    demos = [(p.name, p.demo.needs, p.demo.extra, p.demo.label or p.name) for p in adapter_packages() if p.demo]
+    return (*demos, ("python", (), "", "pure Python"))
 
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("demo", help="profile a small embedded training run and print its report")
     p.add_argument("--logdir", default="runs/deepcontext-demo",
                    help="where to write the profile (each demo run gets its own run directory)")
-    p.add_argument("--workload", choices=("auto", *(name for name, _, _ in WORKLOADS)), default="auto",
+    found = workloads()
+    p.add_argument("--workload", choices=("auto", *(name for name, *_ in found)), default="auto",
                    help="auto picks the richest workload whose framework is installed: "
-                        "lightning, else torch, else jax (Flax), else pure Python")
+                        + ", else ".join(label for *_, label in found))
     p.set_defaults(run=run)
 
 
@@ -40,7 +41,7 @@ def _installed(module: str) -> bool:
 
 def missing(workload: str) -> str | None:
     """What ``workload`` needs that is not installed (a pip hint), or None."""
-    for name, needs, extra in WORKLOADS:
+    for name, needs, extra, _ in workloads():
         if name == workload:
             for alternatives in needs:
                 if not any(_installed(m) for m in alternatives):
@@ -51,10 +52,10 @@ def missing(workload: str) -> str | None:
 
 
 def pick(workload: str) -> str:
-    """``workload``, or for ``auto`` the first of WORKLOADS whose framework imports."""
+    """``workload``, or for ``auto`` the first of `workloads` whose framework imports."""
     if workload != "auto":
         return workload
-    return next(name for name, _, _ in WORKLOADS if missing(name) is None)
+    return next(name for name, *_ in workloads() if missing(name) is None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,10 +76,8 @@ def run(args: argparse.Namespace) -> int:
         from ..demo.workload import train
 
         written = train(args.logdir, run=run_name)
-    elif workload == "lightning":  # the Trainer's logger names its own run (version_N)
-        written = importlib.import_module("dc_lightning.demo").run_demo(args.logdir)
     else:
-        written = importlib.import_module(f"dc_{workload}.demo").run_demo(args.logdir, run=run_name)
+        written = _demo_of(workload)(args.logdir, run=run_name)
     if not written:
         console.print("[red]the demo wrote no profile[/]")
         return 1
@@ -90,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"open the DeepContext tab: [bold]deepcontext view {args.logdir}[/] "
                   f"(or tensorboard --logdir {args.logdir})")
     return status
+
+
+def _demo_of(workload: str) -> Any:
+    """The function that trains an adapter package's demo workload."""
+    from ..record.adapter import adapter_packages, load
+
+    return next(load(p.demo.run) for p in adapter_packages() if p.demo and p.name == workload)
 
 
 def run_directory(profile: Path) -> Path:

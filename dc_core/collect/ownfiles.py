@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_PACKAGES = ("dc_core", "dc_torch", "dc_jax", "dc_lightning", "dc_hf")
 # Interpreter machinery that runs user code but is not user code (runpy, importlib).
 _ALWAYS_SKIPPED = ("<frozen ",)
 
@@ -71,13 +70,28 @@ def _own_files() -> frozenset[str]:
 
 @functools.cache  # walking the packages costs milliseconds, at a window's first step
 def _package_files() -> tuple[str, ...]:
-    root = Path(__file__).resolve().parents[2]
+    """The module files of dc_core and of every installed adapter package
+    (found by entry point: ``dc_core.record.adapter.adapter_packages``)."""
+    from ..record.adapter import adapter_packages
+
+    core = Path(__file__).resolve().parents[1]
+    directories = [core, *(d for p in adapter_packages() for d in _package_directories(p.package))]
     files = []
-    for package in _PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            if "demo" not in path.relative_to(root / package).parts[0]:
+    for directory in dict.fromkeys(directories):
+        for path in sorted(directory.rglob("*.py")):
+            if "demo" not in path.relative_to(directory).parts[0]:
                 files.append(str(path))
     return tuple(files)
+
+
+def _package_directories(package: str) -> list[Path]:
+    try:
+        spec = importlib.util.find_spec(package)  # a top-level package: found, not imported
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(os.fspath(d)).resolve() for d in spec.submodule_search_locations]
 
 
 def skip_profiler_files(collector: Any, extra: tuple[str, ...] = ()) -> None:
