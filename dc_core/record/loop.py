@@ -30,7 +30,7 @@ class StepLoop:
     use it as a context manager. Outside a window ``step()`` costs a compare.
 
     Args:
-        adapter: The framework's hooks, installed while a window is open.
+        adapter: The framework's hooks, installed while a window is open (None: none).
         config: What to profile; keyword ``overrides`` replace its fields
             (``DEEPCONTEXT_CONFIG`` wins over both) and may name the session's
             ``rank``, ``world_size`` or ``host``.
@@ -46,7 +46,7 @@ class StepLoop:
         current_step: The number of the step running now.
     """
 
-    def __init__(self, adapter: Adapter, config: ProfilerConfig | None = None, *, framework: str,
+    def __init__(self, adapter: Adapter | None, config: ProfilerConfig | None = None, *, framework: str,
                  default_phase: str, **overrides: Any) -> None:
         self.adapter = adapter
         self.session = Session(config, framework=framework, adapter=adapter, default_phase=default_phase, **overrides)
