@@ -7,8 +7,8 @@
 
 namespace dc {
 
-bool bind_args(const char* fn, const char* const* names, int n, int required,
-               PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** given) {
+bool bind_args(const char* fn, const char* const* names, int n, int required, PyObject* const* args,
+               Py_ssize_t nargs, PyObject* kwnames, PyObject** given) {
   for (int i = 0; i < n; ++i) given[i] = nullptr;
   if (nargs > n) {
     if (n == 0)

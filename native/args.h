@@ -17,8 +17,8 @@ class Collector;
 // Binds METH_FASTCALL arguments (positional, then keyword) to the `n`
 // parameters `names` of `fn`: given[i] is the object passed for names[i], or
 // nullptr. The first `required` must be passed. TypeError otherwise.
-bool bind_args(const char* fn, const char* const* names, int n, int required,
-               PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** given);
+bool bind_args(const char* fn, const char* const* names, int n, int required, PyObject* const* args,
+               Py_ssize_t nargs, PyObject* kwnames, PyObject** given);
 
 // IndexError "no node N" / "no frame N" unless the id exists.
 bool check_node(const Collector& c, int64_t node);

@@ -23,11 +23,12 @@ void Between::bill_span(ThreadScopes* ts, Scope& s, int64_t node, int64_t from, 
 void Between::modules_below(int64_t node, int64_t top, std::vector<int64_t>* out) const {
   out->clear();
   for (; node > 0 && node != top; node = store_.tree.parent(node))
-    if (store_.frames.at(store_.tree.frames()[static_cast<size_t>(node)]).kind == KIND_MODULE) out->push_back(node);
+    if (store_.frames.at(store_.tree.frames()[static_cast<size_t>(node)]).kind == KIND_MODULE)
+      out->push_back(node);
 }
 
 void Between::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool inside,
-                             int64_t start) {
+                           int64_t start) {
   const int64_t from = s.last_ns;
   if (ts->calls.empty() && !ts->calls_lost) {  // the usual case: no module call timed in between
     if (start > from) bill_span(ts, s, stretch_node(s, context, inside), from, start);
@@ -42,9 +43,12 @@ void Between::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool ins
   if (!ts->calls_lost) {
     for (const ThreadScopes::Call& c : ts->calls) {
       if (c.ns <= from || c.ns > start) continue;
-      if (c.enter) entries_.push_back(c.ns);
-      else if (!entries_.empty()) entries_.pop_back();
-      else exits_.push_back(c.ns);
+      if (c.enter)
+        entries_.push_back(c.ns);
+      else if (!entries_.empty())
+        entries_.pop_back();
+      else
+        exits_.push_back(c.ns);
     }
   }
   ts->calls.clear();
@@ -59,8 +63,14 @@ void Between::bill_between(ThreadScopes* ts, Scope& s, int64_t context, bool ins
   const bool before = inside && store_.tree.valid_node(context);
   int64_t top = after && before ? store_.tree.common(s.last_context, context) : s.node;
   if (store_.tree.depth(top) < store_.tree.depth(s.node)) top = s.node;
-  if (after) modules_below(s.last_context, top, &left_); else left_.clear();
-  if (before) modules_below(context, top, &entered_); else entered_.clear();
+  if (after)
+    modules_below(s.last_context, top, &left_);
+  else
+    left_.clear();
+  if (before)
+    modules_below(context, top, &entered_);
+  else
+    entered_.clear();
   if (exits_.size() > left_.size() || entries_.size() > entered_.size()) {
     bill_span(ts, s, at, from, start);  // calls the path does not show: no split
     return;
@@ -83,12 +93,15 @@ int64_t Between::stretch_node(const Scope& s, int64_t context, bool inside) cons
   // from two lines of the outermost function, the scope's first or last
   // stretch), to the outermost frame of the call before (returning from it),
   // else of the call after (on the way to it): never to the scope alone.
-  if (inside && s.last_inside && context == s.last_context && context != s.node && store_.tree.valid_node(context))
+  if (inside && s.last_inside && context == s.last_context && context != s.node &&
+      store_.tree.valid_node(context))
     return context;  // two calls from the same place: the usual case
   const int64_t depth = store_.tree.depth(s.node);
-  const bool after = s.last_inside && s.last_context != s.node && store_.tree.valid_node(s.last_context) &&
+  const bool after = s.last_inside && s.last_context != s.node &&
+                     store_.tree.valid_node(s.last_context) &&
                      store_.tree.depth(s.last_context) > depth;
-  const bool before = inside && store_.tree.valid_node(context) && store_.tree.depth(context) > depth;
+  const bool before =
+      inside && store_.tree.valid_node(context) && store_.tree.depth(context) > depth;
   if (after && before) {
     const int64_t at = store_.tree.common(s.last_context, context);
     if (store_.tree.depth(at) > depth) return at;

@@ -63,7 +63,8 @@ int64_t OpCapture::context_node(OpThread& t, int64_t frame) {
   if (const int64_t* hit = t.paths.find(a, static_cast<uint64_t>(parent)))
     return *hit == kEngineOp ? anchored(t, after, frame) : *hit;
   const int64_t miss_start = now_ns();
-  if (n > 0 && !walked) n = walk_frames(t.ts, reinterpret_cast<PyCodeObject*>(context_code_), t.walk, kMaxWalk);
+  if (n > 0 && !walked)
+    n = walk_frames(t.ts, reinterpret_cast<PyCodeObject*>(context_code_), t.walk, kMaxWalk);
   if (n < 0) n = 0;
   int keep = n - static_cast<int>(min_depth);
   if (keep < 0) keep = 0;
@@ -140,9 +141,8 @@ int OpCapture::walk_with_gil(OpThread& t) {
       }
       if (PyErr_Occurred()) PyErr_Clear();
     }
-    t.walk[n++] = RawFrame{code, reinterpret_cast<const void*>(
-                                     static_cast<intptr_t>(PyFrame_GetLasti(f)) + 1),
-                           self};
+    t.walk[n++] = RawFrame{
+        code, reinterpret_cast<const void*>(static_cast<intptr_t>(PyFrame_GetLasti(f)) + 1), self};
     PyFrameObject* back = PyFrame_GetBack(f);
     Py_XDECREF(back);
     f = back;

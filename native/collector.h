@@ -70,8 +70,7 @@ class Collector {
 
   // Python call paths and scopes (python_scopes.h)
   void python_frames(std::vector<int64_t>* out) { scopes_.python_frames(out); }
-  int64_t enter(const int64_t* frames, size_t n, int64_t parent, bool capture,
-                int64_t user_depth) {
+  int64_t enter(const int64_t* frames, size_t n, int64_t parent, bool capture, int64_t user_depth) {
     return scopes_.enter(frames, n, parent, capture, user_depth);
   }
   int64_t exit() { return scopes_.exit(); }
@@ -92,8 +91,8 @@ class Collector {
   Monitor& monitor() { return monitor_; }
 
   // native operator capture (opcapture.h)
-  bool capture_start(int64_t backward_frame, bool nested, PyObject* context_code,
-                     PyObject* namer, bool allow_gil_free, int64_t unscoped_frame = -1) {
+  bool capture_start(int64_t backward_frame, bool nested, PyObject* context_code, PyObject* namer,
+                     bool allow_gil_free, int64_t unscoped_frame = -1) {
     return capture_.start(backward_frame, nested, context_code, namer, allow_gil_free,
                           unscoped_frame);
   }

@@ -16,9 +16,8 @@ namespace {
 // through the general, slower cast.
 Collector* self_of(PyObject* self) {
   auto* inst = reinterpret_cast<py::detail::instance*>(self);
-  Collector* c = inst->simple_layout
-                     ? static_cast<Collector*>(inst->simple_value_holder[0])
-                     : py::handle(self).cast<Collector*>();
+  Collector* c = inst->simple_layout ? static_cast<Collector*>(inst->simple_value_holder[0])
+                                     : py::handle(self).cast<Collector*>();
   if (c == nullptr) PyErr_SetString(PyExc_TypeError, "Collector.__init__ was not called");
   return c;
 }
@@ -66,11 +65,13 @@ PyObject* fast_module_exit(PyObject* self, PyObject* const*, Py_ssize_t, PyObjec
 }
 
 PyMethodDef module_enter_def = {
-    "module_enter", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_module_enter)),
+    "module_enter",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_module_enter)),
     METH_FASTCALL | METH_KEYWORDS,
     "module_enter(*hook_args) -> None\n\nA module call begins on this thread (see _native.pyi)."};
 PyMethodDef module_exit_def = {
-    "module_exit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_module_exit)),
+    "module_exit",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(fast_module_exit)),
     METH_FASTCALL | METH_KEYWORDS,
     "module_exit(*hook_args) -> None\n\nA module call ends on this thread (see _native.pyi)."};
 

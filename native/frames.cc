@@ -17,8 +17,8 @@ FrameTable::FrameTable(StringTable* strings) : strings_(strings) {
   intern(KIND_ROOT, "", "", 0, "", 0);  // frame 0 is the root frame
 }
 
-int64_t FrameTable::intern(int64_t kind, std::string_view name, std::string_view file,
-                           int64_t line, std::string_view detail, int64_t flags) {
+int64_t FrameTable::intern(int64_t kind, std::string_view name, std::string_view file, int64_t line,
+                           std::string_view detail, int64_t flags) {
   return intern_ids(Frame{kind, strings_->intern(name), strings_->intern(file), line,
                           strings_->intern(detail), flags});
 }

@@ -151,8 +151,9 @@ PYBIND11_MODULE(_native, m) {
   m.attr("METRIC_COUNT") = static_cast<int>(dc::METRIC_COUNT);
   m.attr("METRIC_SAMPLES") = static_cast<int>(dc::METRIC_SAMPLES);
   m.def("now_ns", &dc::now_ns, "Monotonic clock (CLOCK_MONOTONIC) in nanoseconds.");
-  m.def("demangle", [](const std::string& name) { return dc::demangle(name.c_str()); },
-        py::arg("name"), "The collector's C++ demangler (names from ELF symbol tables).");
+  m.def(
+      "demangle", [](const std::string& name) { return dc::demangle(name.c_str()); },
+      py::arg("name"), "The collector's C++ demangler (names from ELF symbol tables).");
 
   // Threads must be stopped while the interpreter is still whole: atexit
   // callbacks run before finalization, Py_AtExit ones after it.
@@ -160,61 +161,64 @@ PYBIND11_MODULE(_native, m) {
   py::module_::import("atexit").attr("register")(m.attr("_stop_all"));
 
   py::class_<Collector> cls(m, "Collector");
-  cls
-      .def(py::init([](int64_t max_nodes, int64_t max_samples) {
-             if (max_nodes < 1)
-               throw py::value_error("max_nodes must be >= 1, got " + std::to_string(max_nodes));
-             if (max_samples < 0)
-               throw py::value_error("max_samples must be >= 0, got " +
-                                     std::to_string(max_samples));
-             return new Collector(max_nodes, max_samples);
-           }),
-           py::arg("max_nodes") = 500000, py::arg("max_samples") = 100000)
-      .def("intern", &Collector::intern, py::arg("kind"), py::arg("name"),
-           py::arg("file") = "", py::arg("line") = 0, py::arg("detail") = "",
-           py::arg("flags") = 0)
+  cls.def(py::init([](int64_t max_nodes, int64_t max_samples) {
+            if (max_nodes < 1)
+              throw py::value_error("max_nodes must be >= 1, got " + std::to_string(max_nodes));
+            if (max_samples < 0)
+              throw py::value_error("max_samples must be >= 0, got " + std::to_string(max_samples));
+            return new Collector(max_nodes, max_samples);
+          }),
+          py::arg("max_nodes") = 500000, py::arg("max_samples") = 100000)
+      .def("intern", &Collector::intern, py::arg("kind"), py::arg("name"), py::arg("file") = "",
+           py::arg("line") = 0, py::arg("detail") = "", py::arg("flags") = 0)
       .def("skip_prefix", &Collector::skip_prefix, py::arg("prefix"))
-      .def("metric",
-           [](Collector& c, const std::string& name, const std::string& unit) {
-             int64_t id = c.metric(name, unit);
-             if (id < 0)
-               throw py::value_error("metric " + name + " is registered with another unit");
-             return id;
-           },
-           py::arg("name"), py::arg("unit"))
-      .def("child",
-           [](Collector& c, int64_t parent, int64_t frame) {
-             require(dc::check_node(c, parent) && dc::check_frame(c, frame));
-             return c.child(parent, frame);
-           },
-           py::arg("parent"), py::arg("frame"))
-      .def("path",
-           [](Collector& c, int64_t parent, py::handle frames) {
-             static std::vector<int64_t> ids;  // GIL-protected scratch
-             require(dc::check_node(c, parent) && dc::read_frames(frames.ptr(), c, &ids));
-             return c.path(parent, ids.data(), ids.size());
-           },
-           py::arg("parent"), py::arg("frames"))
-      .def("mirror",
-           [](Collector& c, int64_t node, int64_t top) {
-             require(dc::check_node(c, node) && dc::check_node(c, top));
-             return c.mirror(node, top);
-           },
-           py::arg("node"), py::arg("top"))
-      .def("parent",
-           [](Collector& c, int64_t node) {
-             require(dc::check_node(c, node));
-             return c.parent(node);
-           },
-           py::arg("node"))
-      .def("add",
-           [](Collector& c, int64_t node, int64_t metric, int64_t value) {
-             require(dc::check_node(c, node));
-             if (!c.tree().valid_metric(metric))
-               throw py::index_error("no metric " + std::to_string(metric));
-             c.add(node, metric, value);
-           },
-           py::arg("node"), py::arg("metric"), py::arg("value"))
+      .def(
+          "metric",
+          [](Collector& c, const std::string& name, const std::string& unit) {
+            int64_t id = c.metric(name, unit);
+            if (id < 0)
+              throw py::value_error("metric " + name + " is registered with another unit");
+            return id;
+          },
+          py::arg("name"), py::arg("unit"))
+      .def(
+          "child",
+          [](Collector& c, int64_t parent, int64_t frame) {
+            require(dc::check_node(c, parent) && dc::check_frame(c, frame));
+            return c.child(parent, frame);
+          },
+          py::arg("parent"), py::arg("frame"))
+      .def(
+          "path",
+          [](Collector& c, int64_t parent, py::handle frames) {
+            static std::vector<int64_t> ids;  // GIL-protected scratch
+            require(dc::check_node(c, parent) && dc::read_frames(frames.ptr(), c, &ids));
+            return c.path(parent, ids.data(), ids.size());
+          },
+          py::arg("parent"), py::arg("frames"))
+      .def(
+          "mirror",
+          [](Collector& c, int64_t node, int64_t top) {
+            require(dc::check_node(c, node) && dc::check_node(c, top));
+            return c.mirror(node, top);
+          },
+          py::arg("node"), py::arg("top"))
+      .def(
+          "parent",
+          [](Collector& c, int64_t node) {
+            require(dc::check_node(c, node));
+            return c.parent(node);
+          },
+          py::arg("node"))
+      .def(
+          "add",
+          [](Collector& c, int64_t node, int64_t metric, int64_t value) {
+            require(dc::check_node(c, node));
+            if (!c.tree().valid_metric(metric))
+              throw py::index_error("no metric " + std::to_string(metric));
+            c.add(node, metric, value);
+          },
+          py::arg("node"), py::arg("metric"), py::arg("value"))
       .def("node_count", [](Collector& c) { return c.tree().node_count(); })
       .def("python_frames",
            [](Collector& c) {
@@ -230,59 +234,59 @@ PYBIND11_MODULE(_native, m) {
       .def("depth", &Collector::depth)
       .def("unwind", &Collector::unwind, py::arg("depth"))
       .def("lend", &Collector::lend, py::arg("thread"), py::arg("start_ns"), py::arg("end_ns"))
-      .def("start_sampler",
-           [](Collector& c, double hz, bool native) {
-             if (!(hz > 0)) throw py::value_error("hz must be > 0, got " + std::to_string(hz));
-             c.start_sampler(hz, native);
-           },
-           py::arg("hz"), py::arg("native") = false)
+      .def(
+          "start_sampler",
+          [](Collector& c, double hz, bool native) {
+            if (!(hz > 0)) throw py::value_error("hz must be > 0, got " + std::to_string(hz));
+            c.start_sampler(hz, native);
+          },
+          py::arg("hz"), py::arg("native") = false)
       .def("stop_sampler", &Collector::stop_sampler)
       .def("sampler_running", &Collector::sampler_running)
-      .def("start_monitor",
-           [](Collector& c, int64_t interval_ms) {
-             if (interval_ms <= 0)
-               throw py::value_error("interval_ms must be > 0, got " +
-                                     std::to_string(interval_ms));
-             c.start_monitor(interval_ms);
-           },
-           py::arg("interval_ms"))
+      .def(
+          "start_monitor",
+          [](Collector& c, int64_t interval_ms) {
+            if (interval_ms <= 0)
+              throw py::value_error("interval_ms must be > 0, got " + std::to_string(interval_ms));
+            c.start_monitor(interval_ms);
+          },
+          py::arg("interval_ms"))
       .def("stop_monitor", &Collector::stop_monitor)
       .def("monitor_samples", &monitor_samples)
       .def("snapshot", &snapshot)
       .def("mark_step", &Collector::mark_step)
       .def("reset", &Collector::reset)
-      .def("capture_start",
-           [](Collector& c, int64_t backward_frame, bool nested, py::object context_code,
-              py::object namer, bool gil_free, int64_t unscoped_frame) {
-             require(dc::check_frame(c, backward_frame));
-             if (unscoped_frame != -1) require(dc::check_frame(c, unscoped_frame));
-             if (!context_code.is_none() && !PyCode_Check(context_code.ptr()))
-               throw py::type_error("context_code must be a code object or None");
-             if (!namer.is_none() && !PyCallable_Check(namer.ptr()))
-               throw py::type_error("namer must be callable or None");
-             return c.capture_start(backward_frame, nested,
-                                    context_code.is_none() ? nullptr : context_code.ptr(),
-                                    namer.is_none() ? nullptr : namer.ptr(), gil_free,
-                                    unscoped_frame);
-           },
-           py::arg("backward_frame"), py::arg("nested"), py::arg("context_code"),
-           py::arg("namer"), py::arg("gil_free") = true, py::arg("unscoped_frame") = -1)
+      .def(
+          "capture_start",
+          [](Collector& c, int64_t backward_frame, bool nested, py::object context_code,
+             py::object namer, bool gil_free, int64_t unscoped_frame) {
+            require(dc::check_frame(c, backward_frame));
+            if (unscoped_frame != -1) require(dc::check_frame(c, unscoped_frame));
+            if (!context_code.is_none() && !PyCode_Check(context_code.ptr()))
+              throw py::type_error("context_code must be a code object or None");
+            if (!namer.is_none() && !PyCallable_Check(namer.ptr()))
+              throw py::type_error("namer must be callable or None");
+            return c.capture_start(
+                backward_frame, nested, context_code.is_none() ? nullptr : context_code.ptr(),
+                namer.is_none() ? nullptr : namer.ptr(), gil_free, unscoped_frame);
+          },
+          py::arg("backward_frame"), py::arg("nested"), py::arg("context_code"), py::arg("namer"),
+          py::arg("gil_free") = true, py::arg("unscoped_frame") = -1)
       .def("capture_stop", &Collector::capture_stop)
       .def("capture_suspend", &Collector::capture_suspend, py::arg("delta"))
-      .def("capture_seq",
-           [](Collector& c, uint64_t thread, int64_t first, int64_t last, int64_t node) {
-             require(dc::check_node(c, node));
-             c.capture_seq(thread, first, last, node);
-           },
-           py::arg("thread"), py::arg("first"), py::arg("last"), py::arg("node"))
+      .def(
+          "capture_seq",
+          [](Collector& c, uint64_t thread, int64_t first, int64_t last, int64_t node) {
+            require(dc::check_node(c, node));
+            c.capture_seq(thread, first, last, node);
+          },
+          py::arg("thread"), py::arg("first"), py::arg("last"), py::arg("node"))
       .def("capturing", &Collector::capturing)
-      .def("capture_api",
-           [](Collector& c) {
-             // Borrowed by the framework extension between capture_start and
-             // capture_stop, while the caller keeps the collector alive.
-             void* api = const_cast<dc_capture_api*>(c.capture_api());
-             return py::reinterpret_steal<py::object>(
-                 PyCapsule_New(api, DC_CAPTURE_CAPSULE, nullptr));
-           });
+      .def("capture_api", [](Collector& c) {
+        // Borrowed by the framework extension between capture_start and
+        // capture_stop, while the caller keeps the collector alive.
+        void* api = const_cast<dc_capture_api*>(c.capture_api());
+        return py::reinterpret_steal<py::object>(PyCapsule_New(api, DC_CAPTURE_CAPSULE, nullptr));
+      });
   dc::install_fastcall(cls);
 }

@@ -25,8 +25,12 @@ namespace {
 // The few NVML entry points we need, declared here so no CUDA headers are
 // required to build; resolved with dlopen so a machine without a GPU driver
 // simply reports no GPU columns.
-struct NvmlUtilization { unsigned int gpu, memory; };
-struct NvmlMemory { unsigned long long total, free, used; };
+struct NvmlUtilization {
+  unsigned int gpu, memory;
+};
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
 typedef void* NvmlDevice;
 
 struct Nvml {
@@ -46,8 +50,8 @@ struct Nvml {
         dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
     util = reinterpret_cast<int (*)(NvmlDevice, NvmlUtilization*)>(
         dlsym(lib, "nvmlDeviceGetUtilizationRates"));
-    memory = reinterpret_cast<int (*)(NvmlDevice, NvmlMemory*)>(
-        dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+    memory =
+        reinterpret_cast<int (*)(NvmlDevice, NvmlMemory*)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
     ok = init && count && handle && util && memory && init() == 0;
   }
 };

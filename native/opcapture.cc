@@ -84,8 +84,8 @@ bool OpCapture::walk_matches_public_api() {
   return i == n;
 }
 
-bool OpCapture::start(int64_t backward_frame, bool nested, PyObject* context_code,
-                      PyObject* namer, bool allow_gil_free, int64_t unscoped_frame) {
+bool OpCapture::start(int64_t backward_frame, bool nested, PyObject* context_code, PyObject* namer,
+                      bool allow_gil_free, int64_t unscoped_frame) {
   OpCapture* expected = nullptr;
   if (!g_capturing.compare_exchange_strong(expected, this) && expected != this)
     throw std::runtime_error("another collector is capturing operators");
@@ -93,7 +93,8 @@ bool OpCapture::start(int64_t backward_frame, bool nested, PyObject* context_cod
   {
     auto lock = store_.lock();
     backward_frame_ = store_.valid_frame(backward_frame) ? backward_frame : -1;
-    backward_root_ = -1;  // made on the first backward function, so a window without one has no such node
+    backward_root_ =
+        -1;  // made on the first backward function, so a window without one has no such node
     unscoped_frame_ = store_.valid_frame(unscoped_frame) ? unscoped_frame : -1;
     own_frame_ = store_.frames.intern(KIND_OPERATOR, kOwnFrame, "", 0, "", 0);
     unscoped_root_.store(unscoped_frame_ >= 0 ? -1 : 0);  // likewise
@@ -184,7 +185,8 @@ int64_t OpCapture::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t
   OpThread::Open* slot = t.open_slot((flags & DC_OP_REGION) != 0);
   if (slot == nullptr) return -1;
   OpThread::Open& o = *slot;
-  if (t.busy || t.suspended > 0 || frame < 0) return -1;  // frame -1: a record that is not an operator
+  if (t.busy || t.suspended > 0 || frame < 0)
+    return -1;  // frame -1: a record that is not an operator
   const int outer = o.region ? -1 : t.innermost_op(d);
   int64_t node;
   if (outer >= 0) {
@@ -202,7 +204,8 @@ int64_t OpCapture::op_enter(int64_t frame, int64_t seq, uint64_t thread, int32_t
       auto lock = store_.lock();
       if (!capturing_.load(std::memory_order_relaxed)) return -1;
       int64_t fid = frame;
-      const Frame& outer_frame = store_.frames.at(store_.tree.frames()[static_cast<size_t>(outer_node)]);
+      const Frame& outer_frame =
+          store_.frames.at(store_.tree.frames()[static_cast<size_t>(outer_node)]);
       if (outer_frame.flags & FLAG_BACKWARD) {  // an op a backward function runs is backward too
         Frame f = store_.frames.at(frame);
         f.flags |= FLAG_BACKWARD;
@@ -235,17 +238,19 @@ int64_t OpCapture::backward_enter(int64_t frame, int64_t seq, uint64_t forward_t
   int64_t anchor = -1;
   if (seq < 0 && t.scopes != nullptr && !t.scopes->stack.empty()) {
     const Scope& s = t.scopes->stack.back();
-    if (s.node == t.backward_root && s.last_inside && s.last_context != s.node) anchor = s.last_context;
+    if (s.node == t.backward_root && s.last_inside && s.last_context != s.node)
+      anchor = s.last_context;
   }
-  const uint64_t key = anchor >= 0 ? (static_cast<uint64_t>(anchor) | kAnchorTag)
-                                   : static_cast<uint64_t>(forward);
+  const uint64_t key =
+      anchor >= 0 ? (static_cast<uint64_t>(anchor) | kAnchorTag) : static_cast<uint64_t>(forward);
   int64_t node;
   if (const int64_t* hit = t.backs.find(key, static_cast<uint64_t>(frame))) {
     node = *hit;
   } else {
     auto lock = store_.lock();
     if (!capturing_.load(std::memory_order_relaxed) || !store_.valid_frame(frame)) return -1;
-    if (backward_root_ < 0) backward_root_ = backward_frame_ >= 0 ? store_.tree.child(0, backward_frame_) : 0;
+    if (backward_root_ < 0)
+      backward_root_ = backward_frame_ >= 0 ? store_.tree.child(0, backward_frame_) : 0;
     t.backward_root = backward_root_;
     if (forward >= 0 && store_.tree.valid_node(forward)) {
       // backward phase -> the forward op's context -> forward op [backward],
@@ -254,7 +259,8 @@ int64_t OpCapture::backward_enter(int64_t frame, int64_t seq, uint64_t forward_t
       const Frame& bwd = store_.frames.at(frame);
       int64_t fid = store_.frames.intern_ids(
           Frame{KIND_OPERATOR, fwd.name, fwd.file, fwd.line, bwd.name, FLAG_BACKWARD});
-      node = store_.tree.child(store_.tree.mirror(store_.tree.parent(forward), backward_root_), fid);
+      node =
+          store_.tree.child(store_.tree.mirror(store_.tree.parent(forward), backward_root_), fid);
     } else if (anchor >= 0 && store_.tree.valid_node(anchor)) {
       node = store_.tree.child(anchor, frame);
     } else {
@@ -291,7 +297,8 @@ void OpCapture::op_exit(int64_t metric, int64_t value) {
     if (!capturing_.load(std::memory_order_relaxed)) return;
     store_.tree.add(o.node, METRIC_CPU_TIME, elapsed - o.child_ns);
     store_.tree.add(o.node, METRIC_COUNT, 1);
-    if (metric >= 0 && value != 0 && store_.tree.valid_metric(metric)) store_.tree.add(o.node, metric, value);
+    if (metric >= 0 && value != 0 && store_.tree.valid_metric(metric))
+      store_.tree.add(o.node, metric, value);
     if (scope != nullptr) {
       const int64_t context = store_.tree.parent(o.node);
       if (o.own_ns > 0) {

@@ -16,8 +16,10 @@ namespace dc {
 
 constexpr int kMaxWalk = 1024;    // deeper stacks are recorded without their path
 constexpr int kMaxOpDepth = 256;  // deeper nesting is counted, not recorded
-constexpr uint64_t kAnchorTag = uint64_t{1} << 62;  // a backward key that is a context, not a forward op
-constexpr int64_t kEngineOp = -2;  // a cached path: the op is autograd's engine's (see context_node)
+constexpr uint64_t kAnchorTag = uint64_t{1}
+                                << 62;  // a backward key that is a context, not a forward op
+constexpr int64_t kEngineOp =
+    -2;  // a cached path: the op is autograd's engine's (see context_node)
 
 // The last mix of a path hash (splitmix64's).
 inline uint64_t finish_hash(uint64_t h) {
@@ -28,25 +30,25 @@ inline uint64_t finish_hash(uint64_t h) {
 
 struct OpThread {
   struct Open {
-    int64_t node;       // -1: not recorded (nested in lightweight mode, or dropped)
+    int64_t node;  // -1: not recorded (nested in lightweight mode, or dropped)
     int64_t start_ns;
-    int64_t child_ns;   // inclusive time of recorded operators inside
-    int64_t py_depth;   // the thread's Python scope depth at entry
-    bool region;        // DC_OP_REGION: ops inside are not its inner ops
-    bool inside;        // its node is in the subtree of the scope it was entered in
-    int64_t own_ns;     // the profiler's own time just before it: resolving a new call path
+    int64_t child_ns;  // inclusive time of recorded operators inside
+    int64_t py_depth;  // the thread's Python scope depth at entry
+    bool region;       // DC_OP_REGION: ops inside are not its inner ops
+    bool inside;       // its node is in the subtree of the scope it was entered in
+    int64_t own_ns;    // the profiler's own time just before it: resolving a new call path
   };
   uint64_t owner = 0;  // capture generation this state belongs to
   PyThreadState* ts = nullptr;
   ThreadScopes* scopes = nullptr;
-  int depth = 0;       // open operators, recorded or not (may exceed kMaxOpDepth)
-  bool busy = false;   // resolving a miss: operators run by that work are ignored
-  int suspended = 0;   // inside a region another hook records (a compiled graph)
+  int depth = 0;               // open operators, recorded or not (may exceed kMaxOpDepth)
+  bool busy = false;           // resolving a miss: operators run by that work are ignored
+  int suspended = 0;           // inside a region another hook records (a compiled graph)
   int64_t backward_root = -1;  // the capture's, as of this thread's last backward lookup
-  int64_t resolved_ns = 0;  // what the last context lookup spent resolving a new path (0: a hit)
+  int64_t resolved_ns = 0;     // what the last context lookup spent resolving a new path (0: a hit)
   Open open[kMaxOpDepth];
-  PairMap paths;  // (path hash ^ op frame, parent node) -> node
-  PairMap backs;  // (forward node, autograd node frame) -> backward node
+  PairMap paths;             // (path hash ^ op frame, parent node) -> node
+  PairMap backs;             // (forward node, autograd node frame) -> backward node
   std::vector<int64_t> ids;  // scratch for a miss
   RawFrame walk[kMaxWalk];
 

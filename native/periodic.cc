@@ -38,8 +38,7 @@ void PeriodicThread::stop() {
     running_.store(false);
   };
   if (PyGILState_Check()) {
-    Py_BEGIN_ALLOW_THREADS
-    stop_and_join();
+    Py_BEGIN_ALLOW_THREADS stop_and_join();
     Py_END_ALLOW_THREADS
   } else {
     stop_and_join();

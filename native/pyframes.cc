@@ -90,7 +90,8 @@ int walk_frames(PyThreadState* ts, PyCodeObject* context_code, RawFrame* out, in
 
 int hash_frames(PyThreadState* ts, PyCodeObject* context_code, int max, uint64_t* h) {
   uint64_t acc = *h;
-  const int n = for_each_frame(ts, context_code, max, [&](const RawFrame& f) { acc = fold_frame(acc, f); });
+  const int n =
+      for_each_frame(ts, context_code, max, [&](const RawFrame& f) { acc = fold_frame(acc, f); });
   *h = acc;
   return n;
 }

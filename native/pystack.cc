@@ -2,8 +2,7 @@
 
 namespace dc {
 
-PyStack::PyStack(StringTable* strings, FrameTable* frames)
-    : strings_(strings), frames_(frames) {}
+PyStack::PyStack(StringTable* strings, FrameTable* frames) : strings_(strings), frames_(frames) {}
 
 PyStack::~PyStack() {
   // During interpreter teardown the objects may already be gone with the

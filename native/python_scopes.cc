@@ -20,7 +20,7 @@ void PythonScopes::python_frames(std::vector<int64_t>* out) {
 }
 
 int64_t PythonScopes::enter(const int64_t* frames, size_t n, int64_t parent, bool capture,
-                         int64_t user_depth) {
+                            int64_t user_depth) {
   auto lock = store_.lock();
   ThreadScopes* ts = scopes_.current();
   const bool nested = !ts->stack.empty();

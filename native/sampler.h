@@ -49,7 +49,7 @@ class Sampler {
   // The sampler thread's own; start() sets the settings while it is stopped.
   bool native_ = false;
   int64_t period_ns_ = 10000000;
-  uint64_t epoch_ = 0;  // bumped per start: CPU readings of a previous run are stale
+  uint64_t epoch_ = 0;   // bumped per start: CPU readings of a previous run are stale
   int64_t dropped_ = 0;  // store's mutex
   std::vector<void*> pcs_;
   struct Pending {
@@ -57,9 +57,9 @@ class Sampler {
     int64_t samples;
     pid_t tid;
   };
-  std::vector<Pending> pending_;  // this tick's, read under the registry's mutex
+  std::vector<Pending> pending_;               // this tick's, read under the registry's mutex
   std::vector<Symbolizer::Sym*> native_syms_;  // reused lookup buffer
-  std::vector<int64_t> native_path_;  // reused path buffer (store's mutex)
+  std::vector<int64_t> native_path_;           // reused path buffer (store's mutex)
 
   // Ticks tick(). Last: its thread uses everything above.
   PeriodicThread thread_;

@@ -44,10 +44,10 @@ struct Scope {
 // What the sampler remembers of a thread between ticks; only the sampler
 // thread reads or writes it.
 struct SampledCpu {
-  uint64_t epoch = 0;    // the sampler run these readings belong to
-  uint64_t binding = 0;  // the ThreadScopes binding they were read under
-  int64_t cpu_ns = 0;    // the thread's CPU clock at the previous tick
-  int64_t credit_ns = 0; // CPU time run but not billed yet (under one period)
+  uint64_t epoch = 0;     // the sampler run these readings belong to
+  uint64_t binding = 0;   // the ThreadScopes binding they were read under
+  int64_t cpu_ns = 0;     // the thread's CPU clock at the previous tick
+  int64_t credit_ns = 0;  // CPU time run but not billed yet (under one period)
 };
 
 struct ThreadScopes {
@@ -75,13 +75,15 @@ struct ThreadScopes {
   // The node this thread is in now (its innermost open operator or scope; -1
   // when none), published for the sampler, which reads it without the GIL.
   std::atomic<int64_t> innermost{-1};
-  void publish() { innermost.store(stack.empty() ? -1 : stack.back().node, std::memory_order_relaxed); }
+  void publish() {
+    innermost.store(stack.empty() ? -1 : stack.back().node, std::memory_order_relaxed);
+  }
 
   // Recorded at bind, on the thread itself, so the sampler never touches the
   // thread state (freed once its thread ends). Guarded by the registry's mutex.
-  pid_t tid = 0;              // kernel thread id; 0: not bound, or found gone
-  clockid_t cpu_clock = 0;    // its CPU-time clock; reads fail once it has ended
-  uint64_t binding = 0;       // bumped at every (re)bind
+  pid_t tid = 0;            // kernel thread id; 0: not bound, or found gone
+  clockid_t cpu_clock = 0;  // its CPU-time clock; reads fail once it has ended
+  uint64_t binding = 0;     // bumped at every (re)bind
   SampledCpu sampled;
 };
 

@@ -37,9 +37,8 @@ class SeqTable {
     Slot& s = slots_[index(thread, seq)];
     uint64_t v = s.version.load(std::memory_order_relaxed);
     // Odd: another thread is writing this slot now; its put wins.
-    if ((v & 1) != 0 ||
-        !s.version.compare_exchange_strong(v, v + 1, std::memory_order_acquire,
-                                           std::memory_order_relaxed))
+    if ((v & 1) != 0 || !s.version.compare_exchange_strong(v, v + 1, std::memory_order_acquire,
+                                                           std::memory_order_relaxed))
       return;
     // Release stores: a reader that sees either one also sees the odd version.
     s.key.store(k, std::memory_order_release);

@@ -37,7 +37,8 @@ int64_t Tree::mirror(int64_t node, int64_t top) {
     return *hit;
   mirror_frames_.clear();
   // Frames from `node` up to (not including) the root's child, innermost first.
-  for (int64_t n = node; n > 0 && parent_[static_cast<size_t>(n)] > 0; n = parent_[static_cast<size_t>(n)])
+  for (int64_t n = node; n > 0 && parent_[static_cast<size_t>(n)] > 0;
+       n = parent_[static_cast<size_t>(n)])
     mirror_frames_.push_back(frame_[static_cast<size_t>(n)]);
   int64_t out = top;
   for (size_t i = mirror_frames_.size(); i-- > 0;) out = child(out, mirror_frames_[i]);

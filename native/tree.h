@@ -21,8 +21,8 @@ class Tree {
 
   // Find or insert; at the node cap returns `parent` and counts a drop.
   int64_t child(int64_t parent, int64_t frame) {
-    if (const int64_t* hit = children_.find(static_cast<uint64_t>(parent),
-                                            static_cast<uint64_t>(frame)))
+    if (const int64_t* hit =
+            children_.find(static_cast<uint64_t>(parent), static_cast<uint64_t>(frame)))
       return *hit;
     return insert(parent, frame);
   }
@@ -101,7 +101,7 @@ class Tree {
   std::vector<int64_t> depth_;  // the root's is 0
   std::vector<int64_t> frame_;
   PairMap children_;
-  PairMap mirrors_;  // (node, top) -> mirror(node, top)
+  PairMap mirrors_;                     // (node, top) -> mirror(node, top)
   std::vector<int64_t> mirror_frames_;  // reused scratch
   std::vector<std::string> names_, units_;
   std::vector<std::vector<int64_t>> columns_;

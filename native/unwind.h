@@ -78,7 +78,7 @@ class Symbolizer {
   enum Class : int8_t { NORMAL, INTERPRETER, OWN, TRAMPOLINE };
   struct Sym {
     Class cls;
-    bool fold;  // kUnknownObject: runs of them fold into one
+    bool fold;               // kUnknownObject: runs of them fold into one
     std::string name, file;  // the frame's identity (see above), until interned
     int64_t line;
     int64_t frame;  // -1 until interned

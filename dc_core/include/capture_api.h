@@ -17,8 +17,9 @@
 #define DC_CAPTURE_ABI 5
 
 /* op_enter flags */
-#define DC_OP_REGION 1 /* a named region (an autograd.Function, a compiled region), not an ATen
-                        * op: ops inside it are not its inner ops, they keep their own context */
+#define DC_OP_REGION                                                         \
+  1 /* a named region (an autograd.Function, a compiled region), not an ATen \
+     * op: ops inside it are not its inner ops, they keep their own context */
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,7 +50,8 @@ typedef struct dc_capture_api {
   void (*op_add)(void* collector, int64_t metric, int64_t value);
   /* As op_frame, the frame's detail `detail` (e.g. "device": an aten::to
    * overload that moves a tensor between devices, not between dtypes). */
-  int64_t (*op_frame_detail)(void* collector, const char* name, const char* detail, int32_t backward);
+  int64_t (*op_frame_detail)(void* collector, const char* name, const char* detail,
+                             int32_t backward);
   /* The capture failed inside a callback and stops (any thread, GIL or not):
    * the operators still open on any thread will never exit. From now on no
    * operator is recorded and no Python scope nests inside an open one; the

@@ -12,9 +12,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <stdexcept>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -99,11 +99,13 @@ void enter(const at::RecordFunction& fn) {
   const bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   NameCache::Known& k = cache.lookup(api, fn.name(), backward);
   // The twin record of an op already open as itself is that op, once.
-  int64_t frame = k.twin && !cache.open.empty() && cache.open.back().frame == k.frame ? kSkip : k.frame;
+  int64_t frame =
+      k.twin && !cache.open.empty() && cache.open.back().frame == k.frame ? kSkip : k.frame;
   if (k.family == TO && frame >= 0 && std::strcmp(fn.overload_name(), "dtype_layout") == 0) {
     // x.to("cuda"), x.cpu(): Python's Tensor.to with a device and no dtype
     // calls this overload with the tensor's own options: a transfer, not a cast
-    if (k.device_frame == kSkip) k.device_frame = api->op_frame_detail(api->collector, fn.name(), "device", 0);
+    if (k.device_frame == kSkip)
+      k.device_frame = api->op_frame_detail(api->collector, fn.name(), "device", 0);
     frame = k.device_frame;
   }
   const int64_t node =
@@ -151,7 +153,8 @@ void leave(const at::RecordFunction& fn) {
     if (o.alloc && fn.needsOutputs()) {
       for (const c10::IValue& v : fn.outputs()) {
         if (v.isTensorList()) {
-          for (const at::Tensor& t : v.toTensorList().vec()) bytes += fresh_bytes(o, c10::IValue(t));
+          for (const at::Tensor& t : v.toTensorList().vec())
+            bytes += fresh_bytes(o, c10::IValue(t));
         } else {
           bytes += fresh_bytes(o, v);
         }
@@ -163,7 +166,9 @@ void leave(const at::RecordFunction& fn) {
   api->op_exit(api->collector, g_alloc, bytes);  // every enter reported one, even a skipped record
 }
 
-void on_exit(const at::RecordFunction& fn, at::ObserverContext*) { guarded("operator exit", [&] { leave(fn); }); }
+void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  guarded("operator exit", [&] { leave(fn); });
+}
 
 void after_fork_child() {
   // A forked child (a DataLoader worker) records nothing; Python removes the
@@ -239,10 +244,11 @@ PyObject* bare(PyObject*, PyObject* arg) {
   if (on < 0) return nullptr;
   try {
     if (on && g_bare == at::INVALID_CALLBACK_HANDLE) {
-      g_bare = at::addGlobalCallback(at::RecordFunctionCallback(&bare_enter, &bare_exit)
-                                         .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION})
-                                         .needsInputs(false)
-                                         .needsIds(false));
+      g_bare = at::addGlobalCallback(
+          at::RecordFunctionCallback(&bare_enter, &bare_exit)
+              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION})
+              .needsInputs(false)
+              .needsIds(false));
     } else if (!on && g_bare != at::INVALID_CALLBACK_HANDLE) {
       at::removeCallback(g_bare);
       g_bare = at::INVALID_CALLBACK_HANDLE;
@@ -256,7 +262,8 @@ PyObject* bare(PyObject*, PyObject* arg) {
 
 PyObject* failure(PyObject*, PyObject*) {
   if (!g_failed.load()) Py_RETURN_NONE;
-  return PyUnicode_DecodeUTF8(g_failure, static_cast<Py_ssize_t>(std::strlen(g_failure)), "replace");
+  return PyUnicode_DecodeUTF8(g_failure, static_cast<Py_ssize_t>(std::strlen(g_failure)),
+                              "replace");
 }
 
 PyObject* inject_fault(PyObject*, PyObject* arg) {
@@ -277,7 +284,8 @@ PyObject* region_enter(PyObject*, PyObject* arg) {
   int64_t node = -1;
   guarded("compiled region entry", [&] {
     const dc_capture_api* api = g_api.load(std::memory_order_acquire);
-    if (api != nullptr) node = api->op_enter(api->collector, frame, -1, at::RecordFunction::currentThreadId(), 0);
+    if (api != nullptr)
+      node = api->op_enter(api->collector, frame, -1, at::RecordFunction::currentThreadId(), 0);
   });
   return PyLong_FromLongLong(node);
 }
@@ -305,17 +313,21 @@ PyMethodDef methods[] = {
     {"stop", stop, METH_NOARGS, "stop(): remove the callback; idempotent."},
     {"active", active, METH_NOARGS, "active() -> bool: whether the callback is registered."},
     {"bare", bare, METH_O,
-     "bare(on): register (or remove) a callback that does nothing, for measuring RecordFunction's own cost."},
+     "bare(on): register (or remove) a callback that does nothing, for measuring RecordFunction's "
+     "own cost."},
     {"failure", failure, METH_NOARGS,
-     "failure() -> str | None: the error that stopped this window's capture inside a callback, if any."},
+     "failure() -> str | None: the error that stopped this window's capture inside a callback, if "
+     "any."},
     {"inject_fault", inject_fault, METH_O,
      "inject_fault(n): for tests, the callback n calls from now throws (-1: never)."},
     {"region_enter", region_enter, METH_O,
-     "region_enter(frame) -> node: a compiled graph's run starts, recorded as an operator of `frame` under the "
+     "region_enter(frame) -> node: a compiled graph's run starts, recorded as an operator of "
+     "`frame` under the "
      "calling thread's context (-1: not recorded, e.g. while the thread's capture is suspended)."},
     {"region_exit", region_exit, METH_NOARGS, "region_exit(): the run region_enter reported ends."},
     {"thread_id", thread_id, METH_NOARGS,
-     "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers are per thread)."},
+     "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers "
+     "are per thread)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -329,4 +341,6 @@ PyMethodDef methods[] = {
 static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, DC_STR(TORCH_EXTENSION_NAME),
                                  "DeepContext's RecordFunction capture", -1, methods};
 
-PyMODINIT_FUNC DC_CONCAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC DC_CONCAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
+  return PyModule_Create(&module_def);
+}

@@ -45,7 +45,9 @@ constexpr const char kEngineRecord[] = "autograd::engine::evaluate_function";
 constexpr const char kCollective[] = "c10d::";
 constexpr const char kDynamoFrame[] = "Torch-Compiled Region: ";
 
-bool starts_with(const char* name, const char* prefix, size_t n) { return std::strncmp(name, prefix, n) == 0; }
+bool starts_with(const char* name, const char* prefix, size_t n) {
+  return std::strncmp(name, prefix, n) == 0;
+}
 
 // Records that are not operators of their own here: the engine's wrapper around
 // each autograd function (the function's own record follows); collectives,
@@ -97,8 +99,8 @@ class NameCache {
     int64_t frame = kSkip;
     Family family = NONE;
     bool in_place = false;
-    bool twin = false;  // a bare-named record of an ATen op, inside that op's own record
-    int32_t flags = 0;  // DC_OP_REGION for records that are not ATen ops
+    bool twin = false;             // a bare-named record of an ATen op, inside that op's own record
+    int32_t flags = 0;             // DC_OP_REGION for records that are not ATen ops
     int64_t device_frame = kSkip;  // TO: the frame of its `device` overload (kSkip: not made yet)
   };
 
@@ -140,7 +142,8 @@ class NameCache {
       fresh.text = name;
       fresh.twin = !backward && bare_aten(name);
       const std::string named = fresh.twin ? std::string("aten::") + name : std::string(name);
-      fresh.frame = skipped(name) ? kSkip : api->op_frame(api->collector, named.c_str(), backward ? 1 : 0);
+      fresh.frame =
+          skipped(name) ? kSkip : api->op_frame(api->collector, named.c_str(), backward ? 1 : 0);
       fresh.family = backward ? NONE : family_of(named.c_str());
       fresh.in_place = writes_in_place(name);
       fresh.flags = flags_of(named);
@@ -153,8 +156,8 @@ class NameCache {
   // Per open record on this thread, what its exit must do.
   struct Open {
     int64_t frame = kSkip;  // the operator it was reported as
-    bool alloc = false;  // recorded: add the bytes of fresh outputs
-    bool marked = false;  // a dc# record is open for it
+    bool alloc = false;     // recorded: add the bytes of fresh outputs
+    bool marked = false;    // a dc# record is open for it
     const void* inputs[4] = {nullptr, nullptr, nullptr, nullptr};  // storages it was given
   };
   std::vector<Open> open;

@@ -48,20 +48,19 @@ inline void fail(const char* file, int line, const char* text) {
 
 }  // namespace check
 
-#define TEST(name)                                               \
-  static void name();                                            \
+#define TEST(name)                                              \
+  static void name();                                           \
   static const check::Register name##_registered(#name, &name); \
   static void name()
 
-#define CHECK(cond)                                        \
-  do {                                                     \
+#define CHECK(cond)                                      \
+  do {                                                   \
     if (!(cond)) check::fail(__FILE__, __LINE__, #cond); \
   } while (0)
 
-#define CHECK_EQ(a, b)                                                          \
-  do {                                                                          \
-    const auto& check_a_ = (a);                                                 \
-    const auto& check_b_ = (b);                                                 \
-    if (!(check_a_ == check_b_))                                                \
-      check::fail_eq(__FILE__, __LINE__, #a, #b, check_a_, check_b_);          \
+#define CHECK_EQ(a, b)                                                                           \
+  do {                                                                                           \
+    const auto& check_a_ = (a);                                                                  \
+    const auto& check_b_ = (b);                                                                  \
+    if (!(check_a_ == check_b_)) check::fail_eq(__FILE__, __LINE__, #a, #b, check_a_, check_b_); \
   } while (0)

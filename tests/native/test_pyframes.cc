@@ -76,8 +76,8 @@ PyObject* probe_walk(PyObject*, PyObject* args) {
 PyMethodDef probe_methods[] = {
     {"walk", probe_walk, METH_VARARGS, "The calling thread's frames, walked without the GIL."},
     {nullptr, nullptr, 0, nullptr}};
-PyModuleDef probe_module = {PyModuleDef_HEAD_INIT, "probe", nullptr, -1, probe_methods,
-                             nullptr, nullptr, nullptr, nullptr};
+PyModuleDef probe_module = {
+    PyModuleDef_HEAD_INIT, "probe", nullptr, -1, probe_methods, nullptr, nullptr, nullptr, nullptr};
 
 PyObject* probe_init() { return PyModule_Create(&probe_module); }
 const int probe_registered = PyImport_AppendInittab("probe", &probe_init);
@@ -116,20 +116,20 @@ TEST(walk_reads_the_threads_own_frames_without_the_gil) {
   CHECK_EQ(probe_registered, 0);
   // Which frames, at which lines, and the first local of context frames
   // (a module's call method): what the capture's path and module names come from.
-  PyObject* result = run(
-      "import probe\n"                                      // 1
-      "class Block:\n"                                      // 2
-      "    def call(self, depth):\n"                        // 3
-      "        return inner(depth)\n"                       // 4
-      "def inner(depth):\n"                                 // 5
-      "    if depth:\n"                                     // 6
-      "        return inner(depth - 1)\n"                   // 7
-      "    return list(gen())[0]\n"                         // 8
-      "def gen():\n"                                        // 9
-      "    yield probe.walk(Block.call.__code__)\n"         // 10
-      "block = Block()\n"                                   // 11
-      "frames = block.call(2)\n"                            // 12
-      "result = (frames, block)\n");                        // 13
+  PyObject* result =
+      run("import probe\n"                               // 1
+          "class Block:\n"                               // 2
+          "    def call(self, depth):\n"                 // 3
+          "        return inner(depth)\n"                // 4
+          "def inner(depth):\n"                          // 5
+          "    if depth:\n"                              // 6
+          "        return inner(depth - 1)\n"            // 7
+          "    return list(gen())[0]\n"                  // 8
+          "def gen():\n"                                 // 9
+          "    yield probe.walk(Block.call.__code__)\n"  // 10
+          "block = Block()\n"                            // 11
+          "frames = block.call(2)\n"                     // 12
+          "result = (frames, block)\n");                 // 13
   CHECK(result != nullptr);
   if (result == nullptr) return;
   PyObject* frames = PyTuple_GetItem(result, 0);
@@ -148,11 +148,11 @@ TEST(walk_reads_the_threads_own_frames_without_the_gil) {
 
 TEST(walk_refuses_a_stack_deeper_than_its_bound) {
   if (!dc::walk_compiled()) return;
-  PyObject* result = run(
-      "import probe\n"
-      "def down(n, max):\n"
-      "    return down(n - 1, max) if n else probe.walk(None, max)\n"
-      "result = (len(down(20, 64)), down(20, 21), down(20, 22))\n");
+  PyObject* result =
+      run("import probe\n"
+          "def down(n, max):\n"
+          "    return down(n - 1, max) if n else probe.walk(None, max)\n"
+          "result = (len(down(20, 64)), down(20, 21), down(20, 22))\n");
   CHECK(result != nullptr);
   if (result == nullptr) return;
   // 21 frames of down() and the module's: 22 in all.
@@ -167,21 +167,22 @@ TEST(walks_on_many_threads_while_others_run_python) {
   // Each thread walks its own frames with the GIL released while the
   // others run Python (and change their own frames): every walk still sees
   // exactly its own thread's stack.
-  PyObject* result = run(
-      "import probe, threading\n"
-      "bad = []\n"
-      "def down(n):\n"
-      "    return down(n - 1) if n else probe.walk(None)\n"
-      "def work(k):\n"
-      "    for i in range(300):\n"
-      "        depth = (k * 7 + i) % 23\n"
-      "        names = [f[0] for f in down(depth)]\n"
-      "        if names != ['down'] * (depth + 1) + ['work', 'Thread.run', 'Thread._bootstrap_inner', 'Thread._bootstrap']:\n"
-      "            bad.append((k, i, names))\n"
-      "threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
-      "for t in threads: t.start()\n"
-      "for t in threads: t.join()\n"
-      "result = len(bad)\n");
+  PyObject* result =
+      run("import probe, threading\n"
+          "bad = []\n"
+          "def down(n):\n"
+          "    return down(n - 1) if n else probe.walk(None)\n"
+          "def work(k):\n"
+          "    for i in range(300):\n"
+          "        depth = (k * 7 + i) % 23\n"
+          "        names = [f[0] for f in down(depth)]\n"
+          "        if names != ['down'] * (depth + 1) + ['work', 'Thread.run', "
+          "'Thread._bootstrap_inner', 'Thread._bootstrap']:\n"
+          "            bad.append((k, i, names))\n"
+          "threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
+          "for t in threads: t.start()\n"
+          "for t in threads: t.join()\n"
+          "result = len(bad)\n");
   CHECK(result != nullptr);
   if (result == nullptr) return;
   CHECK_EQ(PyLong_AsLong(result), 0);

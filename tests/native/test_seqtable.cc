@@ -86,8 +86,8 @@ TEST(seqtable_never_answers_another_keys_node_under_concurrent_puts) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        const int64_t seq = static_cast<int64_t>(x % kWriters) * kSlots +
-                            static_cast<int64_t>((x >> 8) % kSeqs);
+        const int64_t seq =
+            static_cast<int64_t>(x % kWriters) * kSlots + static_cast<int64_t>((x >> 8) % kSeqs);
         const int64_t node = t.get(1, seq);
         if (node == -1) continue;
         hits.fetch_add(1, std::memory_order_relaxed);
@@ -120,7 +120,8 @@ TEST(seqtable_keeps_every_key_of_disjoint_ranges_written_at_once) {
   std::vector<std::thread> threads;
   for (int w = 0; w < kThreads; ++w)
     threads.emplace_back([&, w] {
-      for (int64_t seq = w * kEach; seq < (w + 1) * kEach; ++seq) t.put(10, seq, node_of(10, seq, 0));
+      for (int64_t seq = w * kEach; seq < (w + 1) * kEach; ++seq)
+        t.put(10, seq, node_of(10, seq, 0));
     });
   for (std::thread& th : threads) th.join();
   int64_t exact = 0;
