@@ -85,7 +85,7 @@ def profiles_keep_their_accounts(request: pytest.FixtureRequest):
             profile = read_profile(file, max_bytes=1 << 30)  # not the test's own size cap
         except (ProfileError, OSError):
             continue  # a reader test's damaged file: the readers' tests judge those
-        if profile.env.get("analysis") != "pending":
+        if not profile.analysis_pending:
             continue  # made by the test, not written by a session
         broken += [f"{file.path}: {v}" for v in violations(profile)]
     if broken:

@@ -19,7 +19,6 @@ suite (in this process or a child process's, under the test's ``tmp_path``).
 
 from __future__ import annotations
 
-from dc_core.launch.settings import STEP_SOURCE_ENV
 from dc_core.model.kinds import PHASES
 from dc_core.store.profile import Profile
 
@@ -63,7 +62,7 @@ def violations(profile: Profile) -> list[str]:
         # of their own that step times leave out by design.
         compiled = tree.find("compile")
         root = tree.inclusive("cpu_time_ns")[0] - (tree.inclusive("cpu_time_ns")[compiled] if compiled else 0)
-        off_thread = profile.env.get(STEP_SOURCE_ENV, "").startswith("a time range")
+        off_thread = profile.step_source.startswith("a time range")
         if profile.step_times_ns and not off_thread and \
                 abs(root - steps) > STEP_SLACK * steps + EDGE_SLACK_NS * len(profile.step_times_ns):
             found.append(f"the root's time {root} ns is not the steps' {steps} ns (±2%)")

@@ -25,7 +25,7 @@ import json
 import logging
 from typing import Any, Callable, Iterable, Mapping
 
-from ..store.profile import OVERRIDES_ENV, PENDING, PENDING_ENV, Profile
+from ..store.profile import Profile
 from . import context, operators, phases, ranks, steps, system, trends
 from ..model.kinds import SEVERITIES
 from .base import Window
@@ -68,15 +68,13 @@ __all__ = ["DEFAULTS", "RULE_IDS", "SEVERITIES", "Thresholds", "analyze", "analy
 
 
 def pending_overrides(profile: Profile) -> Mapping[str, float] | None:
-    """The overrides a pending profile was written with (None: defaults); drops
-    the marker, since whoever asks analyses it now."""
-    profile.env.pop(PENDING_ENV, None)
-    stored = profile.env.pop(OVERRIDES_ENV, None)
-    if not stored:
+    """The overrides a pending profile was written with (None: defaults),
+    checked like any override (a damaged or foreign file)."""
+    overrides = profile.analyzer_overrides
+    if not overrides:
         return None
     try:
-        overrides = json.loads(stored)
-        Thresholds(overrides)  # a damaged or foreign file: checked like any override
+        Thresholds(overrides)
         return overrides
     except (ValueError, TypeError, AttributeError):
         logger.warning("DeepContext: %s has unreadable analyzer overrides; default thresholds used",
@@ -85,17 +83,20 @@ def pending_overrides(profile: Profile) -> Mapping[str, float] | None:
 
 
 def findings_of(profile: Profile) -> list[dict[str, Any]]:
-    """``profile.findings``, analysed first when the profile was written pending
-    (memoised in the profile; the file is left as it is). A failing analysis
-    leaves the profile without findings, never its reader without the profile."""
-    if profile.env.get(PENDING_ENV) == PENDING:
+    """``profile.findings``, or for a profile written pending its analysis
+    (memoised in ``profile.analysed``; the profile's data and its file are
+    left as they are). A failing analysis leaves the profile without
+    findings, never its reader without the profile."""
+    if not profile.analysis_pending:
+        return profile.findings
+    if profile.analysed is None:
         try:
-            profile.findings = analyze(profile, pending_overrides(profile))
+            profile.analysed = analyze(profile, pending_overrides(profile))
         except Exception:
             logger.warning("DeepContext analyzer failed on %s; shown without findings",
                            profile.source or "a profile", exc_info=True)
-            profile.findings = []
-    return profile.findings
+            profile.analysed = []
+    return profile.analysed
 
 
 def sort_findings(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from statistics import mean, median, pstdev
 from typing import Any
 
 from .base import Window, finding, ms
-from ..model.report import one_off_first_step
+from ..model.window import one_off_first_step
 
 
 def _step_spans(times: list[int]) -> list[tuple[int, int]]:

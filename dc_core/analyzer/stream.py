@@ -10,6 +10,7 @@ then each profile is read again, analysed and handed back one at a time.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..ensemble.outliers import ROBUST_FROM
@@ -74,6 +75,6 @@ def analyze_files(files: Sequence[ProfileFile], limit: int, overrides: Mapping[s
             yield file, exc
             continue
         stored = pending_overrides(profile)  # what the session was told, unless overridden here
-        profile.findings = sort_findings(
-            analyze(profile, overrides or stored) + named.get((profile.run, profile.rank, tuple(profile.steps)), []))
-        yield file, profile
+        found = analyze(profile, overrides or stored) + named.get((profile.run, profile.rank, tuple(profile.steps)), [])
+        yield file, replace(profile, findings=sort_findings(found), analysis_pending=False,
+                            analyzer_overrides={})  # the read one unchanged

@@ -13,7 +13,7 @@ from typing import Any
 from ..ensemble import merge
 from ..ensemble.outliers import time_metric
 from ..ensemble.trend import Trend, trends
-from ..model.report import steps_text
+from ..model.window import steps_text
 from ..store.profile import Profile
 from .base import finding, located, percent
 from .thresholds import Thresholds

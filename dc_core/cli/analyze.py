@@ -14,7 +14,7 @@ from rich.text import Text
 from ..analyzer.stream import analyze_files
 from ..record.config import resolve
 from ..store.logdir import rewrite_profile
-from ..model.report import profile_label
+from ..model.window import profile_label
 from ..record.validate import check_thresholds
 from ..store.profile import ProfileError
 from .common import MANY_FILES, CliError, add_read_options, fail, list_logdir, make_console, print_about_file

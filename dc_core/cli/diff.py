@@ -19,7 +19,8 @@ from rich.text import Text
 
 from ..ensemble import PATH_SEP
 from ..model.diff import Comparison, Union, compare, side_of, step_count
-from ..model.report import format_value, metrics_with_values, steps_text
+from ..model.report import format_value, metrics_with_values
+from ..model.window import steps_text
 from ..store.logdir import ProfileFile, max_profile_bytes, read_profile
 from ..store.profile import Profile, ProfileError
 from .common import CliError, add_read_options, fail, list_logdir, make_console, middle_truncate

@@ -10,7 +10,8 @@ from rich.text import Text
 from ..ensemble import PATH_SEP, Ensemble
 from ..ensemble.outliers import Outlier
 from ..ensemble.report import merged_rows
-from ..model.report import format_value, steps_text
+from ..model.report import format_value
+from ..model.window import steps_text
 from .common import middle_truncate
 
 MAX_INDENT_LEVELS = 16

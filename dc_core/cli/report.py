@@ -15,17 +15,14 @@ from rich.text import Text
 
 from ..export.nested import dumps
 from ..store.profile import Profile
-from ..model.report import (
-    REPORT_VERSION, Row, default_metric, describe_drops, format_value, metrics_with_values, one_off_first_step,
-    profile_label, rank_step_stats, rank_top_frames, report_json, steps_text, tree_rows,
-)
+from ..model.report import REPORT_VERSION, Row, default_metric, describe_drops, format_value, metrics_with_values, rank_step_stats, rank_top_frames, report_json, tree_rows
+from ..model.window import one_off_first_step, profile_label, steps_text
 from ..model.kinds import UNITS
 from ..model.views import VIEWS, view
 from ..ensemble import Ensemble, cross_rank, merge
 from ..ensemble.outliers import outliers, time_metric
 from ..ensemble.report import CROSS_RANK_FROM, merged_json
 from ..store.logdir import ProfileFile
-from ..launch.settings import STEP_SOURCE_ENV
 from .common import (
     MANY_FILES, CliError, add_read_options, fail, hanging, list_logdir, make_console, middle_truncate,
     print_about_file, read_files, visible,
@@ -184,8 +181,8 @@ def print_profile(console: Console, profile: Profile, args: argparse.Namespace) 
         from .findings import render_findings
     except ImportError:
         return
-    if findings_of(profile):
-        render_findings(profile.findings, console)
+    if found := findings_of(profile):
+        render_findings(found, console)
 
 
 def print_header(console: Console, profile: Profile) -> None:
@@ -214,7 +211,7 @@ def print_header(console: Console, profile: Profile) -> None:
                            f"{first / (first - one_off):.0f}x the median of the others: a process's first step pays "
                            "one-off costs (imports, first calls, warm-up); the mean step leaves it out", style="dim"),
                       soft_wrap=True)
-    source = profile.env.get(STEP_SOURCE_ENV)
+    source = profile.step_source
     if source:  # ``deepcontext run`` found the steps itself: say how
         console.print(hanging(Text("steps: ", style="dim"), Text(source)))
 

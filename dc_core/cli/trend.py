@@ -24,7 +24,8 @@ from ..analyzer.trends import p_text
 from ..ensemble import PATH_SEP
 from ..ensemble.outliers import time_metric
 from ..ensemble.trend import Point, Trend, series, trend_of, trends
-from ..model.report import format_value, steps_text
+from ..model.report import format_value
+from ..model.window import steps_text
 from .common import middle_truncate
 
 TOP = "top"

@@ -20,7 +20,7 @@ import threading
 from typing import Any, Callable
 
 from .imports import AfterImport
-from .settings import STEP_SOURCE_ENV, RunSettings
+from .settings import RunSettings
 
 logger = logging.getLogger("deepcontext")
 
@@ -80,9 +80,13 @@ class Launch:
 
     def adopt(self, session: Any, close: Callable[[], None]) -> None:
         """Our driver's ``session``: ``close`` writes its open window when the process ends."""
-        session.notes[STEP_SOURCE_ENV] = self.source or ""
+        session.step_source = self.source or ""
         self._ours.append(session)
         self._closers.append(close)
+
+    def owns(self, session: Any) -> bool:
+        """Whether ``session`` was adopted (`adopt`)."""
+        return any(s is session for s in self._ours)
 
     def user_profiling(self) -> bool:
         """Whether a DeepContext session our drivers did not make is open."""

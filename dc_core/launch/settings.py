@@ -9,10 +9,7 @@ from typing import Mapping
 
 from .process import CLAIMED_ENV, RUN_ENV
 
-__all__ = ["CLAIMED_ENV", "RUN_ENV", "STEP_SOURCE_ENV", "RunSettings"]
-
-#: Key of each profile's environment saying what defined its steps.
-STEP_SOURCE_ENV = "step_source"
+__all__ = ["CLAIMED_ENV", "RUN_ENV", "RunSettings"]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .settings import STEP_SOURCE_ENV
 
 logger = logging.getLogger("deepcontext")
 
@@ -87,7 +86,7 @@ def _run_callback(launch: Any, base: type, kind: TrainerKind, trainer: Any) -> A
                 isinstance(c, base) and c is not self for c in kind.callbacks(trainer))):
             return
         getattr(base, kind.begin)(self, *args, **kwargs)
-        if self.session is not None and STEP_SOURCE_ENV not in self.session.notes:
+        if self.session is not None and not launch.owns(self.session):
             launch.adopt(self.session, self.profiling.close)
 
     def reduce(self: Any) -> Any:

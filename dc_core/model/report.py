@@ -12,80 +12,14 @@ from ..store.profile import Profile, ProfileError
 from .tree import Frame, Tree
 from . import views
 from .views import View
+from .window import one_off_first_step
 
 REPORT_VERSION = 1
 METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc_bytes", "flops")
 
-#: Environment key a writer may set to the window it planned, ``"<start>-<end_exclusive>"``
-#: (e.g. ``"5-8"``); without it a window that ended early is recognised only
-#: by having fewer step times than steps.
-PLANNED_WINDOW_ENV = "planned_window"
-#: Environment key: the number of the first step the writing session saw.
-FIRST_STEP_ENV = "first_step"
-#: A process's first step holds one-off costs (imports, first calls, the
-#: allocator's and JIT's warm-up) when it took this many times the median of
-#: the window's other steps, and at least `ONE_OFF_MIN_NS` more: a CNN's first
-#: step took 390 ms against 13-80 ms for the next five.
-ONE_OFF_RATIO = 3.0
-ONE_OFF_MIN_NS = 20_000_000
-
 #: The collectors' cap on system-monitor readings per window (``max_samples``
 #: of `dc_core.collect.reference.Collector` and of the native one; a test pins them).
 MONITOR_READINGS_CAP = 100_000
-
-
-def steps_text(steps: tuple[int, int]) -> str:
-    """Human text of a half-open step range, inclusive: ``(5, 8)`` → ``steps 5–7``."""
-    first, end = steps
-    last = max(first, end - 1)
-    return f"step {first}" if last == first else f"steps {first}\u2013{last}"
-
-
-def planned_window(env: Mapping[str, str]) -> tuple[int, int] | None:
-    """The window the writer planned (`PLANNED_WINDOW_ENV`), when it recorded one."""
-    first, sep, end = env.get(PLANNED_WINDOW_ENV, "").partition("-")
-    if not (sep and first.isdigit() and end.isdigit()) or int(end) <= int(first):
-        return None
-    return int(first), int(end)
-
-
-def one_off_first_step(profile: Profile) -> int:
-    """ns the window's first step took above the median of its other steps,
-    when that step was the first its process ran and took `ONE_OFF_RATIO`
-    times as long: what a first step pays once. 0 otherwise."""
-    times = profile.step_times_ns
-    if len(times) < 3 or profile.env.get(FIRST_STEP_ENV) != str(profile.steps[0]):
-        return 0
-    rest = statistics.median(times[1:])
-    excess = times[0] - rest
-    return int(excess) if times[0] >= ONE_OFF_RATIO * rest and excess >= ONE_OFF_MIN_NS else 0
-
-
-def window_label(steps: tuple[int, int], step_times: Sequence[int] = (),
-                 env: Mapping[str, str] | None = None) -> str:
-    """``steps 5–7``, or for a window that ended early
-    ``steps 5–6 (partial: step 5 timed, of steps 5–7 planned)``.
-
-    The range is the steps the file covers (the last one may have begun and
-    not ended: a loop that stops inside a window). Profiles do not record the
-    window's configured size unless the writer set `PLANNED_WINDOW_ENV`, so
-    the note counts against the planned steps when known, else against the
-    steps in the range; without step times nothing is said.
-    """
-    text = steps_text(steps)
-    planned = planned_window(env or {})
-    total = (planned[1] - planned[0]) if planned else steps[1] - steps[0]
-    timed = len(step_times)
-    if step_times and timed < total:
-        # by step numbers throughout, as the range itself is written (never a count beside a number)
-        timed_steps = steps_text((steps[0], steps[0] + timed))
-        text += f" (partial: {timed_steps} timed" + (f", of {steps_text(planned)} planned)" if planned else ")")
-    return text
-
-
-def profile_label(profile: Profile) -> str:
-    """`window_label` of a profile's own steps."""
-    return window_label(profile.steps, profile.step_times_ns, profile.env)
 
 
 def metrics_with_values(tree: Tree) -> list[str]:

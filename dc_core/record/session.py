@@ -37,7 +37,6 @@ from .registry import active_sessions, open_sessions, watch_windows  # noqa: F40
 from .config import ProfilerConfig, resolve
 from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
 from .step_clock import StepClock
-from ..model.report import FIRST_STEP_ENV, PLANNED_WINDOW_ENV
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
 from ..store.logdir import profile_path
@@ -115,7 +114,7 @@ class Session:
         self._collector: Any = None
         self._frames: dict[tuple, int] = {}
         self._steps = StepClock(clock)  # where the window's time is
-        self.notes: dict[str, str] = {}  # facts for each profile's environment (what defined the steps)
+        self.step_source = ""  # what defined the steps, when not this session (`Profile.step_source`)
         registry.opened(self)
         self._prepare()
 
@@ -393,11 +392,7 @@ class Session:
 
     def _write(self, window: OpenWindow, steps: tuple[int, int]) -> None:
         env = environment(self.framework, self.config.mode)
-        if self.config.time_range is None:
-            env[PLANNED_WINDOW_ENV] = f"{window.planned[0]}-{window.planned[1]}"
         env.update(self.adapter.environment())
-        env.update(self.notes)
-        env[FIRST_STEP_ENV] = str(self._seen.first)  # a window that holds it shows its one-off costs apart
         snap = self.collector.snapshot()
         try:
             shift_step_bounds(snap, self.adapter.step_bound_shifts())
@@ -423,6 +418,10 @@ class Session:
         # Analysis is left to whoever reads the window (`analyzer.findings_of`):
         # it costs milliseconds, which the training thread would pay here.
         mark_pending(profile, dict(self.config.analyzer))
+        if self.config.time_range is None:
+            profile.planned_window = window.planned  # what it planned: a loop may end it early
+        profile.step_source = self.step_source
+        profile.first_step = self._seen.first  # a window that holds it shows its one-off costs apart
         path = profile_path(self.config.logdir, self.config.run, profile.rank, profile.host, profile.steps)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ so no reader needs to distrust a decoded `Profile`.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,16 +23,18 @@ from . import profile_pb2
 from ..model.kinds import KINDS, MONITOR_SERIES
 from ..model.tree import Frame, Tree
 
-SCHEMA_VERSION = 1
+#: 2: the control facts (analysis state, overrides, planned window, step
+#: source, first step) are typed fields; version 1 kept them in ``env``.
+logger = logging.getLogger("deepcontext")
+
+SCHEMA_VERSION = 2
 
 #: Deepest nesting of a finding's evidence; the analyzer writes 2 or 3 levels,
 #: and JSON encoders recurse (TensorBoard's response cleaner as well).
 MAX_EVIDENCE_DEPTH = 32
 
-#: Environment keys of a profile written without its findings: the marker, and
-#: the threshold overrides (JSON) its analysis must use (`analyzer.findings_of`).
-PENDING_ENV, OVERRIDES_ENV = "analysis", "analyzer_overrides"
-PENDING = "pending"
+#: Where a version-1 file kept each control fact in ``env`` (read, never written).
+V1_ENV_KEYS = ("analysis", "analyzer_overrides", "planned_window", "step_source", "first_step")
 
 
 class ProfileError(Exception):
@@ -49,9 +52,8 @@ class ProfileError(Exception):
 def mark_pending(profile: "Profile", overrides: dict[str, float] | None = None) -> None:
     """Mark ``profile`` as written without its findings, to be analysed where it
     is read with ``overrides`` (so a window closes without paying for it)."""
-    profile.env[PENDING_ENV] = PENDING
-    if overrides:
-        profile.env[OVERRIDES_ENV] = json.dumps(dict(overrides), sort_keys=True)
+    profile.analysis_pending = True
+    profile.analyzer_overrides = {k: float(v) for k, v in (overrides or {}).items()}
 
 
 @dataclass
@@ -95,6 +97,19 @@ class Profile:
     step_bounds: dict[str, list[int]] = field(default_factory=dict)
     step_wait_ns: list[int] = field(default_factory=list)  # per step: runnable, waiting for a CPU
     others_wait_ns: int = -1  # the window's other threads, runnable, waiting for a CPU (-1: unknown)
+    #: Written without its findings: analysed where read (`analyzer.findings_of`).
+    analysis_pending: bool = False
+    #: The threshold overrides that pending analysis uses (``"<rule>.<field>"`` → value).
+    analyzer_overrides: dict[str, float] = field(default_factory=dict)
+    #: The window the writer planned, ``(start, end_exclusive)``; None: not recorded.
+    planned_window: tuple[int, int] | None = None
+    #: What defined the steps when not the session itself (``deepcontext run``'s time range).
+    step_source: str = ""
+    #: The number of the first step the writing process saw; None: unknown.
+    first_step: int | None = None
+    #: The findings a pending profile's analysis gave (`analyzer.findings_of`
+    #: memoises here): not the profile's data, never written or compared.
+    analysed: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     def series(self, name: str) -> list[Series]:
         return [s for s in self.system if s.name == name]
@@ -161,6 +176,13 @@ def encode(profile: Profile) -> bytes:
         msg.system.add(name=s.name, unit=s.unit, device=s.device, t_ns=s.t_ns, values=s.values)
     msg.drops.update(profile.drops)
     msg.env.update({k: str(v) for k, v in profile.env.items()})
+    msg.analysis = profile_pb2.ANALYSIS_PENDING if profile.analysis_pending else profile_pb2.ANALYSIS_DONE
+    msg.analyzer_overrides.update(profile.analyzer_overrides)
+    if profile.planned_window is not None:
+        msg.planned_start, msg.planned_end = profile.planned_window
+    msg.step_source = profile.step_source
+    if profile.first_step is not None:
+        msg.first_step = profile.first_step
     for finding in profile.findings:
         msg.findings.add(
             rule=finding["rule"], severity=finding["severity"], message=finding["message"],
@@ -217,6 +239,8 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         findings = [_finding(f, i) for i, f in enumerate(msg.findings)]
     except ValueError as exc:
         raise ProfileError(source, f"corrupt profile ({exc})") from None
+    env = dict(msg.env)
+    control = _control_v1(env, source) if msg.version == 1 else _control(msg)
     tree = Tree(
         frames=frames,
         parent=parent,
@@ -235,7 +259,7 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         mode=msg.mode,
         system=[Series(s.name, s.device, list(s.t_ns), list(s.values)) for s in msg.system],
         drops=dict(msg.drops),
-        env=dict(msg.env),
+        env=env,
         findings=findings,
         start_unix_ns=msg.start_unix_ns,
         duration_ns=msg.duration_ns,
@@ -245,7 +269,41 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         step_bounds={m.name: list(m.values) for m in msg.step_bounds},
         step_wait_ns=list(msg.step_wait_ns),
         others_wait_ns=msg.others_wait_ns - 1,
+        **control,
     )
+
+
+def _control(msg: profile_pb2.Profile) -> dict[str, Any]:
+    """The typed control fields of a version-2 message, as `Profile` keywords."""
+    planned = (msg.planned_start, msg.planned_end)
+    return {
+        "analysis_pending": msg.analysis == profile_pb2.ANALYSIS_PENDING,
+        "analyzer_overrides": dict(msg.analyzer_overrides),
+        "planned_window": planned if planned[1] > planned[0] else None,
+        "step_source": msg.step_source,
+        "first_step": msg.first_step if msg.HasField("first_step") else None,
+    }
+
+
+def _control_v1(env: dict[str, str], source: str | Path) -> dict[str, Any]:
+    """A version-1 file's control facts, taken out of the ``env`` just decoded
+    (so ``env`` holds environment facts only, whichever version was read)."""
+    analysis, overrides, planned, step_source, first = (env.pop(key, None) for key in V1_ENV_KEYS)
+    try:
+        parsed = json.loads(overrides) if overrides else {}
+        typed = {str(k): float(v) for k, v in parsed.items()}
+    except (ValueError, TypeError, AttributeError):
+        logger.warning("DeepContext: %s has unreadable analyzer overrides; default thresholds used", source)
+        typed = {}
+    start, sep, end = (planned or "").partition("-")
+    window = (int(start), int(end)) if sep and start.isdigit() and end.isdigit() and int(end) > int(start) else None
+    return {
+        "analysis_pending": analysis == "pending",
+        "analyzer_overrides": typed,
+        "planned_window": window,
+        "step_source": step_source or "",
+        "first_step": int(first) if first and first.lstrip("-").isdigit() else None,
+    }
 
 
 #: From this many nodes on, `misparented` checks with numpy (its fixed cost

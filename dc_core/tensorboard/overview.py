@@ -9,7 +9,7 @@ import numpy as np  # a TensorBoard dependency
 
 from ..analyzer import findings_of
 from ..model import kinds
-from ..model.report import steps_text, window_label
+from ..model.window import steps_text, window_label
 from ..store.profile import Profile, ProfileError
 from . import shape
 from .metadata import DATA_VERSION
@@ -109,7 +109,7 @@ def window(index: Index) -> dict:
     return {
         # the rank is the directory's, as the listing and every request name it; a file
         # moved or copied from another rank's directory says its own beside it
-        **index.ref.as_dict(), **stored, "label": window_label(index.ref.window, p.step_times_ns, p.env),
+        **index.ref.as_dict(), **stored, "label": window_label(index.ref.window, p.step_times_ns, p.planned_window),
         "host": p.host, "framework": p.framework, "mode": p.mode, "world_size": p.world_size,
         "steps": list(p.steps), "step_times_ns": list(p.step_times_ns), "duration_ns": p.duration_ns,
         "init_ns": p.init_ns, "nodes": size, "drops": dict(p.drops), "env": dict(p.env),

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np  # a TensorBoard dependency
 
 from ..ensemble import Ensemble
-from ..model.report import steps_text
+from ..model.window import steps_text
 from ..model.tree import Frame
 from .store import Index
 

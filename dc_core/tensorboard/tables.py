@@ -13,7 +13,7 @@ import numpy as np  # a TensorBoard dependency
 
 from ..model import views
 from ..model.kinds import KINDS
-from ..model.report import window_label
+from ..model.window import window_label
 from .params import format_window
 from .store import Children, Index
 
@@ -33,7 +33,7 @@ def node_row(index: Index, node: int) -> dict:
     row = {"id": node, **frame_fields(index, index.tree.frame[node])}
     if node == 0:
         p = index.profile
-        row["label"] = window_label(index.ref.window, p.step_times_ns, p.env)
+        row["label"] = window_label(index.ref.window, p.step_times_ns, p.planned_window)
     row["excl"] = {m: index.excl(m)[node] for m in index.metrics}
     row["incl"] = {m: index.incl(m)[node] for m in index.metrics}
     row["kids"] = len(index.children(node))

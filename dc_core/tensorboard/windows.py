@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ensemble import Ensemble
-from ..model.report import steps_text
+from ..model.window import steps_text
 from ..model.tree import Frame
 from .params import format_window
 from .spread import follow

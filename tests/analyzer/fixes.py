@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import dc_torch
-from dc_core.analyzer import findings_of
+from tests.analyzer.helpers import analysed
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import read_profile
 from dc_core.store.profile import Profile
@@ -34,9 +34,7 @@ def _train(logdir, step: Callable[[], None], steps: int = STEPS) -> Profile:
             step()
             prof.step()
     (path,) = prof.written
-    profile = read_profile(path)
-    findings_of(profile)
-    return profile
+    return analysed(read_profile(path))
 
 
 def _sgd_step(model: nn.Module, loss_of: Callable[[], torch.Tensor], opt=None) -> Callable[[], None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dc_core.store.profile import Profile, Series
 from dc_core.model.tree import tree_from_lists
 
@@ -41,3 +43,12 @@ def only(findings, rule: str) -> dict:
 def line(func: str, where: str) -> str:
     """A python frame label for the shorthand: ``line("rmsnorm", "model.py:12")``."""
     return f"python:{func}|{where}"
+
+
+def analysed(profile: Profile) -> Profile:
+    """``profile`` with its findings (`analyzer.findings_of`), as ``deepcontext
+    analyze`` stores them; the read profile itself is left as it was read."""
+    from dc_core.analyzer import findings_of
+
+    return dataclasses.replace(profile, findings=findings_of(profile), analysis_pending=False,
+                               analyzer_overrides={})

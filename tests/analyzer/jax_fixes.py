@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 
 import dc_jax
-from dc_core.analyzer import findings_of
+from tests.analyzer.helpers import analysed
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import read_profile
 from dc_core.store.profile import Profile
@@ -28,9 +28,7 @@ def _train(logdir, step: Callable[[jax.Array], jax.Array], w: jax.Array) -> Prof
             w.block_until_ready()
             prof.step()
     (path,) = prof.written
-    profile = read_profile(path)
-    findings_of(profile)
-    return profile
+    return analysed(read_profile(path))
 
 
 def run_dtype(logdir, fixed: bool) -> Profile:

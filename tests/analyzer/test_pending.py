@@ -13,7 +13,7 @@ from dc_core.analyzer import findings_of
 from dc_core.cli import main
 from dc_core.record.session import Session
 from dc_core.store.logdir import read_profile
-from dc_core.store.profile import OVERRIDES_ENV, PENDING_ENV, decode, encode, mark_pending
+from dc_core.store.profile import decode, encode, mark_pending
 
 from tests.analyzer.helpers import MS, line, profile
 
@@ -44,16 +44,17 @@ def _loader_bound(tmp_path, monkeypatch, **config) -> str:
 def test_a_window_is_written_pending_and_its_readers_analyse_it(tmp_path, monkeypatch):
     path = _loader_bound(tmp_path, monkeypatch)
     stored = read_profile(path)
-    assert stored.findings == [] and stored.env[PENDING_ENV] == "pending" and OVERRIDES_ENV not in stored.env
+    assert stored.findings == [] and stored.analysis_pending and stored.analyzer_overrides == {}
     found = findings_of(stored)
     assert "dataloader_bottleneck" in [f["rule"] for f in found]
-    assert PENDING_ENV not in stored.env and stored.findings is found  # memoised, marker gone
+    assert findings_of(stored) is found  # memoised
+    assert stored.analysis_pending and stored.findings == []  # what was read is left as it was read
 
 
 def test_the_sessions_thresholds_reach_the_reader(tmp_path, monkeypatch, capsys):
     path = _loader_bound(tmp_path, monkeypatch, analyzer={"dataloader_bottleneck.enabled": 0})
     stored = read_profile(path)
-    assert json.loads(stored.env[OVERRIDES_ENV]) == {"dataloader_bottleneck.enabled": 0}
+    assert stored.analyzer_overrides == {"dataloader_bottleneck.enabled": 0}
     assert "dataloader_bottleneck" not in [f["rule"] for f in findings_of(read_profile(path))]
     assert main(["report", str(tmp_path), "--json"]) == 0
     (doc,) = json.loads(capsys.readouterr().out)["profiles"]
@@ -74,7 +75,7 @@ def test_analyze_stores_the_findings_with_the_sessions_thresholds_and_clears_the
     assert [f["rule"] for f in stored["plain"].findings] == ["dataloader_bottleneck"]
     assert stored["quiet"].findings == []
     for p in stored.values():
-        assert PENDING_ENV not in p.env and OVERRIDES_ENV not in p.env
+        assert not p.analysis_pending and p.analyzer_overrides == {}
     monkeypatch.setattr(analyzer, "analyze", lambda *a, **k: [{"rule": "again"}])
     assert findings_of(stored["quiet"]) == []  # analysed and stored: nothing left to do
 
@@ -83,7 +84,7 @@ def test_damaged_overrides_fall_back_to_the_defaults_with_a_warning(caplog):
     p = profile(("dataloader", (line("__getitem__", "d.py:5"), f"aten::randn @cpu_time_ns={40 * MS}")),
                 ("forward", (line("train", "t.py:1"), f"aten::mm @cpu_time_ns={2 * MS}")))
     mark_pending(p, {"dataloader_bottleneck.enabled": 0})
-    p.env[OVERRIDES_ENV] = '{"no_such_rule.enabled": 0'
+    p.analyzer_overrides = {"dataloader_bottleneck.no_such_threshold": 1.0}  # a damaged or foreign file
     back = decode(encode(p), "w.pb")
     assert "dataloader_bottleneck" in [f["rule"] for f in findings_of(back)]
     assert "w.pb has unreadable analyzer overrides" in caplog.text

@@ -17,7 +17,8 @@ from dc_core.cli import main, version
 from dc_core.cli.view import warn_if_empty
 from dc_core.store.logdir import find_profiles, read_profile, write_profile
 from dc_core.store.profile import Profile
-from dc_core.model.report import MONITOR_READINGS_CAP, describe_drops, window_label
+from dc_core.model.report import MONITOR_READINGS_CAP, describe_drops
+from dc_core.model.window import window_label
 from dc_core.record.session import Session
 from dc_core.tensorboard import overview, tables
 from dc_core.tensorboard.params import Ref
@@ -70,9 +71,9 @@ def test_a_loop_that_ends_inside_a_window_is_reported_partial(tmp_path, capsys):
 
 
 def test_window_label_counts_against_the_planned_window_when_recorded():
-    partial = window_label((5, 7), [1, 2], {"planned_window": "5-8"})
+    partial = window_label((5, 7), [1, 2], (5, 8))
     assert partial == "steps 5\u20136 (partial: steps 5\u20136 timed, of steps 5\u20137 planned)"
-    assert window_label((5, 8), [1, 2, 3], {"planned_window": "5-8"}) == "steps 5\u20137"
+    assert window_label((5, 8), [1, 2, 3], (5, 8)) == "steps 5\u20137"
     assert window_label((5, 6), [1]) == "step 5" and window_label((5, 8)) == "steps 5\u20137"
 
 
@@ -189,7 +190,7 @@ def test_a_first_step_of_the_process_is_shown_as_its_one_off_costs(tmp_path, cap
     from dc_core.analyzer import findings_of
 
     profile = _window_with_a_slow_first_step(tmp_path, start=0)
-    assert profile.env["first_step"] == "0" and len(profile.step_times_ns) == 4
+    assert profile.first_step == 0 and len(profile.step_times_ns) == 4
     monkeypatch.setenv("COLUMNS", "200")  # the note on one line
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -207,6 +208,6 @@ def test_a_first_step_of_the_process_is_shown_as_its_one_off_costs(tmp_path, cap
 
 def test_a_slow_first_step_of_a_later_window_is_no_one_off(tmp_path, capsys):
     profile = _window_with_a_slow_first_step(tmp_path, start=1)  # step 0 ran before the window
-    assert profile.env["first_step"] == "0" and profile.steps[0] == 1
+    assert profile.first_step == 0 and profile.steps[0] == 1
     assert main(["report", str(tmp_path)]) == 0
     assert "one-off" not in capsys.readouterr().out

@@ -68,7 +68,7 @@ def test_future_version_rejected(tmp_path):
     msg = profile_pb2.Profile()
     msg.ParseFromString(encode(make_profile()))
     msg.version = SCHEMA_VERSION + 1
-    with pytest.raises(ProfileError, match=r"schema version 2 is newer"):
+    with pytest.raises(ProfileError, match=rf"schema version {SCHEMA_VERSION + 1} is newer"):
         decode(msg.SerializeToString(), "x.pb")
 
 

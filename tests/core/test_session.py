@@ -188,7 +188,7 @@ def test_a_session_that_wrote_its_window_does_not_warn(tmp_path, caplog):
 
 
 def test_a_loop_that_ends_inside_a_window_writes_it_as_partial_of_its_plan(tmp_path):
-    from dc_core.model.report import window_label
+    from dc_core.model.window import window_label
 
     session = Session(logdir=str(tmp_path), steps={"start": 5, "count": 3})
     for step in range(6):  # steps 0..5: the window 5–7 sees only step 5
@@ -196,8 +196,8 @@ def test_a_loop_that_ends_inside_a_window_writes_it_as_partial_of_its_plan(tmp_p
         session.step_end(step)
     session.close()
     (profile,), _ = load_profiles(tmp_path)
-    assert profile.steps == (5, 6) and profile.env["planned_window"] == "5-8"
-    assert window_label(profile.steps, profile.step_times_ns, profile.env) == \
+    assert profile.steps == (5, 6) and profile.planned_window == (5, 8)
+    assert window_label(profile.steps, profile.step_times_ns, profile.planned_window) == \
         "step 5 (partial: step 5 timed, of steps 5–7 planned)"
 
 

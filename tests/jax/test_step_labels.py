@@ -127,5 +127,5 @@ def test_deepcontext_run_labels_a_wrapped_step_by_its_function(tmp_path, script,
     done = deepcontext_run(tmp_path, "--steps", "2:3", script)
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
-    assert profile.env["step_source"] == f"each call of {label}, called repeatedly at {script}:{loop}; step 0 is call 3"
+    assert profile.step_source == f"each call of {label}, called repeatedly at {script}:{loop}; step 0 is call 3"
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3

@@ -205,5 +205,5 @@ def test_view_opens_the_tab_on_the_logdir_when_the_run_ends(tmp_path, monkeypatc
                  "busy.py"]) == 0
     assert opened == [str(tmp_path / "runs")]
     [profile] = [read_profile(f) for f in find_profiles(tmp_path / "runs")]
-    assert profile.framework == "python" and profile.env["step_source"].startswith("a time range")
+    assert profile.framework == "python" and profile.step_source.startswith("a time range")
     assert 0.4e9 < profile.step_times_ns[0] < 4e9  # the one "step" is the time range

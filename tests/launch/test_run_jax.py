@@ -59,7 +59,7 @@ def test_a_flax_script_is_profiled_from_its_jitted_train_step(tmp_path):
     assert [line.split()[0] for line in printed].count("step") == 3
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3 and profile.framework == "jax"
-    source = profile.env["step_source"]
+    source = profile.step_source
     assert source == f"each call of jax.jit train_step, called repeatedly at jax_linen.py:{loop}; step 0 is call 3"
     assert f"steps: {source}" in done.stderr  # the report says how the steps were found
     tree = profile.tree
@@ -89,7 +89,7 @@ def test_an_nnx_jit_step_is_found_with_its_modules_named(tmp_path):
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (2, 5)
     # nnx.jit runs a jax.jit inside, called from Flax's files: only the script's call counts
-    assert profile.env["step_source"] == (f"each call of nnx.jit train_step, called repeatedly at "
+    assert profile.step_source == (f"each call of nnx.jit train_step, called repeatedly at "
                                           f"jax_nnx.py:{loop}; step 0 is call 3")
     tree = profile.tree
     model = (f"jax_nnx.py:{step} train_step", f"jax_nnx.py:{loss} loss_fn", "MLP (MLP)")
@@ -109,7 +109,7 @@ def test_a_named_nnx_step_is_one_step_per_call_from_its_first(tmp_path):
     done = deepcontext_run(tmp_path, "--steps", "2:3", "--step-function", "__main__:train_step", str(script))
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
-    assert profile.env["step_source"] == (f"each call of nnx.jit train_step, named by --step-function "
+    assert profile.step_source == (f"each call of nnx.jit train_step, named by --step-function "
                                           f"__main__:train_step (first called at jax_nnx.py:{loop}); step 0 is call 1")
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
     model = [p for p in _paths(profile.tree, "module") if p[-1] == "MLP/linear1 (Linear)" and p[0] == "forward"]
@@ -124,14 +124,14 @@ def test_step_function_names_the_step_the_search_would_miss(tmp_path):
     found = deepcontext_run(tmp_path / "found", "--steps", "0:2", str(script))
     assert found.returncode == 0, found.stderr
     [guess] = run_profiles(tmp_path / "found")  # the augmentation over the data, called first from one line
-    assert f"jax.jit augment, called repeatedly at jax_named.py:{batches}" in guess.env["step_source"]
+    assert f"jax.jit augment, called repeatedly at jax_named.py:{batches}" in guess.step_source
 
     named = deepcontext_run(tmp_path, "--steps", "2:3", "--step-function", "jax_named:train_step", str(script))
     assert named.returncode == 0, named.stderr
     assert named.stdout == found.stdout
     [profile] = run_profiles(tmp_path)
     # ``train_step = jax.jit(update)``: named by the script's attribute, reported with its function
-    assert profile.env["step_source"] == (f"each call of jax.jit update, named by --step-function "
+    assert profile.step_source == (f"each call of jax.jit update, named by --step-function "
                                           f"jax_named:train_step (first called at jax_named.py:{loop}); "
                                           f"step 0 is call 1")
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
@@ -153,4 +153,4 @@ def test_jitted_functions_behave_as_they_do_alone(tmp_path):
     assert expected <= set(alone.stdout.splitlines())
     assert split_stderr(done.stderr)[0] == alone.stderr
     [profile] = run_profiles(tmp_path)
-    assert "jax.jit scaled, called repeatedly" in profile.env["step_source"] and profile.steps == (0, 2)
+    assert "jax.jit scaled, called repeatedly" in profile.step_source and profile.steps == (0, 2)

@@ -13,7 +13,6 @@ import pytest
 
 pytest.importorskip("torch")
 
-from dc_core.model.report import planned_window
 from dc_core.store.logdir import find_profiles, read_profile
 
 from .conftest import SCRIPTS, deepcontext_run, plain, run_profiles, split_stderr
@@ -44,7 +43,7 @@ def test_a_plain_script_is_profiled_under_its_own_lines(tmp_path):
     assert own == alone.stderr == ""
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
-    assert "SGD.step at plain_torch.py:" in profile.env["step_source"]
+    assert "SGD.step at plain_torch.py:" in profile.step_source
     tree = profile.tree
     phases = {tree.node_frame(n).name for n in tree.children(0)}
     assert {"forward", "backward", "optimizer"} <= phases
@@ -85,7 +84,7 @@ def test_accumulation_and_a_second_optimizer_still_make_one_step_per_update(tmp_
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
-    assert "SGD.step" in profile.env["step_source"]  # the first optimizer to step, not the critic's Adam
+    assert "SGD.step" in profile.step_source  # the first optimizer to step, not the critic's Adam
     tree = profile.tree
     first = [n for n in range(1, len(tree)) if _labels(tree, n)[-2:] == ["body.0 (Linear)", "aten::linear"]]
     # 3 updates of 2 micro-batches, plus the critic's input computed once per update
@@ -100,7 +99,7 @@ def test_regression_a_window_open_when_the_script_ends_is_written(tmp_path):
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (8, 11) and len(profile.step_times_ns) == 2  # steps 8 and 9 whole, 10 begun
-    assert planned_window(profile.env) == (8, 18)
+    assert profile.planned_window == (8, 18)
     linear = profile.tree.find_all(lambda f: f.name == "aten::linear" and not f.backward)
     assert sum(profile.tree.excl["count"][n] for n in linear) == 2 * 2  # two Linear layers in steps 8 and 9
 
@@ -111,7 +110,7 @@ def test_a_script_profiling_itself_keeps_its_profiler_and_nothing_is_added(tmp_p
     files = find_profiles(tmp_path)
     # its own window (steps 1-2), none of the run's default 5-7; in the run's directory, as DEEPCONTEXT_CONFIG says
     assert [f.steps for f in files] == [(1, 3)] and files[0].path.is_relative_to(tmp_path / "out")
-    assert "step_source" not in read_profile(files[0]).env
+    assert read_profile(files[0]).step_source == ""
 
 
 def _wait_for(proc: subprocess.Popen, text: str) -> str:
@@ -162,7 +161,7 @@ def test_ctrl_c_in_a_window_writes_it_partial_and_ends_as_the_script_does(tmp_pa
     first, second = _windows(tmp_path)
     assert first.steps == (2, 5) and len(first.step_times_ns) == 3
     assert second.steps == (6, 8) and len(second.step_times_ns) == 1  # step 6 timed, 7 interrupted
-    assert planned_window(second.env) == (6, 9)
+    assert second.planned_window == (6, 9)
     assert "steps 6–7 (partial: step 6 timed, of steps 6–8 planned)" in said
 
 
@@ -210,12 +209,12 @@ def test_steps_found_after_the_time_fallback_began_take_over(tmp_path):
                            str(SCRIPTS / "plain_torch.py"), "--load-s", "3")
     assert done.returncode == 0, done.stderr
     loading, steps = sorted(run_profiles(tmp_path), key=lambda p: p.steps)
-    assert loading.env["step_source"] == "a time range: no step boundary in the first 1 s"
+    assert loading.step_source == "a time range: no step boundary in the first 1 s"
     # cut short by the first update: its one "step" is the loading, from 1 s in until the steps were found
     assert loading.steps == (0, 1) and len(loading.step_times_ns) == 1 and 0.5e9 < loading.step_times_ns[0] < 20e9
     load_line = line_of(SCRIPTS / "plain_torch.py", "loading = torch.tanh(loading @ loading)")
     assert loading.tree.find_all(lambda f: f.kind == "python" and f.line == load_line)  # the loading was recorded
-    assert steps.steps == (2, 5) and len(steps.step_times_ns) == 3 and "SGD.step" in steps.env["step_source"]
+    assert steps.steps == (2, 5) and len(steps.step_times_ns) == 3 and "SGD.step" in steps.step_source
 
 
 def test_accelerate_launch_profiles_the_script_not_the_launcher(tmp_path):
@@ -246,7 +245,7 @@ def test_a_time_range_cut_short_by_the_end_of_the_process_is_its_one_step(tmp_pa
     done = deepcontext_run(tmp_path, "--time-fallback", "0.5", "--time-window", "600", str(SCRIPTS / "no_steps.py"))
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
-    assert profile.env["step_source"] == "a time range: no step boundary in the first 0.5 s"
+    assert profile.step_source == "a time range: no step boundary in the first 0.5 s"
     # the script works for 3.5 s: the range opens after 0.5 s (later on a loaded host) and ends with the process
     assert profile.steps == (0, 1) and len(profile.step_times_ns) == 1 and 0.2e9 < profile.step_times_ns[0] < 3.5e9
 
@@ -255,7 +254,7 @@ def test_no_step_boundary_falls_back_to_a_time_range(tmp_path):
     done = deepcontext_run(tmp_path, "--time-fallback", "1", "--time-window", "1", str(SCRIPTS / "no_steps.py"))
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
-    assert profile.env["step_source"] == "a time range: no step boundary in the first 1 s"
+    assert profile.step_source == "a time range: no step boundary in the first 1 s"
     assert "steps: a time range" in done.stderr
     matmul = [n for n in range(1, len(profile.tree)) if profile.tree.node_frame(n).name in ("aten::matmul", "aten::mm")
               and any("no_steps.py" in l and "crunch" in l for l in _labels(profile.tree, n))]

@@ -62,7 +62,7 @@ def test_a_lightning_trainer_gets_the_callback_and_its_steps(tmp_path):
     # one window, the fitting trainer's; the test Trainer after it adds nothing
     name, profile = only_profile(tmp_path)
     assert name == "steps-2-4.pb" and profile.steps == (2, 5) and len(profile.step_times_ns) == 3
-    assert profile.env["step_source"].startswith("Lightning Trainer optimizer steps (trainer.global_step)")
+    assert profile.step_source.startswith("Lightning Trainer optimizer steps (trainer.global_step)")
     assert "steps: Lightning Trainer optimizer steps" in done.stderr
     tree = profile.tree
     assert {"forward", "backward", "optimizer"} <= {tree.node_frame(n).name for n in tree.children(0)}
@@ -86,7 +86,7 @@ def test_a_hugging_face_trainer_gets_the_callback_and_its_steps(tmp_path):
     assert "trained to step 12" in done.stdout
     name, profile = only_profile(tmp_path)
     assert name == "steps-2-4.pb" and profile.steps == (2, 5) and len(profile.step_times_ns) == 3
-    assert profile.env["step_source"].startswith("Hugging Face Trainer optimizer steps (state.global_step)")
+    assert profile.step_source.startswith("Hugging Face Trainer optimizer steps (state.global_step)")
     tree = profile.tree
     assert {"forward", "backward", "optimizer"} <= {tree.node_frame(n).name for n in tree.children(0)}
     assert {("transformer.h.0.attn", "GPT2Attention"), ("transformer.h.1.mlp", "GPT2MLP")} <= forward_modules(tree)
@@ -113,6 +113,6 @@ def test_a_scripts_own_callback_is_kept_alone(tmp_path, framework, script, modul
     # the run's logdir and run (DEEPCONTEXT_CONFIG) win over the callback's logdir; its steps stay its own
     name, profile = only_profile(tmp_path)
     assert name == "steps-1-2.pb" and not (tmp_path / "own-profiles").exists()
-    assert "step_source" not in profile.env  # the script's session, not one the run made
+    assert profile.step_source == ""  # the script's session, not one the run made
     assert module in forward_modules(profile.tree)
     assert "WARNING" not in run_log(tmp_path)
