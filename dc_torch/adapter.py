@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from dc_core.record.session import Session
 
 TORCH_DIR = os.path.dirname(torch.__file__)
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("deepcontext")
 
 
 class TorchAdapter(Adapter):

@@ -53,7 +53,7 @@ from dc_torch.source import Frame, common_prefix, module_frames, python_frames, 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("deepcontext")
 PROVENANCE = {"trace.provenance_tracking_level": 2}
 #: Set in a generated module's globals while its kernels are shims, and on an entry standing in for one.
 _SWAPPED = "__deepcontext_swapped__"

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("deepcontext")
 
 _SOURCE = Path(__file__).parent / "csrc" / "capture.cc"
 _HEADERS = (Path(__file__).parent / "csrc" / "names.h",)  # beside it, included by it

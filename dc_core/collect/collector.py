@@ -55,7 +55,7 @@ INHERIT = -2
 #: Python stack from its outermost frame (a phase, a step).
 WHOLE_STACK = 0
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("deepcontext")
 
 
 @functools.cache

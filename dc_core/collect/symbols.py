@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..model.tree import Frame
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("deepcontext")
 
 _FUNCTION_TYPES = (2, 10)  # STT_FUNC, STT_GNU_IFUNC
 _SHN_UNDEF = 0

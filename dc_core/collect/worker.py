@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("deepcontext")
 
 
 class WorkerThread(threading.Thread):

@@ -24,7 +24,7 @@ def test_create_collector_prefers_native_when_it_imports():
 def test_missing_native_falls_back_with_one_warning(monkeypatch, caplog):
     monkeypatch.setattr(collector_mod, "_native_module", lambda: (None, "ImportError: no _native"))
     collector_mod._warn_fallback.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="dc_core.collect.collector"):
+    with caplog.at_level(logging.WARNING, logger="deepcontext"):
         made = [collector_mod.create_collector(max_nodes=7) for _ in range(3)]
     assert all(isinstance(c, reference.Collector) for c in made)
     assert [r.getMessage() for r in caplog.records] == [
