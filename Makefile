@@ -70,12 +70,14 @@ test: install-test
 test-cuda: install-test
 	$(BIN)/python -m pytest -m requires_cuda -rs
 
-# The collector built with -fsanitize=address,undefined and, apart, thread, in
-# build/native-*: its C++ unit tests, then the collector's contract tests and
-# the native capture's tests against each sanitized module.
+# The C++ checked against .clang-format (with the clang-format pinned in
+# constraints.txt), then the collector built with -fsanitize=address,undefined
+# and, apart, thread, in build/native-*: its C++ unit tests, then the
+# collector's contract tests and the native capture's tests against each
+# sanitized module.
 test-native: install-test
 	@command -v cmake >/dev/null || $(PIP) install -q cmake
-	$(PIP) install -q ninja pybind11
+	$(PIP) install -q ninja pybind11 clang-format
 	PATH="$(CURDIR)/$(BIN):$$PATH" PYTHON="$(CURDIR)/$(BIN)/python" tests/native/run.sh
 
 bench: install

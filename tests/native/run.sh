@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# make test-native: the collector built with sanitizers, one build tree per
-# sanitizer under build/: its C++ unit tests (tests/native), then the
-# collector's contract tests and the native capture's tests against that
-# module, loaded into the (unsanitized) interpreter with the runtime
-# preloaded.
+# make test-native: the C++ sources checked against .clang-format, then the
+# collector built with sanitizers, one build tree per sanitizer under build/:
+# its C++ unit tests (tests/native), then the collector's contract tests and
+# the native capture's tests against that module, loaded into the
+# (unsanitized) interpreter with the runtime preloaded.
 #
-#   tests/native/run.sh [asan|tsan]...   (default: both)
+#   tests/native/run.sh [format|asan|tsan]...   (default: all three)
 #
 # Suppressions (tests/native/*.supp) name CPython and torch only, never the
 # collector.
@@ -48,6 +48,37 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "$SITE" >"$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/environment.pth"
 fi
 
+# Every C++ file of ours laid out as .clang-format says, by the clang-format
+# constraints.txt pins (another version lays some lines out otherwise).
+check_format() {
+  local tool=${CLANG_FORMAT:-clang-format} want have file bad=()
+  want=$(sed -n 's/^clang-format==//p' constraints.txt)
+  have=$("$tool" --version 2>/dev/null | sed -n 's/.*clang-format version \([0-9.]*\).*/\1/p' || true)
+  if [ "$have" != "$want" ]; then
+    echo "format: needs clang-format $want (constraints.txt), found '${have:-none}': pip install clang-format==$want" >&2
+    return 1
+  fi
+  echo "== format: C++ against .clang-format (clang-format $have)"
+  while IFS= read -r file; do
+    "$tool" --dry-run --Werror "$file" >/dev/null 2>&1 || bad+=("$file")
+  done < <(find native dc_torch/csrc dc_core/include tests/native -type f \
+             \( -name '*.h' -o -name '*.hpp' -o -name '*.cc' -o -name '*.cpp' \) | sort)
+  if [ ${#bad[@]} -gt 0 ]; then
+    echo "format: not laid out as .clang-format says (clang-format -i FILE... fixes them):" >&2
+    printf '  %s\n' "${bad[@]}" >&2
+    return 1
+  fi
+}
+
+# The torch extension, unsanitized, built against this environment's torch
+# (it calls the sanitized module through the capture table): once, before
+# the first interpreter run.
+capture_extension() {
+  [ -z "${CAPTURE_READY:-}" ] || return 0
+  (cd "$ROOT" && "$VENV/bin/python" -m dc_torch.native) || echo "warning: no native capture; its tests will fail"
+  CAPTURE_READY=1
+}
+
 run_one() {  # run_one NAME SANITIZERS RUNTIME [PYTEST -k EXPRESSION]
   local name=$1 sanitize=$2 runtime build=$ROOT/build/native-$1 select=${4:-not reference}
   # The sanitizer's runtime first; libstdc++ with it, so the runtime finds
@@ -61,6 +92,7 @@ run_one() {  # run_one NAME SANITIZERS RUNTIME [PYTEST -k EXPRESSION]
   echo "== $name: C++ unit tests"
   ASAN_OPTIONS=detect_leaks=1 "$build/tests/native/native_tests"
   echo "== $name: contract and native capture tests against the sanitized module"
+  capture_extension
   overlay "$build"
   (cd "$build/root" && ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$runtime" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
      -k "$select" $CONTRACT $TORCH)
@@ -74,20 +106,17 @@ export LSAN_OPTIONS=suppressions=$ROOT/tests/native/lsan.supp
 # which TSan cannot follow (it says so and stops otherwise).
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 die_after_fork=0 suppressions=$ROOT/tests/native/tsan.supp"
 
-# The torch extension, unsanitized, built against this environment's torch
-# (it calls the sanitized module through the capture table).
-(cd "$ROOT" && "$VENV/bin/python" -m dc_torch.native) || echo "warning: no native capture; its tests will fail"
-
-for which in "${@:-asan tsan}"; do
+for which in "${@:-format asan tsan}"; do
   for w in $which; do
     case $w in
+      format) check_format ;;
       asan) run_one asan address,undefined libasan.so ;;
       # TSan cannot follow a multi-threaded process into a forked child
       # (DataLoader workers, a fork mid-window): those tests run under ASan.
       # One OpenMP thread: torch's parallel regions run in libgomp, which
       # TSan does not see synchronise.
       tsan) OMP_NUM_THREADS=1 run_one tsan thread libtsan.so "not reference and not fork" ;;
-      *) echo "unknown sanitizer run: $w (asan, tsan)" >&2; exit 2 ;;
+      *) echo "unknown run: $w (format, asan, tsan)" >&2; exit 2 ;;
     esac
   done
 done
