@@ -1,4 +1,6 @@
-"""The packages' import graph, read from the source with `ast`: no cycles.
+"""The packages' import graph, read from the source with `ast`: no cycles, and
+``model/``, the vocabulary every layer reads, imports only itself and the
+standard library.
 
 An import counts wherever it is written, a function body included (a
 function-level import is a cycle deferred, not removed); one under ``if
@@ -11,6 +13,7 @@ Imports by string (``importlib.import_module``, entry points) are not seen.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,6 +167,16 @@ def test_no_import_cycles():
     assert len(edges) > 100  # the walk found the packages
     found = cycles(edges)
     assert not found, "import cycles (module -> module it imports):\n" + _shown(found)
+
+
+def test_model_imports_only_model_and_the_standard_library():
+    edges, outside = _project_graph()
+    model = [m for m in edges if _within(m, "dc_core.model")]
+    assert "dc_core.model.tree" in model
+    wrong = {m: sorted(t for t in edges[m] if not _within(t, "dc_core.model")) for m in model}
+    assert not {m: t for m, t in wrong.items() if t}, "model/ is the vocabulary every layer reads"
+    foreign = {m: sorted(outside[m] - set(sys.stdlib_module_names) - {"__future__"}) for m in model}
+    assert not {m: t for m, t in foreign.items() if t}
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -19,11 +19,11 @@ from rich.text import Text
 
 from ..ensemble import PATH_SEP
 from ..model.diff import Comparison, Union, compare, side_of, step_count
-from ..model.report import format_value, metrics_with_values
 from ..model.window import steps_text
 from ..store.logdir import ProfileFile, max_profile_bytes, read_profile
 from ..store.profile import Profile, ProfileError
 from .common import CliError, add_read_options, fail, list_logdir, make_console, middle_truncate
+from .present import format_value, metrics_with_values
 
 DIFF_VERSION = 1
 #: Choices an ambiguous directory's error names at most.

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..export import FORMATS, PER_WINDOW, SUFFIX, exporter, window_exporter
-from ..model.report import METRIC_PREFERENCE, default_metric
 from ..store.logdir import ProfileFile
 from ..store.profile import Profile
 from .common import CliError, add_read_options, fail, list_logdir, read_files
+from .present import METRIC_PREFERENCE, default_metric
 
 
 def add_parser(subparsers: Any) -> None:

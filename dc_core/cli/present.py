@@ -1,5 +1,7 @@
-"""Profiles → the machine-readable report (the ``--json`` shape) and the rows
-the terminal report prints. Pure functions; no I/O."""
+"""Profiles → the machine-readable report (the ``--json`` shape), the rows
+the terminal report prints, rank statistics and value formatting: what the
+commands present (``report``, ``trend``, ``diff``, ``export``, ``ranks``).
+Pure functions; no I/O."""
 
 from __future__ import annotations
 
@@ -7,12 +9,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..model import views
+from ..model.processors import merge_windows
+from ..model.tree import Frame, Tree
+from ..model.views import View, flat
+from ..model.window import one_off_first_step
 from ..record.config import ProfilerConfig
 from ..store.profile import Profile, ProfileError
-from .tree import Frame, Tree
-from . import views
-from .views import View
-from .window import one_off_first_step
 
 REPORT_VERSION = 1
 METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc_bytes", "flops")
@@ -187,9 +190,6 @@ def format_value(value: float, metric: str) -> str:
 def rank_top_frames(profiles: Sequence[Profile], metric: str, limit: int = 8) -> tuple[list[int], list[tuple[Frame, list[int]]]]:
     """The heaviest operator/module/kernel frames and their inclusive ``metric``
     on each rank (windows of a rank summed): ``(ranks, [(frame, values)])``."""
-    from .processors import merge_windows
-    from .views import flat
-
     by_rank: dict[int, list[Tree]] = {}
     for p in profiles:
         by_rank.setdefault(p.rank, []).append(p.tree)
@@ -202,6 +202,8 @@ def rank_top_frames(profiles: Sequence[Profile], metric: str, limit: int = 8) ->
 
 def _findings(profile: Profile) -> list[dict[str, Any]]:
     """The profile's findings, analysed here when it was written pending."""
-    from ..analyzer import findings_of  # here: the analyzer imports this module
+    # Here: only the JSON document analyses, and `deepcontext export` imports
+    # this module without needing the analyzer.
+    from ..analyzer import findings_of
 
     return findings_of(profile)

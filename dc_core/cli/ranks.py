@@ -10,9 +10,9 @@ from rich.text import Text
 from ..ensemble import PATH_SEP, Ensemble
 from ..ensemble.outliers import Outlier
 from ..ensemble.report import merged_rows
-from ..model.report import format_value
 from ..model.window import steps_text
 from .common import middle_truncate
+from .present import format_value
 
 MAX_INDENT_LEVELS = 16
 

@@ -15,7 +15,6 @@ from rich.text import Text
 
 from ..export.nested import dumps
 from ..store.profile import Profile
-from ..model.report import REPORT_VERSION, Row, default_metric, describe_drops, format_value, metrics_with_values, rank_step_stats, rank_top_frames, report_json, tree_rows
 from ..model.window import one_off_first_step, profile_label, steps_text
 from ..model.kinds import UNITS
 from ..model.views import VIEWS, view
@@ -27,6 +26,7 @@ from .common import (
     MANY_FILES, CliError, add_read_options, fail, hanging, list_logdir, make_console, middle_truncate,
     print_about_file, read_files, visible,
 )
+from .present import REPORT_VERSION, Row, default_metric, describe_drops, format_value, metrics_with_values, rank_step_stats, rank_top_frames, report_json, tree_rows
 from .ranks import print_cross_rank
 from .trend import print_trend, trend_json
 

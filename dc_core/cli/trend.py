@@ -24,9 +24,9 @@ from ..analyzer.trends import p_text
 from ..ensemble import PATH_SEP
 from ..ensemble.outliers import time_metric
 from ..ensemble.trend import Point, Trend, series, trend_of, trends
-from ..model.report import format_value
 from ..model.window import steps_text
 from .common import middle_truncate
+from .present import format_value
 
 TOP = "top"
 #: Windows listed in the table; past this, evenly spaced ones (the first and last among them).

@@ -23,10 +23,12 @@ Per step: a node's inclusive value divided by its profile's `step_count`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from ..store.profile import Profile
 from .tree import Frame, Tree
+
+if TYPE_CHECKING:  # `side_of` reads a profile's fields; the vocabulary imports no file format
+    from ..store.profile import Profile
 
 #: A side's step bounds per metric: per node (low, high), see `Side`.
 StepRange = Callable[[str], "tuple[Sequence[int], Sequence[int]] | None"]

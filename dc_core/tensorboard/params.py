@@ -41,7 +41,7 @@ class Ref:
 
 def format_window(window: tuple[int, int]) -> str:
     """The API's id of a window, half-open ``first-endexclusive`` (``5-8``);
-    users read `dc_core.model.report.steps_text` (``steps 5–7``), sent beside it."""
+    users read `dc_core.model.window.steps_text` (``steps 5–7``), sent beside it."""
     return f"{window[0]}-{window[1]}"
 
 

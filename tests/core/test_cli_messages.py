@@ -17,7 +17,7 @@ from dc_core.cli import main, version
 from dc_core.cli.view import warn_if_empty
 from dc_core.store.logdir import find_profiles, read_profile, write_profile
 from dc_core.store.profile import Profile
-from dc_core.model.report import MONITOR_READINGS_CAP, describe_drops
+from dc_core.cli.present import MONITOR_READINGS_CAP, describe_drops
 from dc_core.model.window import window_label
 from dc_core.record.session import Session
 from dc_core.tensorboard import overview, tables

@@ -8,7 +8,7 @@ import json
 from dc_core.cli import main
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile
-from dc_core.model.report import node_json, tree_rows
+from dc_core.cli.present import node_json, tree_rows
 from dc_core.model.views import view
 from dc_core.model.tree import tree_from_lists
 

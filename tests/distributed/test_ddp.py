@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("lightning")
 
 from dc_core.store.logdir import load_profiles
-from dc_core.model.report import rank_step_stats, rank_top_frames
+from dc_core.cli.present import rank_step_stats, rank_top_frames
 
 SCRIPT = Path(__file__).with_name("ddp_fit.py")
 

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import pytest
 
 from dc_core.store.profile import Profile
-from dc_core.model.report import node_json
+from dc_core.cli.present import node_json
 from dc_core.model.tree import Frame
 from dc_core.model.views import view
 

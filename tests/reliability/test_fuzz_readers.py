@@ -38,7 +38,8 @@ from dc_core.ensemble.index import INDEX_FROM, index_dirs
 from dc_core.ensemble.report import merged_json
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
-from dc_core.model import report, views
+from dc_core.cli import present
+from dc_core.model import views
 from dc_core.model.processors import collapse_recursion, filter_kinds, merge_ranks, prune_small
 from dc_core.store.logdir import find_profiles, write_profile
 from dc_core.store.profile import Profile, ProfileError, decode, encode
@@ -80,12 +81,12 @@ def test_report_exporters_and_analyzer_give_a_result(base, mutations):
     other = decode(corpus()[1], "other.pb")
     with bounded(f"readers {mutations!r:.300}"):
         tree = profile.tree
-        metric = report.default_metric(tree)
+        metric = present.default_metric(tree)
         for view in ("top-down", "bottom-up", "flat"):
-            doc = report.report_json([profile], [], view=view, min_fraction=0.0)
+            doc = present.report_json([profile], [], view=view, min_fraction=0.0)
             assert dumps(doc).startswith('{"version": 1, "profiles": [{"run": ')
             shown = views.view(tree, view)
-            rows = report.tree_rows(shown, metric, None, 0.0, 60)
+            rows = present.tree_rows(shown, metric, None, 0.0, 60)
             assert all(r.depth >= 0 and r.frame in shown.tree.frames for r in rows)
         for fmt in FORMATS:
             for chosen in (metric, "flops"):
@@ -96,8 +97,8 @@ def test_report_exporters_and_analyzer_give_a_result(base, mutations):
         prune_small(tree, metric), collapse_recursion(tree), filter_kinds(tree, ["native", "kernel"])
         merged = merge_ranks([tree, other.tree], [profile.rank, other.rank])
         assert merged.total(metric) == tree.total(metric) + other.tree.total(metric)
-        report.rank_top_frames([profile, other], metric)
-        report.rank_step_stats([profile, other])
+        present.rank_top_frames([profile, other], metric)
+        present.rank_step_stats([profile, other])
         findings = analyze(profile)
         assert all(f["rule"] and f["severity"] in ("critical", "warning", "info") for f in findings)
         analyze_ranks([profile, other])

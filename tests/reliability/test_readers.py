@@ -28,7 +28,7 @@ from dc_core.store.logdir import (
 )
 from dc_core.model.processors import collapse_recursion, prune_small
 from dc_core.store.profile import Profile, ProfileError, Series, decode, encode
-from dc_core.model.report import report_json
+from dc_core.cli.present import report_json
 from dc_core.model.tree import Frame, Tree, tree_from_lists
 
 # --- the profiles: real ones, written by the project's own writer -------------

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dc_core.model import kinds
-from dc_core.model.report import format_value
+from dc_core.cli.present import format_value
 from dc_core.store.logdir import write_profile
 
 from tests.tensorboard.conftest import EVIL, make_profile

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dc_core.model import kinds
-from dc_core.model.report import format_value
+from dc_core.cli.present import format_value
 
 STATIC = resources.files("dc_core.tensorboard").joinpath("static")
 

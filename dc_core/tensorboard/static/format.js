@@ -1,5 +1,5 @@
 // Numbers for people, written as the CLI writes them (`format_value` in
-// dc_core/model/report.py): 1.23 ms, 4.5 MiB, 1.2k. Every number the tab shows
+// dc_core/cli/present.py): 1.23 ms, 4.5 MiB, 1.2k. Every number the tab shows
 // goes through here, so the tab and `deepcontext report` print the same text
 // for the same value. Pure functions of their arguments (no DOM): the tests
 // run them in Node and in Chromium against the Python.
