@@ -1,6 +1,7 @@
-"""The packages' import graph, read from the source with `ast`: no cycles, and
+"""The packages' import graph, read from the source with `ast`: no cycles;
 ``model/``, the vocabulary every layer reads, imports only itself and the
-standard library.
+standard library; ``record/``, the writer side, imports nothing that reads
+profiles (the analyzer, the CLI, the tab).
 
 An import counts wherever it is written, a function body included (a
 function-level import is a cycle deferred, not removed); one under ``if
@@ -177,6 +178,15 @@ def test_model_imports_only_model_and_the_standard_library():
     assert not {m: t for m, t in wrong.items() if t}, "model/ is the vocabulary every layer reads"
     foreign = {m: sorted(outside[m] - set(sys.stdlib_module_names) - {"__future__"}) for m in model}
     assert not {m: t for m, t in foreign.items() if t}
+
+
+def test_record_does_not_import_the_readers():
+    edges, _ = _project_graph()
+    readers = ("dc_core.analyzer", "dc_core.cli", "dc_core.tensorboard")
+    record = [m for m in edges if _within(m, "dc_core.record")]
+    assert "dc_core.record.validate" in record
+    wrong = {m: sorted(t for t in edges[m] if _within(t, *readers)) for m in record}
+    assert not {m: t for m, t in wrong.items() if t}, "the writer side must not import what reads profiles"
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -8,10 +8,12 @@ plus ``gain_ns``, the time per step its fix would save (None: not
 estimable), and ``gain_basis``, the sentence saying which time that is.
 Timing rules weigh each node's quietest step (`base.Window.quiet`), so one
 step the machine stole cannot make a finding.
-Thresholds live in `thresholds.DEFAULTS`; ``ProfilerConfig.analyzer`` overrides
-them. ``analyze`` sees one window of one rank; ``analyze_ranks`` compares the
-windows and ranks of a run; `stream.analyze_files` does both over a logdir's
-files with one profile in memory at a time (what ``deepcontext analyze`` runs).
+Rule ids and default thresholds are named in `dc_core.model.rules` (a config's
+overrides are checked against them without importing the analyzer);
+``ProfilerConfig.analyzer`` overrides the thresholds. ``analyze`` sees one
+window of one rank; ``analyze_ranks`` compares the windows and ranks of a run;
+`stream.analyze_files` does both over a logdir's files with one profile in
+memory at a time (what ``deepcontext analyze`` runs).
 
 A profiling session does not analyse on the training thread: it writes each
 window marked pending (`store.profile.mark_pending`, with its threshold
@@ -28,12 +30,14 @@ from typing import Any, Callable, Iterable, Mapping
 from ..store.profile import Profile
 from . import context, operators, phases, ranks, steps, system, trends
 from ..model.kinds import SEVERITIES
+from ..model.rules import RULE_IDS
 from .base import Window
 from .thresholds import DEFAULTS, Thresholds
 
 logger = logging.getLogger("deepcontext")
 
-#: Single-window rules, in report order within a severity.
+#: Single-window rules, in report order within a severity (ids and order:
+#: `dc_core.model.rules.RULE_IDS`, which a test holds to these two tables).
 RULES: dict[str, Callable[[Window], list[dict[str, Any]]]] = {
     "dataloader_bottleneck": phases.dataloader_bottleneck,
     "gpu_idle": phases.gpu_idle,
@@ -60,8 +64,6 @@ RANK_RULES = {
     "memory_growth": ranks.memory_growth_windows,
     "share_trend": trends.share_trend,
 }
-
-RULE_IDS = tuple(dict.fromkeys([*RULES, *RANK_RULES]))
 
 __all__ = ["DEFAULTS", "RULE_IDS", "SEVERITIES", "Thresholds", "analyze", "analyze_ranks", "attach", "findings_of",
            "sort_findings"]

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..analyzer.thresholds import DEFAULTS
+from ..model.rules import DEFAULTS
 from ..analyzer.trends import p_text
 from ..ensemble import PATH_SEP
 from ..ensemble.outliers import time_metric

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..model.rules import DEFAULTS, RULE_IDS
+
 #: Largest value the native collector takes for ``max_nodes`` (a C++ ``int64_t``).
 INT64_MAX = (1 << 63) - 1
 #: Longest name a POSIX filesystem takes for one path component (NAME_MAX).
@@ -135,11 +137,6 @@ def check_thresholds(overrides: Any) -> dict[str, float]:
         raise ValueError(f"analyzer must be a mapping of threshold overrides, got {shown(overrides)}")
     if not overrides:
         return {}
-    # Imported here, and only when there are overrides: the analyzer pulls in the
-    # profile format (protobuf), which building a config should not cost.
-    from ..analyzer import RULE_IDS
-    from ..analyzer.thresholds import DEFAULTS
-
     checked = {}
     for key, value in overrides.items():
         if not isinstance(key, str):
