@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..model import views
 from ..model.processors import merge_windows
-from ..model.tree import Frame, Tree
+from ..model.tree import Frame, Tree, frame_json
 from ..model.views import View, flat
 from ..model.window import one_off_first_step
 from ..record.config import ProfilerConfig
@@ -74,12 +74,10 @@ def node_json(shown: View, node: int = 0, depth: int | None = None, min_fraction
     stack = [(node, 0, top)]  # (node, level, the list its JSON goes in)
     while stack:
         n, level, siblings = stack.pop()
-        f = tree.node_frame(n)
         kids = [] if depth is not None and level >= depth else [k for k in tree.children(n) if key[k] >= limit]
         kids.sort(key=lambda k: -key[k])
         item = {
-            "kind": f.kind, "name": f.name, "detail": f.detail, "file": f.file, "line": f.line,
-            "backward": f.backward,
+            **frame_json(tree.node_frame(n)),
             "excl": {m: col[n] for m, col in excl_items},
             "incl": {m: col[n] for m, col in incl_items},
             "children": [],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.tree import Frame
+from ..model.tree import Frame, frame_json
 from .merge import Ensemble
 from .outliers import Outlier, outliers, time_metric
 
@@ -49,11 +49,6 @@ def merged_rows(ensemble: Ensemble, metric: str, depth: int | None = None, min_f
     return rows
 
 
-def _frame_json(f: Frame) -> dict[str, Any]:
-    return {"kind": f.kind, "name": f.name, "detail": f.detail, "file": f.file, "line": f.line,
-            "backward": f.backward}
-
-
 def merged_json(ensemble: Ensemble, metric: str | None = None, depth: int | None = None,
                 min_fraction: float = 0.0, found: list[Outlier] | None = None) -> dict[str, Any]:
     """A window's cross-rank tree: per node and metric ``sum``, ``mean``,
@@ -74,7 +69,7 @@ def merged_json(ensemble: Ensemble, metric: str | None = None, depth: int | None
         if key is not None:
             kids.sort(key=lambda k: -key[k])
         item = {
-            "id": n, **_frame_json(ensemble.node_frame(n)),
+            "id": n, **frame_json(ensemble.node_frame(n)),
             "stats": {m: {"sum": int(s.sum[n]), "mean": float(s.mean[n]), "min": int(s.min[n]),
                           "max": int(s.max[n]), "max_rank": ranks[int(s.argmax[n])],
                           "imbalance": round(float(s.imbalance[n]), 6)} for m, s in stats.items()},

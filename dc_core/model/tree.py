@@ -10,10 +10,9 @@ recursion: a call chain may be 100,000 deep.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .kinds import KINDS, PHASES, UNITS
-
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,14 @@ class Frame:
 
 
 ROOT = Frame("root", "")
+
+
+def frame_json(frame: Frame) -> dict[str, Any]:
+    """A frame's identity as JSON, the one shape of every reader: the report's
+    nodes (``--json``, docs/schema.md), the cross-rank tree's, the tab's rows
+    (which add their own keys, a label among them)."""
+    return {"kind": frame.kind, "name": frame.name, "detail": frame.detail, "file": frame.file, "line": frame.line,
+            "backward": frame.backward}
 
 
 @dataclass

@@ -28,6 +28,9 @@ MAX_CALLERS = 64
 VIEWS = ("top-down", "bottom-up", "flat")
 MODES = ("excl", "incl")
 
+#: Nodes a hot path holds at most, its start included (a call chain may be far deeper).
+HOT_PATH_DEPTH = 256
+
 
 def nested(tree: Tree, children: Callable[[int], list[int]] | None = None) -> list[bool]:
     """Per node: does its frame already occur among its ancestors (recursion)?
@@ -66,6 +69,26 @@ class FlatTotals:
     def frame_ids(self) -> list[int]:
         """Frames that some node other than the root carries."""
         return [fid for fid in range(len(self.nodes)) if self.nodes[fid]]
+
+
+def hot_chain(start: int, children: Callable[[int], Sequence[int]], value: Callable[[int], float], floor: float,
+              depth: int = HOT_PATH_DEPTH) -> list[int]:
+    """The hot path down the top-down view: from ``start``, the child of the
+    largest ``value`` (the lower node id of a tie), then its own, while that
+    value is above 0 and at least ``floor``; the nodes, ``start`` first. The
+    tab's tree (inclusive values) and its all-ranks tree (means over the
+    ranks) walk it alike."""
+    chain, node = [start], start
+    while len(chain) < depth:
+        kids = children(node)
+        if not kids:
+            break
+        heavy = max(kids, key=lambda k: (value(k), -k))
+        if value(heavy) <= 0 or value(heavy) < floor:
+            break
+        chain.append(heavy)
+        node = heavy
+    return chain
 
 
 def flat_totals(tree: Tree, inner: Sequence[bool] | None = None) -> FlatTotals:

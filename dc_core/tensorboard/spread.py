@@ -14,8 +14,9 @@ from typing import Callable, Sequence
 import numpy as np  # a TensorBoard dependency
 
 from ..ensemble import Ensemble
+from ..model.tree import Frame, frame_json
+from ..model.views import hot_chain
 from ..model.window import steps_text
-from ..model.tree import Frame
 from .store import Index
 
 SORTS = ("mean", "max", "imbalance", "name")
@@ -35,8 +36,7 @@ def spread_row(e: Ensemble, node: int, metric: str) -> dict:
         steps = e.columns[0].steps if e.columns else (0, 0)
         label = f"{steps_text(steps)}, {len(e.columns)} ranks"
     return {
-        "id": node, "kind": frame.kind, "name": frame.name, "label": label, "file": frame.file,
-        "line": frame.line, "detail": frame.detail, "backward": frame.backward,
+        "id": node, **frame_json(frame), "label": label,
         "mean": float(s.mean[node]), "max": int(s.max[node]), "min": int(s.min[node]), "sum": float(s.sum[node]),
         "max_rank": column.rank if column else None, "max_host": column.host if column else "",
         "imbalance": float(s.imbalance[node]), "present": int(np.count_nonzero(values)),
@@ -69,17 +69,7 @@ def spread_hot_path(e: Ensemble, metric: str, threshold: float = 0.05, sort: str
     """Follow the child with the largest mean while it holds at least
     ``threshold`` of the root's; the chain and the rows to open along it."""
     mean = e.stats(metric).mean
-    floor = threshold * mean[0]
-    chain, node = [0], 0
-    while len(chain) < 256:
-        kids = e.children(node)
-        if not kids:
-            break
-        heavy = max(kids, key=lambda k: (mean[k], -k))
-        if mean[heavy] <= 0 or mean[heavy] < floor:
-            break
-        chain.append(heavy)
-        node = heavy
+    chain = hot_chain(0, e.children, mean.__getitem__, threshold * mean[0])
     result = spread_children(e, chain[:-1] if len(chain) > 1 else chain, metric, sort, limit)
     result.update(chain=chain, root=spread_row(e, 0, metric), ranks=[c.rank for c in e.columns])
     return result

@@ -13,6 +13,7 @@ import numpy as np  # a TensorBoard dependency
 
 from ..model import views
 from ..model.kinds import KINDS
+from ..model.tree import frame_json
 from ..model.window import window_label
 from .params import format_window
 from .store import Children, Index
@@ -21,11 +22,8 @@ SORTS = ("incl", "excl", "name")
 
 
 def frame_fields(index: Index, fid: int) -> dict:
-    frame = index.tree.frames[fid]
-    return {
-        "kind": frame.kind, "name": frame.name, "file": frame.file, "line": frame.line,
-        "detail": frame.detail, "backward": frame.backward, "label": index.label(fid),
-    }
+    """Frame ``fid`` as the tables' rows show it: `frame_json` and its label."""
+    return {**frame_json(index.tree.frames[fid]), "label": index.label(fid)}
 
 
 def node_row(index: Index, node: int) -> dict:
@@ -71,18 +69,7 @@ def hot_path(index: Index, start: int, metric: str, threshold: float = 0.05, sor
     ``threshold`` of the window total; returns the chain and the children of
     every node to expand along it (so the table opens in one round trip)."""
     incl = index.incl(metric)
-    floor = threshold * incl[0]
-    chain = [start]
-    node = start
-    while len(chain) < 256:
-        kids = index.children(node)
-        if not kids:
-            break
-        heavy = max(kids, key=lambda k: (incl[k], -k))
-        if incl[heavy] <= 0 or incl[heavy] < floor:
-            break
-        chain.append(heavy)
-        node = heavy
+    chain = views.hot_chain(start, index.children, incl.__getitem__, threshold * incl[0])
     expand = chain[:-1] if len(chain) > 1 else chain
     result = children(index, expand, metric, sort, limit)
     result.update(chain=chain, root=node_row(index, start))
