@@ -9,7 +9,7 @@ from rich.text import Text
 
 from ..ensemble import PATH_SEP, Ensemble
 from ..ensemble.outliers import Outlier
-from ..ensemble.report import merged_rows
+from ..ensemble.rows import merged_rows
 from ..model.window import steps_text
 from .common import middle_truncate
 from .present import format_value

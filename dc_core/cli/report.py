@@ -20,7 +20,7 @@ from ..model.kinds import UNITS
 from ..model.views import VIEWS, view
 from ..ensemble import Ensemble, cross_rank, merge
 from ..ensemble.outliers import outliers, time_metric
-from ..ensemble.report import CROSS_RANK_FROM, merged_json
+from ..ensemble.rows import CROSS_RANK_FROM, merged_json
 from ..store.logdir import ProfileFile
 from .common import (
     MANY_FILES, CliError, add_read_options, fail, hanging, list_logdir, make_console, middle_truncate,

@@ -7,6 +7,8 @@ a node's cost across a run's windows.
   beside the profiles (`index`).
 - `outliers`: ranks whose step or phase times stand out, and the nodes that
   explain their excess, with collective waits kept apart from compute.
+- `rows`: a cross-rank tree and its outlier ranks as printed rows and as
+  JSON (``deepcontext report``'s ``"merged"``).
 """
 
 from .index import cross_rank

@@ -8,7 +8,7 @@ import pytest
 
 from dc_core.ensemble import merge
 from dc_core.ensemble.outliers import outliers, rank_times
-from dc_core.ensemble.report import merged_json
+from dc_core.ensemble.rows import merged_json
 from dc_core.model.opnames import is_collective
 from dc_core.model.tree import tree_from_lists
 from dc_core.store.profile import Profile

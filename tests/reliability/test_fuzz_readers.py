@@ -35,7 +35,7 @@ from dc_core.analyzer import analyze, analyze_ranks
 from dc_core.cli import main
 from dc_core.ensemble import cross_rank, merge
 from dc_core.ensemble.index import INDEX_FROM, index_dirs
-from dc_core.ensemble.report import merged_json
+from dc_core.ensemble.rows import merged_json
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
 from dc_core.cli import present

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dc_core.cli.present import node_json
 from dc_core.ensemble import merge
-from dc_core.ensemble.report import merged_json
+from dc_core.ensemble.rows import merged_json
 from dc_core.model import views
 from dc_core.model.tree import Frame, frame_json, tree_from_lists
 from dc_core.store.logdir import find_profiles, write_profile
