@@ -32,7 +32,7 @@ from synthetic import REGRESS_MODULE, REGRESS_OP, rank_profile  # after the path
 
 from dc_core.ensemble import PATH_SEP, merge
 from dc_core.ensemble.outliers import time_metric
-from dc_core.ensemble.trend import series, trends
+from dc_core.ensemble.series import series, trends
 from dc_core.store.logdir import find_profiles, write_profile
 
 BUDGET_SERIES_S, BUDGET_TRENDS_S = 2.0, 2.0

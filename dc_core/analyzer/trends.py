@@ -2,7 +2,7 @@
 windows of one rank (a regression that builds up over the run).
 
 The windows of each (run, rank) are merged into one `Ensemble` and judged by
-`dc_core.ensemble.trend.trends` (Mann–Kendall, Theil–Sen). The finding is
+`dc_core.ensemble.series.trends` (Mann–Kendall, Theil–Sen). The finding is
 stored in the rank's last window, whose tree holds the node's ``node`` id.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ..ensemble import merge
 from ..ensemble.outliers import time_metric
-from ..ensemble.trend import Trend, trends
+from ..ensemble.series import Trend, trends
 from ..model.window import steps_text
 from ..store.profile import Profile
 from .base import finding, located, percent

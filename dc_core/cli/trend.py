@@ -23,7 +23,7 @@ from ..model.rules import DEFAULTS
 from ..analyzer.trends import p_text
 from ..ensemble import PATH_SEP
 from ..ensemble.outliers import time_metric
-from ..ensemble.trend import Point, Trend, series, trend_of, trends
+from ..ensemble.series import Point, Trend, series, trend_of, trends
 from ..model.window import steps_text
 from .common import middle_truncate
 from .present import format_value

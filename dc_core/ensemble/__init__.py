@@ -9,6 +9,8 @@ a node's cost across a run's windows.
   explain their excess, with collective waits kept apart from compute.
 - `rows`: a cross-rank tree and its outlier ranks as printed rows and as
   JSON (``deepcontext report``'s ``"merged"``).
+- `series`: a node's value and share per window of a run, and the nodes
+  whose share trends up (Mann–Kendall, Theil–Sen).
 """
 
 from .index import cross_rank

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from dc_core.cli.trend import print_trend, resolve, sparkline, trend_json, trend_rows
 from dc_core.ensemble import merge
-from dc_core.ensemble.trend import first_rise, mann_kendall, series, theil_sen, trends
+from dc_core.ensemble.series import first_rise, mann_kendall, series, theil_sen, trends
 from dc_core.model.tree import tree_from_lists
 from dc_core.store.profile import Profile
 
