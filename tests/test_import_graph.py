@@ -159,6 +159,12 @@ def _within(name: str, *packages: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in packages)
 
 
+def crossings(edges: dict[str, set[str]], layer: str, may_import) -> dict[str, list[str]]:
+    """Per module of package ``layer``, what it imports that ``may_import`` refuses (none: left out)."""
+    found = {m: sorted(t for t in edges[m] if not may_import(t)) for m in edges if _within(m, layer)}
+    return {m: t for m, t in found.items() if t}
+
+
 def _project_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     return import_graph(modules_under(ROOT, PACKAGES))
 
@@ -172,21 +178,22 @@ def test_no_import_cycles():
 
 def test_model_imports_only_model_and_the_standard_library():
     edges, outside = _project_graph()
+    assert "dc_core.model.tree" in edges and "dc_core.model.rules" in edges
+    wrong = crossings(edges, "dc_core.model", lambda t: _within(t, "dc_core.model"))
+    assert not wrong, "model/ is the vocabulary every layer reads"
     model = [m for m in edges if _within(m, "dc_core.model")]
-    assert "dc_core.model.tree" in model
-    wrong = {m: sorted(t for t in edges[m] if not _within(t, "dc_core.model")) for m in model}
-    assert not {m: t for m, t in wrong.items() if t}, "model/ is the vocabulary every layer reads"
     foreign = {m: sorted(outside[m] - set(sys.stdlib_module_names) - {"__future__"}) for m in model}
     assert not {m: t for m, t in foreign.items() if t}
 
 
+READERS = ("dc_core.analyzer", "dc_core.cli", "dc_core.tensorboard")
+
+
 def test_record_does_not_import_the_readers():
     edges, _ = _project_graph()
-    readers = ("dc_core.analyzer", "dc_core.cli", "dc_core.tensorboard")
-    record = [m for m in edges if _within(m, "dc_core.record")]
-    assert "dc_core.record.validate" in record
-    wrong = {m: sorted(t for t in edges[m] if _within(t, *readers)) for m in record}
-    assert not {m: t for m, t in wrong.items() if t}, "the writer side must not import what reads profiles"
+    assert "dc_core.record.validate" in edges
+    wrong = crossings(edges, "dc_core.record", lambda t: not _within(t, *READERS))
+    assert not wrong, "the writer side must not import what reads profiles"
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -202,7 +209,9 @@ def test_a_planted_cycle_is_found_and_named(tmp_path):
         "pkg/a.py": "from . import c\n\ndef late():\n    from .b import thing\n",
         "pkg/b.py": "import pkg.a\nthing = 1\n",
         # c reaches a only for typing: not a cycle.
-        "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import late\n",
+        "pkg/c.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import late\n"
+        ),
         # A package importing its submodule, which imports its package: not a cycle.
         "pkg/sub/__init__.py": "from .x import y\n",
         "pkg/sub/x.py": "from .. import sub\nfrom pkg.sub import __name__ as n\ny = 1\n",
@@ -226,3 +235,18 @@ def test_a_cycle_through_a_package_init_is_found(tmp_path):
     })
     edges, _ = import_graph(modules_under(tmp_path, ("pkg",)))
     assert cycles(edges) == [["pkg.one", "pkg.two.mid", "pkg.one"]]
+
+
+def test_a_planted_crossing_is_found(tmp_path):
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/model/__init__.py": "",
+        "pkg/model/tree.py": "from . import kinds\n\ndef load():\n    from ..store import profile\n",
+        "pkg/model/kinds.py": "",
+        "pkg/store/__init__.py": "",
+        "pkg/store/profile.py": "from ..model.tree import load\n",
+    })
+    edges, _ = import_graph(modules_under(tmp_path, ("pkg",)))
+    assert crossings(edges, "pkg.model", lambda t: _within(t, "pkg.model")) == {
+        "pkg.model.tree": ["pkg.store", "pkg.store.profile"]}
+    assert crossings(edges, "pkg.store", lambda t: _within(t, "pkg.model")) == {}

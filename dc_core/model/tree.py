@@ -45,8 +45,8 @@ def frame_json(frame: Frame) -> dict[str, Any]:
     """A frame's identity as JSON, the one shape of every reader: the report's
     nodes (``--json``, docs/schema.md), the cross-rank tree's, the tab's rows
     (which add their own keys, a label among them)."""
-    return {"kind": frame.kind, "name": frame.name, "detail": frame.detail, "file": frame.file, "line": frame.line,
-            "backward": frame.backward}
+    return {"kind": frame.kind, "name": frame.name, "detail": frame.detail, "file": frame.file,
+            "line": frame.line, "backward": frame.backward}
 
 
 @dataclass

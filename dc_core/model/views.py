@@ -71,8 +71,8 @@ class FlatTotals:
         return [fid for fid in range(len(self.nodes)) if self.nodes[fid]]
 
 
-def hot_chain(start: int, children: Callable[[int], Sequence[int]], value: Callable[[int], float], floor: float,
-              depth: int = HOT_PATH_DEPTH) -> list[int]:
+def hot_chain(start: int, children: Callable[[int], Sequence[int]], value: Callable[[int], float],
+              floor: float, depth: int = HOT_PATH_DEPTH) -> list[int]:
     """The hot path down the top-down view: from ``start``, the child of the
     largest ``value`` (the lower node id of a tie), then its own, while that
     value is above 0 and at least ``floor``; the nodes, ``start`` first. The

@@ -19,14 +19,17 @@ FRAME = Frame("python", "step", "/src/t.py", 12, "Trainer", backward=True)
 
 
 def _tree():
-    tree = tree_from_lists(("forward @cpu_time_ns=10", "aten::mm @cpu_time_ns=50"), "aten::add @cpu_time_ns=5")
+    tree = tree_from_lists(
+        ("forward @cpu_time_ns=10", "aten::mm @cpu_time_ns=50"), "aten::add @cpu_time_ns=5"
+    )
     node = tree.child(tree.find("forward"), FRAME)
     tree.add(node, "cpu_time_ns", 30)
     return tree
 
 
 def _ensemble(tmp_path, tree):
-    write_profile(Profile(tree=tree, steps=(5, 7), step_times_ns=[60, 60], rank=0, host="h0"), tmp_path, "job")
+    profile = Profile(tree=tree, steps=(5, 7), step_times_ns=[60, 60], rank=0, host="h0")
+    write_profile(profile, tmp_path, "job")
     ensemble, errors = merge(find_profiles(tmp_path))
     assert not errors
     return ensemble
@@ -34,8 +37,10 @@ def _ensemble(tmp_path, tree):
 
 def test_frame_json_is_the_schema_shape():
     assert list(frame_json(FRAME)) == ["kind", "name", "detail", "file", "line", "backward"]
-    assert frame_json(FRAME) == {"kind": "python", "name": "step", "detail": "Trainer", "file": "/src/t.py",
-                                 "line": 12, "backward": True}
+    assert frame_json(FRAME) == {
+        "kind": "python", "name": "step", "detail": "Trainer", "file": "/src/t.py", "line": 12,
+        "backward": True,
+    }
 
 
 def _find(item: dict, name: str) -> dict:
@@ -70,7 +75,8 @@ def test_hot_chain_takes_the_heaviest_child_while_it_holds_the_floor():
     incl = tree.inclusive("count")
     a, b, c, d = (tree.find(*p) for p in (["a"], ["a", "b"], ["a", "b", "c"], ["a", "d"]))
     assert b < d
-    assert views.hot_chain(0, tree.children, incl.__getitem__, 0) == [0, a, b, c]  # b, d tie: the lower id
+    # b and d tie: the lower id goes on.
+    assert views.hot_chain(0, tree.children, incl.__getitem__, 0) == [0, a, b, c]
     assert views.hot_chain(0, tree.children, incl.__getitem__, 7) == [0, a]  # b holds 6 < 7
     assert views.hot_chain(a, tree.children, incl.__getitem__, 0, depth=2) == [a, b]
     assert views.hot_chain(0, tree.children, lambda node: 0, 0) == [0]  # nothing above 0
@@ -83,4 +89,5 @@ def test_both_hot_paths_walk_alike(tmp_path):
     one = tables.hot_path(index, 0, "cpu_time_ns", threshold=0.05)
     merged = spread.spread_hot_path(ensemble, "cpu_time_ns", threshold=0.05)
     labels = [tree.node_frame(n).label() for n in one["chain"]]
-    assert labels == [ensemble.node_frame(n).label() for n in merged["chain"]] == ["root", "forward", "aten::mm"]
+    assert labels == ["root", "forward", "aten::mm"]
+    assert [ensemble.node_frame(n).label() for n in merged["chain"]] == labels
