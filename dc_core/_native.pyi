@@ -2,11 +2,11 @@
 
 `dc_core._native.Collector` (C++, built from `native/`) and
 `dc_core.collect.reference.Collector` (pure Python) implement exactly this
-interface; `tests/core/test_collector.py` runs one suite against both, and
-`tests/core/test_contract_signatures.py` checks both against this file (every
+interface; `tests/collect/test_collector.py` runs one suite against both, and
+`tests/collect/test_contract_signatures.py` checks both against this file (every
 name below exists natively; the reference has all but those under a "native
 collector only" heading, with these parameters and defaults).
-`tests/core/test_contract_constants.py` checks the constants against
+`tests/collect/test_contract_constants.py` checks the constants against
 `dc_core.model.kinds` (kinds, metric units, monitor columns).
 
 Model

@@ -16,7 +16,7 @@ from typing import Any
 from dc_core.collect import reference
 
 # Re-exported: the contract's constants (identical in both implementations,
-# checked by tests/core/test_contract_constants.py), so callers need not know
+# checked by tests/collect/test_contract_constants.py), so callers need not know
 # which collector they hold.
 from dc_core.collect.reference import (
     FLAG_BACKWARD,
@@ -37,7 +37,7 @@ from dc_core.collect.reference import (
 # The contract's sentinels for ``Collector.enter`` (``dc_core/_native.pyi``),
 # by name: ``enter(frames, INNERMOST, False, INHERIT)`` reads, ``-1, False, -2``
 # does not. Checked against the stub's defaults and both implementations'
-# behaviour by tests/core/test_contract_constants.py.
+# behaviour by tests/collect/test_contract_constants.py.
 
 #: Node id of the tree's root: ``enter(parent=ROOT_NODE)`` opens a scope right under it.
 ROOT_NODE = 0

@@ -2,7 +2,7 @@
 
 Same constants, same methods (but for those the stub marks native only:
 demangling and operator capture), same semantics as ``dc_core._native.Collector``;
-``tests/core/test_collector.py`` runs one suite against both. It favours clear
+``tests/collect/test_collector.py`` runs one suite against both. It favours clear
 code over speed: it is what runs where the extension is not built, and what the
 C++ collector is checked against.
 

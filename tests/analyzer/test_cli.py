@@ -129,7 +129,7 @@ def test_set_checks_thresholds_as_the_config_does(item, tmp_path, capsys):
 def test_analyze_many_ranks_streams_and_stores_the_outlier_in_its_file(tmp_path, capsys):
     import random
 
-    from tests.core.test_outliers import ddp_rank
+    from tests.ensemble.test_outliers import ddp_rank
 
     rng = random.Random(3)
     paths = [write_profile(ddp_rank(rank, 9, rng), tmp_path, "job") for rank in range(16)]

@@ -104,7 +104,7 @@ def test_memory_growth_across_windows_quiet_when_flat():
 def test_many_ranks_name_the_outlier_rank_and_its_nodes_not_the_waiting_ranks():
     import random
 
-    from tests.core.test_outliers import ddp_rank
+    from tests.ensemble.test_outliers import ddp_rank
 
     rng = random.Random(11)
     profiles = [ddp_rank(rank, 9, rng) for rank in range(16)]

@@ -72,7 +72,7 @@ def test_pprof_totals_per_sample_type_are_the_reports_totals(demo_profile):
 
 
 def test_pprof_a_profile_without_step_times_keeps_the_window_duration():
-    from tests.core.test_files import make_profile
+    from tests.store.test_files import make_profile
 
     profile = make_profile()
     profile.step_times_ns, profile.duration_ns = [], 12345
@@ -96,7 +96,7 @@ def test_pprof_from_the_cli_opens_on_the_metric_asked_for(demo_profile, tmp_path
 @pytest.mark.parametrize("step_times, duration", [([2**62, 2**62, 2**62], 2**63 - 1), ([-5, 2], 0)])
 def test_pprof_duration_of_odd_step_times_stays_an_int64(step_times, duration):
     """Step times summing past int64 made protobuf raise ValueError (found by the fuzzer)."""
-    from tests.core.test_files import make_profile
+    from tests.store.test_files import make_profile
 
     profile = make_profile()
     profile.step_times_ns = step_times

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.test_links import EXPECTED, PLUGIN, linked_logdir
+from tests.store.test_links import EXPECTED, PLUGIN, linked_logdir
 from tests.tensorboard.conftest import Api
 
 

@@ -11,7 +11,7 @@ import pytest
 from dc_core.cli import main
 from dc_core.demo.workload import train
 from dc_core.store.logdir import write_profile
-from tests.core.test_files import make_profile
+from tests.store.test_files import make_profile
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from dc_core.collect import collector as collector_mod
 from dc_core.collect.ownfiles import profiler_files, skip_profiler_files
 from dc_core.collect import reference
 from tests.conftest import _leftovers
-from tests.core.test_collector import Snap, lib_call
+from tests.collect.test_collector import Snap, lib_call
 
 
 def test_create_collector_prefers_native_when_it_imports():

@@ -8,7 +8,7 @@ import inspect
 import os
 
 from dc_core.collect import reference
-from tests.core.test_collector import LIB_FILE, Frame, Snap, lib_call
+from tests.collect.test_collector import LIB_FILE, Frame, Snap, lib_call
 
 # --- Python call paths -------------------------------------------------------
 

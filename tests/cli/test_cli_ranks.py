@@ -12,7 +12,7 @@ from dc_core.cli import main
 from dc_core.model.tree import tree_from_lists
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile
-from tests.core.test_outliers import ddp_rank
+from tests.ensemble.test_outliers import ddp_rank
 
 
 @pytest.fixture

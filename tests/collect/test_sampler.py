@@ -13,7 +13,7 @@ import time
 import pytest
 
 from dc_core.collect import reference
-from tests.core.test_collector import Snap, spin
+from tests.collect.test_collector import Snap, spin
 
 HZ = 200
 

@@ -11,7 +11,7 @@ from dc_core.cli import main
 from dc_core.export import exporter
 from dc_core.export import pprof_pb2
 from dc_core.store.logdir import write_profile
-from tests.core.test_files import make_profile
+from tests.store.test_files import make_profile
 
 
 def test_chrome_trace_nests_children_inside_parents():

@@ -78,7 +78,7 @@ def test_kill_mid_write_leaves_no_partial_file(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {os.getcwd()!r})
-        from tests.core.test_files import make_profile
+        from tests.store.test_files import make_profile
         from dc_core.store import logdir
         real_fdopen = os.fdopen
         class Slow:

@@ -143,7 +143,7 @@ def test_version(capsys):
 
 def test_reading_many_profiles_says_so_on_stderr_when_not_a_terminal(tmp_path, capsys):
     from dc_core.cli import common
-    from tests.core.test_files import make_profile
+    from tests.store.test_files import make_profile
     from dc_core.store.logdir import write_profile
 
     for rank in range(common.MANY_FILES):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from dc_core.collect import reference
-from tests.core.test_collector import Snap, spin
+from tests.collect.test_collector import Snap, spin
 
 
 def _two_calls_from_two_lines(c, first, second, between_s):

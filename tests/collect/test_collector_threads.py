@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dc_core.collect import reference
-from tests.core.test_collector import Frame, Snap, spin, SPIN_LINES
+from tests.collect.test_collector import Frame, Snap, spin, SPIN_LINES
 
 # --- CPU sampler (what it bills and where: test_sampler.py) -------------------
 
