@@ -1,6 +1,6 @@
 # DeepContext: two commands set everything up on a fresh machine.
 #   make demo   - create .venv, install with every integration, profile the demo, print the report
-#   make test   - install what the tests need and run the whole suite
+#   make test   - install what the tests need, check the style (make lint) and run the whole suite
 #   make bench  - run the benchmarks (ratios against peers measured in the same run)
 #   make test-cuda - only the tests that need a CUDA device
 #   make test-native - the native collector under ASan+UBSan and TSan (C++ unit tests, contract tests)
@@ -13,7 +13,7 @@ PIP    := $(BIN)/python -m pip
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-cuda test-native bench install install-test browser clean
+.PHONY: demo test lint test-cuda test-native bench install install-test browser clean
 
 $(BIN)/python:
 	@echo "== creating $(VENV)"
@@ -63,8 +63,13 @@ browser:
 demo: install
 	$(BIN)/deepcontext demo
 
-test: install-test
+test: install-test lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Python style (pyproject.toml's [tool.ruff]): imports sorted, unused names, line length, layout.
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The CUDA paths (Kineto kernels, the caching allocator, NVML) on a machine with a GPU.
 test-cuda: install-test

@@ -50,9 +50,11 @@ def main() -> None:
             without.append(fit_seconds(args.steps, False, root))
             with_cb.append(fit_seconds(args.steps, True, root))
     base, cb = min(without), min(with_cb)
-    print(f"Lightning fit, {args.steps} steps, best of {args.repeats}: "
-          f"without {base * 1e3 / args.steps:.3f} ms/step, with callback (outside windows) "
-          f"{cb * 1e3 / args.steps:.3f} ms/step, ratio {cb / base:.4f} (target <= 1.02)")
+    print(
+        f"Lightning fit, {args.steps} steps, best of {args.repeats}: "
+        f"without {base * 1e3 / args.steps:.3f} ms/step, with callback (outside windows) "
+        f"{cb * 1e3 / args.steps:.3f} ms/step, ratio {cb / base:.4f} (target <= 1.02)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,17 +20,27 @@ import contextlib
 import statistics
 import tempfile
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from dc_core.record.config import StepRange
 from dc_torch import Profiler
 
-CONFIGS = ("unprofiled", "deepcontext native", "deepcontext native, flops only", "deepcontext native, no shapes",
-           "deepcontext python", "torch.profiler()")
-SHAPES = {"deepcontext native": {"flops", "alloc_bytes"}, "deepcontext native, flops only": {"flops"},
-          "deepcontext native, no shapes": set()}
+CONFIGS = (
+    "unprofiled",
+    "deepcontext native",
+    "deepcontext native, flops only",
+    "deepcontext native, no shapes",
+    "deepcontext python",
+    "torch.profiler()",
+)
+SHAPES = {
+    "deepcontext native": {"flops", "alloc_bytes"},
+    "deepcontext native, flops only": {"flops"},
+    "deepcontext native, no shapes": set(),
+}
 TARGET_NS_AT_30 = 300
 
 
@@ -53,8 +63,13 @@ def _profiled(name: str, logdir: str) -> Iterator[None]:
         yield
     elif name.startswith("deepcontext"):
         capture = name.split()[1].rstrip(",")
-        prof = Profiler(logdir=logdir, steps=StepRange(start=0, count=1), capture=capture,
-                        cpu_sampling_hz=0, system_interval_ms=0)
+        prof = Profiler(
+            logdir=logdir,
+            steps=StepRange(start=0, count=1),
+            capture=capture,
+            cpu_sampling_hz=0,
+            system_interval_ms=0,
+        )
         if name in SHAPES:  # read when the window opens, in start()
             prof.session.adapter.shapes = frozenset(SHAPES[name])
         prof.start()
@@ -94,15 +109,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"ns per captured op (torch.neg on 4 floats; median of {args.rounds} rounds, minus unprofiled)")
-    print(f"{'depth':>5}  " + "  ".join(f"{name.replace('deepcontext ', ''):>18}" for name in CONFIGS[1:])
-          + "  native/torch.profiler")
+    print(
+        f"ns per captured op (torch.neg on 4 floats; median of {args.rounds} rounds, minus unprofiled)"
+    )
+    print(
+        f"{'depth':>5}  "
+        + "  ".join(f"{name.replace('deepcontext ', ''):>18}" for name in CONFIGS[1:])
+        + "  native/torch.profiler"
+    )
     for depth in (10, 30, 100):
         cost = measure(depth, args.ops, args.rounds)
         ratio = cost["deepcontext native"] / cost["torch.profiler()"]
-        print(f"{depth:>5}  " + "  ".join(f"{cost[name]:>18.0f}" for name in CONFIGS[1:]) + f"  {ratio:>21.2f}")
-    print(f"target: <= {TARGET_NS_AT_30} ns at depth 30 for the capture itself ('no shapes': a lightweight "
-          "window's default); the shape columns add what boxing op arguments costs")
+        print(
+            f"{depth:>5}  "
+            + "  ".join(f"{cost[name]:>18.0f}" for name in CONFIGS[1:])
+            + f"  {ratio:>21.2f}"
+        )
+    print(
+        f"target: <= {TARGET_NS_AT_30} ns at depth 30 for the capture itself ('no shapes': a lightweight "
+        "window's default); the shape columns add what boxing op arguments costs"
+    )
 
 
 if __name__ == "__main__":

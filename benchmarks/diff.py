@@ -21,9 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tensorboard_plugin import synthetic
+
 from dc_core.cli import main as cli
 from dc_core.store.logdir import write_profile
-from tensorboard_plugin import synthetic
 
 TARGET_S = 3.0
 
@@ -44,8 +45,12 @@ def main() -> int:
                 status = cli(["diff", *paths, *extra])
             took = time.perf_counter() - start
             worst = max(worst, took)
-            print(f"diff {' '.join(extra) or '(table)':8} {len(a.tree):,} nodes: {took:.2f} s (status {status})")
-    print(f"slowest {worst:.2f} s (target {TARGET_S:.0f} s): {'ok' if worst < TARGET_S else 'OVER'}")
+            print(
+                f"diff {' '.join(extra) or '(table)':8} {len(a.tree):,} nodes: {took:.2f} s (status {status})"
+            )
+    print(
+        f"slowest {worst:.2f} s (target {TARGET_S:.0f} s): {'ok' if worst < TARGET_S else 'OVER'}"
+    )
     return 0 if worst < TARGET_S else 1
 
 

@@ -59,9 +59,12 @@ def main() -> None:
                 continue
             ratios = [p.saved_ns / p.gain_ns for p in pairs]
             middle = sorted(pairs, key=lambda p: p.saved_ns / p.gain_ns)[len(pairs) // 2]
-            print(f"| {LABELS.get(name, name)} | `{rule}` | {middle.gain_ns / 1e6:.2f} | "
-                  f"{middle.saved_ns / 1e6:.2f} | {', '.join(f'{r:.2f}' for r in ratios)} "
-                  f"(median {median(ratios):.2f}) |", flush=True)
+            print(
+                f"| {LABELS.get(name, name)} | `{rule}` | {middle.gain_ns / 1e6:.2f} | "
+                f"{middle.saved_ns / 1e6:.2f} | {', '.join(f'{r:.2f}' for r in ratios)} "
+                f"(median {median(ratios):.2f}) |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -103,20 +103,30 @@ def main() -> None:
         profile_bytes = os.path.getsize(path)
 
     base = statistics.median(plain)
-    print(f"model: 2 transformer blocks, dim {args.dim}, seq {args.seq}, batch {args.batch}; "
-          f"{args.steps} steps each; backend {jax.default_backend()}")
+    print(
+        f"model: 2 transformer blocks, dim {args.dim}, seq {args.seq}, batch {args.batch}; "
+        f"{args.steps} steps each; backend {jax.default_backend()}"
+    )
     print(f"median step, unprofiled:            {base * 1e3:8.2f} ms  (1.00x)")
-    print(f"median step, jax.profiler.trace:    {statistics.median(traced) * 1e3:8.2f} ms  "
-          f"({statistics.median(traced) / base:.2f}x)")
-    print(f"median step, DeepContext window:    {statistics.median(profiled) * 1e3:8.2f} ms  "
-          f"({statistics.median(profiled) / base:.2f}x)")
-    print(f"window wall incl. open/close:       {window_wall * 1e3:8.2f} ms  "
-          f"({window_wall / (base * args.steps):.2f}x the unprofiled steps)")
+    print(
+        f"median step, jax.profiler.trace:    {statistics.median(traced) * 1e3:8.2f} ms  "
+        f"({statistics.median(traced) / base:.2f}x)"
+    )
+    print(
+        f"median step, DeepContext window:    {statistics.median(profiled) * 1e3:8.2f} ms  "
+        f"({statistics.median(profiled) / base:.2f}x)"
+    )
+    print(
+        f"window wall incl. open/close:       {window_wall * 1e3:8.2f} ms  "
+        f"({window_wall / (base * args.steps):.2f}x the unprofiled steps)"
+    )
     print(f"stop_trace (jax's export) at close: {adapter.last_stop_ns / 1e6:8.2f} ms")
     print(f"trace conversion at window close:   {adapter.last_convert_ns / 1e6:8.2f} ms")
     print(f"raw trace (xplane.pb):              {adapter.last_trace_bytes:8d} bytes")
-    print(f"DeepContext profile:                {profile_bytes:8d} bytes  "
-          f"({profile_bytes / max(adapter.last_trace_bytes, 1):.3f}x the raw trace)")
+    print(
+        f"DeepContext profile:                {profile_bytes:8d} bytes  "
+        f"({profile_bytes / max(adapter.last_trace_bytes, 1):.3f}x the raw trace)"
+    )
 
 
 if __name__ == "__main__":

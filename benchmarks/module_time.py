@@ -30,7 +30,8 @@ import json
 import os
 import statistics
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -45,16 +46,24 @@ VOCAB = 4096
 def gpt2() -> tuple[torch.nn.Module, Callable]:
     import transformers
 
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=VOCAB, n_positions=64)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=VOCAB, n_positions=64
+    )
     return transformers.GPT2LMHeadModel(config), _causal_lm_loss
 
 
 def llama() -> tuple[torch.nn.Module, Callable]:
     import transformers
 
-    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                      num_attention_heads=2, num_key_value_heads=2, vocab_size=VOCAB,
-                                      max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+    )
     return transformers.LlamaForCausalLM(config), _causal_lm_loss
 
 
@@ -72,7 +81,9 @@ def _causal_lm_loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor
     return model(input_ids=batch, labels=batch).loss
 
 
-def step(model: torch.nn.Module, loss_of: Callable, batch: torch.Tensor, opt: torch.optim.Optimizer) -> None:
+def step(
+    model: torch.nn.Module, loss_of: Callable, batch: torch.Tensor, opt: torch.optim.Optimizer
+) -> None:
     loss = loss_of(model, batch)
     loss.backward()
     opt.step()
@@ -85,9 +96,14 @@ class Ranges:
     def __init__(self, modules: dict[str, torch.nn.Module]) -> None:
         self.open: list = []
         self.on = False
-        self.handles = [h for name, m in modules.items() for h in (
-            m.register_forward_pre_hook(lambda mod, args, name=name: self._enter(name)),
-            m.register_forward_hook(lambda mod, args, out: self._exit()))]
+        self.handles = [
+            h
+            for name, m in modules.items()
+            for h in (
+                m.register_forward_pre_hook(lambda mod, args, name=name: self._enter(name)),
+                m.register_forward_hook(lambda mod, args, out: self._exit()),
+            )
+        ]
 
     def _enter(self, name: str) -> None:
         if self.on:
@@ -104,7 +120,9 @@ class Ranges:
             h.remove()
 
 
-def reference_step(run: Callable[[], None], ranges: Ranges, names: list[str]) -> dict[str, tuple[float, float]]:
+def reference_step(
+    run: Callable[[], None], ranges: Ranges, names: list[str]
+) -> dict[str, tuple[float, float]]:
     """One step under torch.profiler: per module, (forward, backward) ns."""
     ranges.on = True
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -116,8 +134,15 @@ def reference_step(run: Callable[[], None], ranges: Ranges, names: list[str]) ->
         forward = backward = 0.0
         for rng in (e for e in events if e.name == f"module::{name}"):  # each call of the module
             start, end = rng.time_range.start, rng.time_range.end
-            seqs = {e.sequence_nr for e in events if e.sequence_nr >= 0 and e.thread == rng.thread
-                    and start <= e.time_range.start and e.time_range.end <= end and not e.is_async}
+            seqs = {
+                e.sequence_nr
+                for e in events
+                if e.sequence_nr >= 0
+                and e.thread == rng.thread
+                and start <= e.time_range.start
+                and e.time_range.end <= end
+                and not e.is_async
+            }
             forward += (end - start) * 1e3
             backward += _backward_span(events, seqs) * 1e3 if seqs else 0.0
         out[name] = (forward, backward)
@@ -128,11 +153,16 @@ def _backward_span(events: list, seqs: set[int]) -> float:
     """µs from the first to the last autograd function a module's forward ops
     made, a parameter's AccumulateGrad counted with the function it follows
     (the engine's ready queue runs it next: its gradient is that one's)."""
-    functions = sorted((e for e in events if e.name.startswith("autograd::engine::evaluate_function")),
-                       key=lambda e: e.time_range.start)
+    functions = sorted(
+        (e for e in events if e.name.startswith("autograd::engine::evaluate_function")),
+        key=lambda e: e.time_range.start,
+    )
     ours = [e for e in functions if e.sequence_nr in seqs]
-    ours += [after for before, after in zip(functions, functions[1:])
-             if before.sequence_nr in seqs and after.name.endswith("AccumulateGrad")]
+    ours += [
+        after
+        for before, after in zip(functions, functions[1:])
+        if before.sequence_nr in seqs and after.name.endswith("AccumulateGrad")
+    ]
     if not ours:
         return 0.0
     return max(e.time_range.end for e in ours) - min(e.time_range.start for e in ours)
@@ -146,9 +176,16 @@ def module_times(profile: Any, names: list[str]) -> dict[str, tuple[int, int]]:
     for name in names:
         sides = []
         for phase in ("forward", "backward"):
-            nodes = [n for n in range(len(tree)) if tree.node_frame(n).kind == "module"
-                     and tree.node_frame(n).name == name and tree.path_frames(n)[0].name == phase]
-            nodes = [n for n in nodes if not any(m in nodes for m in tree.path(n)[:-1])]  # outermost only
+            nodes = [
+                n
+                for n in range(len(tree))
+                if tree.node_frame(n).kind == "module"
+                and tree.node_frame(n).name == name
+                and tree.path_frames(n)[0].name == phase
+            ]
+            nodes = [
+                n for n in nodes if not any(m in nodes for m in tree.path(n)[:-1])
+            ]  # outermost only
             sides.append(sum(incl[n] for n in nodes))
         out[name] = (sides[0], sides[1])
     return out
@@ -157,10 +194,16 @@ def module_times(profile: Any, names: list[str]) -> dict[str, tuple[int, int]]:
 def phase_shares(profile: Any) -> dict[str, float]:
     """Each phase's own (exclusive) time as a share of the phase."""
     tree, incl = profile.tree, profile.tree.inclusive("cpu_time_ns")
-    return {tree.node_frame(c).name: tree.value(c, "cpu_time_ns") / incl[c] for c in tree.children(0) if incl[c] > 0}
+    return {
+        tree.node_frame(c).name: tree.value(c, "cpu_time_ns") / incl[c]
+        for c in tree.children(0)
+        if incl[c] > 0
+    }
 
 
-def measure(make: Callable, logdir: str, steps: int = 12, mode: str = "lightweight") -> tuple[list[dict], list[dict], list[dict]]:
+def measure(
+    make: Callable, logdir: str, steps: int = 12, mode: str = "lightweight"
+) -> tuple[list[dict], list[dict], list[dict]]:
     """(torch.profiler's per-step module times, ours per window, our phase shares per window).
 
     One intra-op thread: with two, a CPU op's time turns bimodal at random
@@ -173,7 +216,9 @@ def measure(make: Callable, logdir: str, steps: int = 12, mode: str = "lightweig
         torch.set_num_threads(threads)
 
 
-def _measure(make: Callable, logdir: str, steps: int, mode: str) -> tuple[list[dict], list[dict], list[dict]]:
+def _measure(
+    make: Callable, logdir: str, steps: int, mode: str
+) -> tuple[list[dict], list[dict], list[dict]]:
     torch.manual_seed(0)
     model, loss_of = make()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -185,10 +230,14 @@ def _measure(make: Callable, logdir: str, steps: int, mode: str) -> tuple[list[d
         step(model, loss_of, batch, opt)
     reference: list[dict] = []
     windows = StepRange(start=0, count=1, every=2, repeat=steps)
-    with dc_torch.profile(logdir=logdir, steps=windows, mode=mode, cpu_sampling_hz=0, system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=logdir, steps=windows, mode=mode, cpu_sampling_hz=0, system_interval_ms=0
+    ) as prof:
         for i in range(2 * steps):
             if i % 2:
-                reference.append(reference_step(lambda: step(model, loss_of, batch, opt), ranges, names))
+                reference.append(
+                    reference_step(lambda: step(model, loss_of, batch, opt), ranges, names)
+                )
             else:
                 step(model, loss_of, batch, opt)
             prof.step()
@@ -196,11 +245,16 @@ def _measure(make: Callable, logdir: str, steps: int, mode: str) -> tuple[list[d
     profiles, errors = load_profiles(logdir)
     if errors or len(profiles) != steps:
         raise RuntimeError(f"expected {steps} profiles, read {len(profiles)} ({errors})")
-    return reference, [module_times(p, names) for p in profiles], [phase_shares(p) for p in profiles]
+    return (
+        reference,
+        [module_times(p, names) for p in profiles],
+        [phase_shares(p) for p in profiles],
+    )
 
 
-def measure_together(make: Callable, logdir: str, steps: int = 8,
-                     mode: str = "lightweight") -> tuple[list[dict], list[dict], list[dict]]:
+def measure_together(
+    make: Callable, logdir: str, steps: int = 8, mode: str = "lightweight"
+) -> tuple[list[dict], list[dict], list[dict]]:
     """As `measure`, but both profilers on the same steps: each step is one
     DeepContext window and one torch.profiler session whose Python tracer
     (``with_stack``, ``with_modules``) times every module call, so a loaded
@@ -222,11 +276,14 @@ def measure_together(make: Callable, logdir: str, steps: int = 8,
             step(model, loss_of, batch, opt)
         reference: list[dict] = []
         windows = StepRange(start=1, count=1, every=1, repeat=steps)
-        with dc_torch.profile(logdir=logdir, steps=windows, mode=mode, cpu_sampling_hz=0,
-                              system_interval_ms=0) as prof:
+        with dc_torch.profile(
+            logdir=logdir, steps=windows, mode=mode, cpu_sampling_hz=0, system_interval_ms=0
+        ) as prof:
             prof.step()  # step 0 unprofiled: the next begins the first window
             for _ in range(steps):
-                with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True) as traced:
+                with profile(
+                    activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True
+                ) as traced:
                     step(model, loss_of, batch, opt)
                 reference.append(_traced_modules(list(traced.events()), model, top))
                 prof.step()
@@ -234,16 +291,22 @@ def measure_together(make: Callable, logdir: str, steps: int = 8,
         if errors or len(profiles) != steps:
             raise RuntimeError(f"expected {steps} profiles, read {len(profiles)} ({errors})")
         profiles.sort(key=lambda p: p.steps)
-        return reference, [module_times(p, list(top)) for p in profiles], [phase_shares(p) for p in profiles]
+        return (
+            reference,
+            [module_times(p, list(top)) for p in profiles],
+            [phase_shares(p) for p in profiles],
+        )
     finally:
         torch.set_num_threads(threads)
 
 
-def _traced_modules(events: list, model: torch.nn.Module,
-                    top: dict[str, torch.nn.Module]) -> dict[str, tuple[float, float, float]]:
+def _traced_modules(
+    events: list, model: torch.nn.Module, top: dict[str, torch.nn.Module]
+) -> dict[str, tuple[float, float, float]]:
     """Per top-level module, (forward range, forward operators' span, backward)
     ns from torch.profiler's Python tracer: its module calls right below the
     model's (``nn.Module: <Class>_<i>``), the ATen operators inside them."""
+
     def enclosing_module(e: Any) -> Any:
         parent = e.cpu_parent
         while parent is not None and not parent.name.startswith("nn.Module:"):
@@ -251,20 +314,34 @@ def _traced_modules(events: list, model: torch.nn.Module,
         return parent
 
     modules = [e for e in events if e.name.startswith("nn.Module:")]
-    (root,) = [e for e in modules if enclosing_module(e) is None and e.name.startswith(f"nn.Module: {type(model).__name__}_")]
+    (root,) = [
+        e
+        for e in modules
+        if enclosing_module(e) is None and e.name.startswith(f"nn.Module: {type(model).__name__}_")
+    ]
     children = [e for e in modules if enclosing_module(e) is root]
     out = {}
     for name, module in top.items():
-        calls = [e for e in children if e.name.rsplit("_", 1)[0] == f"nn.Module: {type(module).__name__}"]
+        calls = [
+            e for e in children if e.name.rsplit("_", 1)[0] == f"nn.Module: {type(module).__name__}"
+        ]
         forward = operators = backward = 0.0
         for rng in calls:
             start, end = rng.time_range.start, rng.time_range.end
-            inside = [e for e in events if "::" in e.name and start <= e.time_range.start
-                      and e.time_range.end <= end and not e.is_async]
+            inside = [
+                e
+                for e in events
+                if "::" in e.name
+                and start <= e.time_range.start
+                and e.time_range.end <= end
+                and not e.is_async
+            ]
             seqs = {e.sequence_nr for e in inside if e.sequence_nr >= 0}
             forward += (end - start) * 1e3
             if inside:
-                operators += (max(e.time_range.end for e in inside) - min(e.time_range.start for e in inside)) * 1e3
+                operators += (
+                    max(e.time_range.end for e in inside) - min(e.time_range.start for e in inside)
+                ) * 1e3
             backward += _backward_span(events, seqs) * 1e3 if seqs else 0.0
         out[name] = (forward, operators, backward)
     return out
@@ -283,7 +360,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.capture == "python":
         os.environ["DEEPCONTEXT_CONFIG"] = json.dumps({"capture": "python"})
-    print(f"{'workload':18s} {'module':12s} {'side':8s} {'DeepContext':>12s} {'torch.profiler':>15s} {'ratio':>6s}")
+    print(
+        f"{'workload':18s} {'module':12s} {'side':8s} {'DeepContext':>12s} {'torch.profiler':>15s} {'ratio':>6s}"
+    )
     for name in args.workload or WORKLOADS:
         with tempfile.TemporaryDirectory() as logdir:
             reference, ours, shares = measure(WORKLOADS[name], logdir, args.steps, args.mode)
@@ -291,9 +370,16 @@ def main() -> None:
             for side, i in (("forward", 0), ("backward", 1)):
                 a, b = p25([o[module][i] for o in ours]), p25([r[module][i] for r in reference])
                 ratio = f"{a / b:6.2f}" if b else "     -"
-                print(f"{name:18s} {module:12s} {side:8s} {a / 1e6:9.3f} ms {b / 1e6:12.3f} ms {ratio}")
-        own = {phase: statistics.median(s.get(phase, 0.0) for s in shares) for phase in ("forward", "backward")}
-        print(f"{name:18s} phases' own time: forward {own['forward']:.1%}, backward {own['backward']:.1%}")
+                print(
+                    f"{name:18s} {module:12s} {side:8s} {a / 1e6:9.3f} ms {b / 1e6:12.3f} ms {ratio}"
+                )
+        own = {
+            phase: statistics.median(s.get(phase, 0.0) for s in shares)
+            for phase in ("forward", "backward")
+        }
+        print(
+            f"{name:18s} phases' own time: forward {own['forward']:.1%}, backward {own['backward']:.1%}"
+        )
 
 
 if __name__ == "__main__":

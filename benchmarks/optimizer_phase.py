@@ -19,7 +19,8 @@ import argparse
 import statistics
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -36,7 +37,9 @@ def demo_transformer() -> tuple[Callable[[], None], str, list[float]]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.randint(0, 1000, (8, 32))
 
-    step, timed = _training_step(lambda: torch.nn.functional.nll_loss(model(data, data), data.view(-1)), optimizer)
+    step, timed = _training_step(
+        lambda: torch.nn.functional.nll_loss(model(data, data), data.view(-1)), optimizer
+    )
     return step, "SGD", timed
 
 
@@ -44,8 +47,14 @@ def tiny_bert() -> tuple[Callable[[], None], str, list[float]]:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=128, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+    )
     model = BertForSequenceClassification(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, 1000, (8, 32))
@@ -55,7 +64,9 @@ def tiny_bert() -> tuple[Callable[[], None], str, list[float]]:
     return step, "AdamW", timed
 
 
-def _training_step(loss_of: Callable[[], torch.Tensor], optimizer: Any) -> tuple[Callable[[], None], list[float]]:
+def _training_step(
+    loss_of: Callable[[], torch.Tensor], optimizer: Any
+) -> tuple[Callable[[], None], list[float]]:
     """A training step, and the list its ``optimizer.step()`` times (s) go to."""
     timed: list[float] = []
 
@@ -72,8 +83,12 @@ def _training_step(loss_of: Callable[[], torch.Tensor], optimizer: Any) -> tuple
 
 def deepcontext_ms(step: Callable[[], None], steps: int, name: str) -> float:
     with tempfile.TemporaryDirectory() as logdir:
-        with Profiler(logdir=logdir, steps=StepRange(start=0, count=steps), cpu_sampling_hz=0,
-                      system_interval_ms=0) as prof:
+        with Profiler(
+            logdir=logdir,
+            steps=StepRange(start=0, count=steps),
+            cpu_sampling_hz=0,
+            system_interval_ms=0,
+        ) as prof:
             for _ in range(steps):
                 step()
                 prof.step()
@@ -103,8 +118,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"{'workload':28s} {'unprofiled ms':>14s} {'deepcontext ms':>15s} {'torch.profiler ms':>18s} {'ratio':>7s}")
-    workloads: dict[str, Any] = {"lightning demo Transformer": demo_transformer, "tiny BERT (AdamW)": tiny_bert}
+    print(
+        f"{'workload':28s} {'unprofiled ms':>14s} {'deepcontext ms':>15s} {'torch.profiler ms':>18s} {'ratio':>7s}"
+    )
+    workloads: dict[str, Any] = {
+        "lightning demo Transformer": demo_transformer,
+        "tiny BERT (AdamW)": tiny_bert,
+    }
     for label, make in workloads.items():
         step, name, timed = make()
         for _ in range(2):
@@ -119,7 +139,9 @@ def main() -> None:
             theirs.append(torch_profiler_ms(step, args.steps, name))
         p, a, b = statistics.median(plain), statistics.median(ours), statistics.median(theirs)
         print(f"{label:28s} {p:14.3f} {a:15.3f} {b:18.3f} {a / b:7.2f}")
-    print("ratio: DeepContext's optimizer step (the <Class>.step frame) over torch.profiler's record; target within x1.2")
+    print(
+        "ratio: DeepContext's optimizer step (the <Class>.step frame) over torch.profiler's record; target within x1.2"
+    )
 
 
 if __name__ == "__main__":

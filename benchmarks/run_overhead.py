@@ -50,12 +50,18 @@ NEVER = "100000:1"
 WINDOW = (20, 5)
 #: Imports ``deepcontext run`` adds to the child, shown from ``-X importtime``:
 #: the boot, what of it is the profile writer's (numpy, protobuf), and the torch driver's loop.
-IMPORTS = ("sitecustomize", "dc_core.launch.child", "dc_core.store.profile", "dc_torch.loop", "torch")
+IMPORTS = (
+    "sitecustomize",
+    "dc_core.launch.child",
+    "dc_core.store.profile",
+    "dc_torch.loop",
+    "torch",
+)
 
 SCRIPTS = {
     "nothing": "",
     "import torch": "import torch\n",
-    "gpt": '''\
+    "gpt": """\
 import json
 import sys
 import time
@@ -75,7 +81,7 @@ for i in range(warmup + steps):
     train_step(model, optimizer, x, y)
     times.append(time.perf_counter() - start)
 print(json.dumps({"step_s": times}))
-''',
+""",
 }
 
 
@@ -87,16 +93,28 @@ def _environment() -> dict[str, str]:
 def _execute(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
     """Wall seconds of ``command`` and its standard output; a failure stops the benchmark."""
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr[-2000:]}")
+        raise SystemExit(
+            f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr[-2000:]}"
+        )
     return elapsed, done.stdout
 
 
 def _deepcontext(logdir: Path, *options: str) -> list[str]:
-    return [sys.executable, "-m", "dc_core", "run", "--no-report", "--time-fallback", "0", "--logdir", str(logdir),
-            *options]
+    return [
+        sys.executable,
+        "-m",
+        "dc_core",
+        "run",
+        "--no-report",
+        "--time-fallback",
+        "0",
+        "--logdir",
+        str(logdir),
+        *options,
+    ]
 
 
 def _injected_env(logdir: Path, name: str) -> dict[str, str]:
@@ -111,8 +129,14 @@ def _ordered(items: list, round_index: int) -> list:
     return items if round_index % 2 == 0 else items[::-1]
 
 
-def _row(name: str, times: list[float], rounds: list[float], base: list[float], base_rounds: list[float],
-         extra: str = "") -> float:
+def _row(
+    name: str,
+    times: list[float],
+    rounds: list[float],
+    base: list[float],
+    base_rounds: list[float],
+    extra: str = "",
+) -> float:
     """Prints median ms, ratio to ``base`` and the range of per-round ratios; returns the ratio."""
     median, plain = statistics.median(times), statistics.median(base)
     per_round = [r / b for r, b in zip(rounds, base_rounds)]
@@ -129,32 +153,56 @@ def startup(work: Path, rounds: int) -> None:
         path = str(work / f"{script.replace(' ', '_')}.py")
         configs[(script, "python")] = ([sys.executable, path], env)
         configs[(script, "deepcontext run")] = (_deepcontext(logdir, path), env)
-        configs[(script, "child alone")] = ([sys.executable, path], _injected_env(logdir, f"child-{len(configs)}"))
+        configs[(script, "child alone")] = (
+            [sys.executable, path],
+            _injected_env(logdir, f"child-{len(configs)}"),
+        )
     configs[("", "deepcontext run -- true")] = (_deepcontext(logdir, "--", "true"), env)
     times = {key: [] for key in configs}
-    for command, command_env in configs.values():  # untimed: the first start of each reads files from disk
+    for (
+        command,
+        command_env,
+    ) in configs.values():  # untimed: the first start of each reads files from disk
         _execute(command, work, command_env)
     for r in range(rounds):
         for key in _ordered(list(configs), r):
             times[key].append(_execute(configs[key][0], work, configs[key][1])[0])
     med = {key: statistics.median(values) for key, values in times.items()}
     print(f"startup: wall time of one command, {rounds} rounds, medians")
-    print(f"{'script':14s} {'python ms':>10s} {'deepcontext run ms':>19s} {'ratio':>7s} {'per round':>13s} "
-          f"{'+ms':>8s}")
+    print(
+        f"{'script':14s} {'python ms':>10s} {'deepcontext run ms':>19s} {'ratio':>7s} {'per round':>13s} "
+        f"{'+ms':>8s}"
+    )
     for script in ("nothing", "import torch"):
         plain, run = med[(script, "python")], med[(script, "deepcontext run")]
-        per_round = [d / p for d, p in zip(times[(script, "deepcontext run")], times[(script, "python")])]
-        print(f"{script:14s} {plain * 1e3:10.1f} {run * 1e3:19.1f} {run / plain:7.3f} "
-              f"{min(per_round):.3f}-{max(per_round):.3f} {(run - plain) * 1e3:+8.1f}")
+        per_round = [
+            d / p for d, p in zip(times[(script, "deepcontext run")], times[(script, "python")])
+        ]
+        print(
+            f"{script:14s} {plain * 1e3:10.1f} {run * 1e3:19.1f} {run / plain:7.3f} "
+            f"{min(per_round):.3f}-{max(per_round):.3f} {(run - plain) * 1e3:+8.1f}"
+        )
     for script in ("nothing", "import torch"):
-        plain, run, child = (med[(script, kind)] for kind in ("python", "deepcontext run", "child alone"))
-        print(f"{script}: {(run - plain) * 1e3:+.1f} ms = the deepcontext process {(run - child) * 1e3:+.1f} ms "
-              f"+ the injected child {(child - plain) * 1e3:+.1f} ms (the child alone: {child * 1e3:.1f} ms)")
-    print(f"deepcontext run -- true (the deepcontext process, no Python child): "
-          f"{med[('', 'deepcontext run -- true')] * 1e3:.1f} ms")
+        plain, run, child = (
+            med[(script, kind)] for kind in ("python", "deepcontext run", "child alone")
+        )
+        print(
+            f"{script}: {(run - plain) * 1e3:+.1f} ms = the deepcontext process {(run - child) * 1e3:+.1f} ms "
+            f"+ the injected child {(child - plain) * 1e3:+.1f} ms (the child alone: {child * 1e3:.1f} ms)"
+        )
+    print(
+        f"deepcontext run -- true (the deepcontext process, no Python child): "
+        f"{med[('', 'deepcontext run -- true')] * 1e3:.1f} ms"
+    )
     command, command_env = configs[("import torch", "child alone")]
-    done = subprocess.run([command[0], "-X", "importtime", *command[1:]], cwd=work, env=command_env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [command[0], "-X", "importtime", *command[1:]],
+        cwd=work,
+        env=command_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     cumulative = _import_ms(done.stderr)
     parts = ", ".join(f"{name} {cumulative[name]:.1f} ms" for name in IMPORTS if name in cumulative)
     print(f"imports of the injected child (-X importtime, one run): {parts}")
@@ -193,8 +241,10 @@ def steps(work: Path, rounds: int, count: int, warmup: int) -> float:
         "after the window": range(start + length, warmup + count),
     }
     base_name, never, window = list(configs)
-    print(f"\nGPT step (dc_torch.demo, 1 thread): {count} steps after {warmup} warm-up, {rounds} rounds, "
-          f"each a process")
+    print(
+        f"\nGPT step (dc_torch.demo, 1 thread): {count} steps after {warmup} warm-up, {rounds} rounds, "
+        f"each a process"
+    )
     print(f"{'configuration':60s} {'median ms':>10s} {'ratio':>7s} {'per round':>13s}")
 
     def pick(name: str, part: str) -> tuple[list[float], list[float]]:
@@ -207,20 +257,31 @@ def steps(work: Path, rounds: int, count: int, warmup: int) -> float:
     print(f"{'':60s} budget ≤{BUDGET:.2f}: {'PASS' if ratio <= BUDGET else 'OVER'}")
     plain_runs = [statistics.median(run[warmup:]) for run in samples[base_name]]
     if len(plain_runs) > 1:  # what one process differs from the next: the ratio's resolution
-        print(f"{'':60s} (plain processes alone: {min(plain_runs) * 1e3:.2f}-{max(plain_runs) * 1e3:.2f} ms, "
-              f"±{statistics.stdev(plain_runs) / statistics.mean(plain_runs):.1%})")
+        print(
+            f"{'':60s} (plain processes alone: {min(plain_runs) * 1e3:.2f}-{max(plain_runs) * 1e3:.2f} ms, "
+            f"±{statistics.stdev(plain_runs) / statistics.mean(plain_runs):.1%})"
+        )
     for part in ("before the window", "after the window"):
         first, last = parts[part][0], parts[part][-1]
-        _row(f"deepcontext run {window}, {part} ({first}-{last})", *pick(window, part), *pick(base_name, part),
-             extra="vs the same steps of python gpt.py")
+        _row(
+            f"deepcontext run {window}, {part} ({first}-{last})",
+            *pick(window, part),
+            *pick(base_name, part),
+            extra="vs the same steps of python gpt.py",
+        )
     # Each process runs at its own speed (a few % apart): after over before in one
     # process, over the same in the plain one, leaves only what the window left behind.
-    changes = [statistics.median(run[i] for i in parts["after the window"])
-               / statistics.median(run[i] for i in parts["before the window"])
-               for name in (window, base_name) for run in samples[name]]
+    changes = [
+        statistics.median(run[i] for i in parts["after the window"])
+        / statistics.median(run[i] for i in parts["before the window"])
+        for name in (window, base_name)
+        for run in samples[name]
+    ]
     per_round = [w / b for w, b in zip(changes[:rounds], changes[rounds:])]
-    print(f"{'after / before the window, over python gpt.py':60s} {'':10s} {statistics.median(per_round):7.3f} "
-          f"{min(per_round):.3f}-{max(per_round):.3f} (median of rounds)")
+    print(
+        f"{'after / before the window, over python gpt.py':60s} {'':10s} {statistics.median(per_round):7.3f} "
+        f"{min(per_round):.3f}-{max(per_round):.3f} (median of rounds)"
+    )
     return statistics.median(base_all)
 
 
@@ -267,23 +328,35 @@ def hook_cost(work: Path, gpt_step_s: float, rounds: int, calls: int = 20000) ->
                 driver.close()
     quiet.setLevel(level)
     added = statistics.median(hooked) - statistics.median(plain)
-    print(f"\nOptimizer.step of a one-parameter SGD, {calls} calls × {rounds} rounds, in this process:")
-    print(f"plain {statistics.median(plain) * 1e6:.2f} µs, "
-          f"with the driver's hooks {statistics.median(hooked) * 1e6:.2f} µs: {added * 1e6:+.2f} µs a step, "
-          f"{added / gpt_step_s:.4%} of the GPT step ({gpt_step_s * 1e3:.2f} ms)")
-    print(f"budget ≤{BUDGET:.2f} by the hooks' cost: ×{1 + added / gpt_step_s:.5f} "
-          f"{'PASS' if 1 + added / gpt_step_s <= BUDGET else 'OVER'}")
+    print(
+        f"\nOptimizer.step of a one-parameter SGD, {calls} calls × {rounds} rounds, in this process:"
+    )
+    print(
+        f"plain {statistics.median(plain) * 1e6:.2f} µs, "
+        f"with the driver's hooks {statistics.median(hooked) * 1e6:.2f} µs: {added * 1e6:+.2f} µs a step, "
+        f"{added / gpt_step_s:.4%} of the GPT step ({gpt_step_s * 1e3:.2f} ms)"
+    )
+    print(
+        f"budget ≤{BUDGET:.2f} by the hooks' cost: ×{1 + added / gpt_step_s:.5f} "
+        f"{'PASS' if 1 + added / gpt_step_s <= BUDGET else 'OVER'}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the GPT scripts")
-    parser.add_argument("--startup-rounds", type=int, default=8, help="interleaved rounds of the startup commands")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds of the GPT scripts"
+    )
+    parser.add_argument(
+        "--startup-rounds", type=int, default=8, help="interleaved rounds of the startup commands"
+    )
     parser.add_argument("--steps", type=int, default=60, help="measured GPT steps per script")
     parser.add_argument("--warmup", type=int, default=10, help="GPT steps before those measured")
     args = parser.parse_args(argv)
     if not args.warmup < WINDOW[0] - 1 < sum(WINDOW) < args.warmup + args.steps:
-        parser.error(f"the measured steps must start before the window {WINDOW[0]}:{WINDOW[1]} and end after it")
+        parser.error(
+            f"the measured steps must start before the window {WINDOW[0]}:{WINDOW[1]} and end after it"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name, text in SCRIPTS.items():

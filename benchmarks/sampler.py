@@ -28,12 +28,15 @@ import threading
 import time
 
 import torch
+from torch_overhead import (  # the same timed loop (GPT step) as the overhead benchmark
+    _timed as timed,
+)
+from torch_overhead import profiled
 
 from dc_core import _native
 from dc_core.record.config import StepRange
 from dc_torch import Profiler
 from dc_torch.demo import make_workload
-from torch_overhead import _timed as timed, profiled  # the same timed loop (GPT step) as the overhead benchmark
 
 CONFIGS = ("unprofiled", "window, sampler off", "window, 100 Hz sampler", "window, 1000 Hz sampler")
 TARGET = 1.10
@@ -45,8 +48,13 @@ def run_config(name: str, steps: int, logdir: str, batches: list, model, optimiz
         timed(1, batches, model, optimizer, lambda: None)
         return timed(steps, batches, model, optimizer, lambda: None)
     hz = float(name.split()[1]) if name.endswith("Hz sampler") else 0.0
-    return profiled(Profiler(logdir=logdir, steps=StepRange(start=1, count=steps), cpu_sampling_hz=hz), steps,
-                    batches, model, optimizer)
+    return profiled(
+        Profiler(logdir=logdir, steps=StepRange(start=1, count=steps), cpu_sampling_hz=hz),
+        steps,
+        batches,
+        model,
+        optimizer,
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -62,27 +70,39 @@ def step_times(steps: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as logdir:
         timed(3, batches, model, optimizer, lambda: None)  # warm up allocator and caches
         for r in range(rounds):
-            for name in CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]:  # rotated: no order bias
+            for name in (
+                CONFIGS[r % len(CONFIGS) :] + CONFIGS[: r % len(CONFIGS)]
+            ):  # rotated: no order bias
                 t = run_config(name, steps, logdir, batches, model, optimizer)
                 times[name] += t
                 per_round[name].append(statistics.median(t))
     stats = {name: (percentile(t, 50), percentile(t, 90)) for name, t in times.items()}
     base50, base90 = stats["unprofiled"]
-    print(f"GPT step on CPU, 1 torch thread, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}: "
-          f"{len(times['unprofiled'])} steps per configuration")
-    print(f"{'configuration':26s} {'p50 ms':>8s} {'p90 ms':>8s} {'p50 ×':>7s} {'p90 ×':>7s} {'p50 × per round':>16s}")
+    print(
+        f"GPT step on CPU, 1 torch thread, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}: "
+        f"{len(times['unprofiled'])} steps per configuration"
+    )
+    print(
+        f"{'configuration':26s} {'p50 ms':>8s} {'p90 ms':>8s} {'p50 ×':>7s} {'p90 ×':>7s} {'p50 × per round':>16s}"
+    )
     for name in CONFIGS:
         p50, p90 = stats[name]
         rounds_x = [m / u for m, u in zip(per_round[name], per_round["unprofiled"])]
         spread = f"{min(rounds_x):.3f}-{max(rounds_x):.3f}"
-        print(f"{name:26s} {p50 * 1e3:8.2f} {p90 * 1e3:8.2f} {p50 / base50:7.3f} {p90 / base90:7.3f} {spread:>16s}")
+        print(
+            f"{name:26s} {p50 * 1e3:8.2f} {p90 * 1e3:8.2f} {p50 / base50:7.3f} {p90 / base90:7.3f} {spread:>16s}"
+        )
     off50, off90 = stats["window, sampler off"]
     for name in CONFIGS[2:]:
         on50, on90 = stats[name]
-        print(f"{name.split(', ')[1]} alone (window with it / without): p50 ×{on50 / off50:.3f}, p90 ×{on90 / off90:.3f}")
+        print(
+            f"{name.split(', ')[1]} alone (window with it / without): p50 ×{on50 / off50:.3f}, p90 ×{on90 / off90:.3f}"
+        )
     on50, on90 = stats["window, 100 Hz sampler"]
     ok = on50 / base50 <= TARGET and on90 / base90 <= TARGET
-    print(f"window with the 100 Hz sampler vs unprofiled, target ≤{TARGET:.2f}: {'ok' if ok else 'MISS'}")
+    print(
+        f"window with the 100 Hz sampler vs unprofiled, target ≤{TARGET:.2f}: {'ok' if ok else 'MISS'}"
+    )
 
 
 def thread_cpu_ns(tid: int) -> int:
@@ -129,15 +149,21 @@ def tick_cost(threads: int, busy: bool, hz: float = 1000.0, seconds: float = 1.0
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=25, help="measured steps per configuration and round")
-    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds over the configurations")
+    parser.add_argument(
+        "--steps", type=int, default=25, help="measured steps per configuration and round"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="interleaved rounds over the configurations"
+    )
     args = parser.parse_args(argv)
     step_times(args.steps, args.rounds)
     print("sampler tick, sampler-thread CPU per tick (wake-up included), 1000 Hz:")
     for threads in (1, 16, 64):
         idle_ns, busy_ns = tick_cost(threads, False), tick_cost(threads, True)
-        print(f"  {threads:3d} idle threads bound: {idle_ns / 1e3:6.1f} µs; "
-              f"+ main thread busy in a scope: {busy_ns / 1e3:6.1f} µs")
+        print(
+            f"  {threads:3d} idle threads bound: {idle_ns / 1e3:6.1f} µs; "
+            f"+ main thread busy in a scope: {busy_ns / 1e3:6.1f} µs"
+        )
 
 
 if __name__ == "__main__":

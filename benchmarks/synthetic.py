@@ -25,8 +25,20 @@ from dc_core.model.tree import Frame, Tree
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile
 
-OPS = ("aten::linear", "aten::softmax", "aten::layer_norm", "aten::gelu", "aten::add", "aten::view",
-       "aten::transpose", "aten::bmm", "aten::dropout", "aten::mul", "aten::copy_", "aten::matmul")
+OPS = (
+    "aten::linear",
+    "aten::softmax",
+    "aten::layer_norm",
+    "aten::gelu",
+    "aten::add",
+    "aten::view",
+    "aten::transpose",
+    "aten::bmm",
+    "aten::dropout",
+    "aten::mul",
+    "aten::copy_",
+    "aten::matmul",
+)
 SUBMODULES = (("attn", "Attention"), ("mlp", "MLP"), ("ln_1", "LayerNorm"), ("ln_2", "LayerNorm"))
 LAYERS = 12
 #: The planted slow rank's extra work, and the node that regresses across windows.
@@ -47,9 +59,17 @@ def _ops(layer: int, sub: str, line: int) -> tuple[str, ...]:
     return tuple(ops)
 
 
-def rank_profile(rank: int, world: int, window: int = 0, *, slow_rank: int | None = None,
-                 regress_from: int | None = None, seed: int = 0, step_start: int = 10,
-                 every: int = 100) -> Profile:
+def rank_profile(
+    rank: int,
+    world: int,
+    window: int = 0,
+    *,
+    slow_rank: int | None = None,
+    regress_from: int | None = None,
+    seed: int = 0,
+    step_start: int = 10,
+    every: int = 100,
+) -> Profile:
     """One rank's window ``window`` (0-based) of a run of ``world`` ranks.
 
     Args:
@@ -75,22 +95,43 @@ def rank_profile(rank: int, world: int, window: int = 0, *, slow_rank: int | Non
                 module = tree.child(block, Frame("module", name, detail=cls))
                 scale = SLOW_FACTOR if rank == slow_rank and name == SLOW_MODULE else 1.0
                 for line in range(3):
-                    src = tree.child(module, Frame("python", "forward", "model.py", 60 + 10 * SUBMODULES.index((sub, cls)) + line))
+                    src = tree.child(
+                        module,
+                        Frame(
+                            "python",
+                            "forward",
+                            "model.py",
+                            60 + 10 * SUBMODULES.index((sub, cls)) + line,
+                        ),
+                    )
                     for op in _ops(layer, sub, line):
                         grow = 1.0
-                        if (regress_from is not None and window >= regress_from and name == REGRESS_MODULE
-                                and op == REGRESS_OP):
+                        if (
+                            regress_from is not None
+                            and window >= regress_from
+                            and name == REGRESS_MODULE
+                            and op == REGRESS_OP
+                        ):
                             grow = 1 + REGRESS_GROWTH * (window - regress_from + 1)
                         node = tree.child(src, Frame("operator", op, backward=phase == "backward"))
-                        cpu = int(40_000 * (2 if phase == "backward" else 1) * scale * grow * noise())
-                        kernel = tree.child(node, Frame("kernel", f"cpu_{op[6:]}_kernel", detail="cpu"))
+                        cpu = int(
+                            40_000 * (2 if phase == "backward" else 1) * scale * grow * noise()
+                        )
+                        kernel = tree.child(
+                            node, Frame("kernel", f"cpu_{op[6:]}_kernel", detail="cpu")
+                        )
                         tree.add(node, "cpu_time_ns", cpu // 4)
                         tree.add(node, "count", STEPS_PER_WINDOW)
                         tree.add(kernel, "cpu_time_ns", cpu - cpu // 4)
                         compute += cpu
     optimizer = tree.child(0, Frame("phase", "optimizer"))
     step = tree.child(optimizer, Frame("python", "step", "torch/optim/adamw.py", 210))
-    for op in ("aten::_foreach_mul_", "aten::_foreach_add_", "aten::_foreach_addcdiv_", "aten::_foreach_sqrt"):
+    for op in (
+        "aten::_foreach_mul_",
+        "aten::_foreach_add_",
+        "aten::_foreach_addcdiv_",
+        "aten::_foreach_sqrt",
+    ):
         node = tree.child(step, Frame("operator", op))
         value = int(300_000 * noise())
         tree.add(node, "cpu_time_ns", value)
@@ -107,27 +148,49 @@ def rank_profile(rank: int, world: int, window: int = 0, *, slow_rank: int | Non
     slow_extra = 0 if slow_rank is None else int(9 * 120_000 * (SLOW_FACTOR - 1))
     own_extra = slow_extra if rank == slow_rank else 0
     backward = tree.find("backward")
-    reducer = tree.child(backward, Frame("python", "_sync_params", "torch/nn/parallel/distributed.py", 1500))
+    reducer = tree.child(
+        backward, Frame("python", "_sync_params", "torch/nn/parallel/distributed.py", 1500)
+    )
     allreduce = tree.child(reducer, Frame("operator", "c10d::allreduce_", backward=True))
     wait = int(200_000 * noise()) + slow_extra - own_extra
     tree.add(allreduce, "cpu_time_ns", wait)
     tree.add(allreduce, "count", STEPS_PER_WINDOW * 4)
     start = step_start + window * every
     step_ns = (compute + wait) // STEPS_PER_WINDOW
-    return Profile(tree=tree, steps=(start, start + STEPS_PER_WINDOW),
-                   step_times_ns=[int(step_ns * rng.uniform(0.99, 1.01)) for _ in range(STEPS_PER_WINDOW)],
-                   rank=rank, host=f"node{rank // 8:04d}", framework="pytorch", world_size=world,
-                   env={"capture": "native"}, start_unix_ns=1_700_000_000_000_000_000 + start * 10**8,
-                   duration_ns=compute + wait)
+    return Profile(
+        tree=tree,
+        steps=(start, start + STEPS_PER_WINDOW),
+        step_times_ns=[int(step_ns * rng.uniform(0.99, 1.01)) for _ in range(STEPS_PER_WINDOW)],
+        rank=rank,
+        host=f"node{rank // 8:04d}",
+        framework="pytorch",
+        world_size=world,
+        env={"capture": "native"},
+        start_unix_ns=1_700_000_000_000_000_000 + start * 10**8,
+        duration_ns=compute + wait,
+    )
 
 
-def write_run(logdir: str | Path, ranks: int, windows: int = 1, run: str = "bench", *,
-              slow_rank: int | None = None, regress_from: int | None = None, seed: int = 0) -> int:
+def write_run(
+    logdir: str | Path,
+    ranks: int,
+    windows: int = 1,
+    run: str = "bench",
+    *,
+    slow_rank: int | None = None,
+    regress_from: int | None = None,
+    seed: int = 0,
+) -> int:
     """Write ``ranks`` × ``windows`` profiles under ``logdir/run``; returns the number written."""
     for window in range(windows):
         for rank in range(ranks):
-            write_profile(rank_profile(rank, ranks, window, slow_rank=slow_rank, regress_from=regress_from,
-                                       seed=seed), logdir, run)
+            write_profile(
+                rank_profile(
+                    rank, ranks, window, slow_rank=slow_rank, regress_from=regress_from, seed=seed
+                ),
+                logdir,
+                run,
+            )
     return ranks * windows
 
 
@@ -139,11 +202,22 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--windows", type=int, default=1)
     parser.add_argument("--run", default="gpt-ddp")
-    parser.add_argument("--slow-rank", type=int, default=None, help="default: 5/7 of the way through the ranks")
-    parser.add_argument("--regress-from", type=int, default=None, help="window from which a node regresses")
+    parser.add_argument(
+        "--slow-rank", type=int, default=None, help="default: 5/7 of the way through the ranks"
+    )
+    parser.add_argument(
+        "--regress-from", type=int, default=None, help="window from which a node regresses"
+    )
     args = parser.parse_args()
     slow = args.ranks * 5 // 7 if args.slow_rank is None else args.slow_rank
-    count = write_run(args.logdir, args.ranks, args.windows, args.run, slow_rank=slow, regress_from=args.regress_from)
+    count = write_run(
+        args.logdir,
+        args.ranks,
+        args.windows,
+        args.run,
+        slow_rank=slow,
+        regress_from=args.regress_from,
+    )
     print(f"{count:,} profiles under {args.logdir}/{args.run}; planted slow rank {slow}")
 
 

@@ -111,11 +111,15 @@ def flame_timings(base: str, nodes: int) -> tuple[float, float, float]:
     status, cold, _ = get(url_of(base, "flame", query))
     assert status == 200, status
     warm = statistics.median(get(url_of(base, "flame", query))[1] for _ in range(5))
-    fresh = statistics.median(get(url_of(base, "flame", {**query, "min": f"0.00{k}"}))[1] for k in range(3, 8))
+    fresh = statistics.median(
+        get(url_of(base, "flame", {**query, "min": f"0.00{k}"}))[1] for k in range(3, 8)
+    )
     return cold, warm, fresh
 
 
-def paced(base: str, requests: list[tuple[str, dict]], concurrency: int) -> list[tuple[int, float, dict]]:
+def paced(
+    base: str, requests: list[tuple[str, dict]], concurrency: int
+) -> list[tuple[int, float, dict]]:
     with ThreadPoolExecutor(concurrency) as pool:
         return list(pool.map(lambda rq: get(url_of(base, *rq)), requests))
 
@@ -142,7 +146,12 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--distinct", type=int, default=400, help="requests, each with its own parameters, at the end")
+    parser.add_argument(
+        "--distinct",
+        type=int,
+        default=400,
+        help="requests, each with its own parameters, at the end",
+    )
     args = parser.parse_args()
     from tests.tensorboard.test_browser import _start_tensorboard
 
@@ -166,9 +175,11 @@ def measure(pid: int, base: str, args: argparse.Namespace) -> int:
     get(f"{base}{ROUTE}runs")
     before = rss_mib(pid)
     cold, warm, fresh = flame_timings(base, args.nodes)
-    print(f"flame route, {args.nodes} nodes: cold {cold * 1e3:.0f} ms, warm {warm * 1e3:.1f} ms "
-          f"({warm / BUDGET_FLAME_WARM_S:.2f} of the {BUDGET_FLAME_WARM_S * 1e3:.0f} ms budget), "
-          f"loaded but not asked before {fresh * 1e3:.0f} ms")
+    print(
+        f"flame route, {args.nodes} nodes: cold {cold * 1e3:.0f} ms, warm {warm * 1e3:.1f} ms "
+        f"({warm / BUDGET_FLAME_WARM_S:.2f} of the {BUDGET_FLAME_WARM_S * 1e3:.0f} ms budget), "
+        f"loaded but not asked before {fresh * 1e3:.0f} ms"
+    )
     heavy = mix("device_time_ns", args.nodes)
     requests = [heavy[i % len(heavy)] for i in range(args.requests)]
     started = time.perf_counter()
@@ -177,27 +188,37 @@ def measure(pid: int, base: str, args: argparse.Namespace) -> int:
     times = [t for status, t, _ in paced_results if status == 200]
     failed = sum(status != 200 for status, _, _ in paced_results)
     p95 = percentile(times, 0.95)
-    print(f"{args.requests} requests ({len(heavy)} distinct), {args.concurrency} at a time: p50 "
-          f"{percentile(times, 0.5) * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms ({p95 / BUDGET_P95_S:.2f} of the "
-          f"{BUDGET_P95_S:.0f} s budget), {failed} failed, {wall:.1f} s in all")
+    print(
+        f"{args.requests} requests ({len(heavy)} distinct), {args.concurrency} at a time: p50 "
+        f"{percentile(times, 0.5) * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms ({p95 / BUDGET_P95_S:.2f} of the "
+        f"{BUDGET_P95_S:.0f} s budget), {failed} failed, {wall:.1f} s in all"
+    )
     heavy = mix("count", args.nodes)
     burst = at_once(base, [heavy[i % len(heavy)] for i in range(args.requests)])
     answered = [t for status, t, _ in burst if status == 200]
     busy = [h for status, _, h in burst if status == 503]
     other = len(burst) - len(answered) - len(busy)
     retry = sorted({h.get("Retry-After", "-") for h in busy})
-    print(f"{args.requests} at once ({len(heavy)} distinct, not asked before): {len(answered)} answered "
-          f"(p95 {percentile(answered, 0.95) * 1e3:.0f} ms), {len(busy)} answered 503 (Retry-After {', '.join(retry) or '-'}), "
-          f"{other} failed otherwise")
+    print(
+        f"{args.requests} at once ({len(heavy)} distinct, not asked before): {len(answered)} answered "
+        f"(p95 {percentile(answered, 0.95) * 1e3:.0f} ms), {len(busy)} answered 503 "
+        f"(Retry-After {', '.join(retry) or '-'}), "
+        f"{other} failed otherwise"
+    )
     loaded = rss_mib(pid)
     ref = {"run": "bench", "rank": "0", "window": "5-8", "metric": "cpu_time_ns"}
     distinct = [("flat", {**ref, "limit": str(1 + i)}) for i in range(args.distinct // 2)]
-    distinct += [("flame", {**ref, "node": "0", "min": "0", "max": str(100 + i)}) for i in range(args.distinct // 2)]
+    distinct += [
+        ("flame", {**ref, "node": "0", "min": "0", "max": str(100 + i)})
+        for i in range(args.distinct // 2)
+    ]
     paced(base, distinct, 8)
     after = rss_mib(pid)
-    print(f"TensorBoard's resident memory: {before:.0f} MiB at start, {loaded:.0f} MiB after the load above "
-          f"(both profiles read), {after:.0f} MiB after {len(distinct)} more distinct requests "
-          f"({after / before:.2f}x start, {after - loaded:+.0f} MiB for the distinct ones)")
+    print(
+        f"TensorBoard's resident memory: {before:.0f} MiB at start, {loaded:.0f} MiB after the load above "
+        f"(both profiles read), {after:.0f} MiB after {len(distinct)} more distinct requests "
+        f"({after / before:.2f}x start, {after - loaded:+.0f} MiB for the distinct ones)"
+    )
     ok = warm <= BUDGET_FLAME_WARM_S and p95 <= BUDGET_P95_S and failed == 0
     if not ok:
         print("OVER BUDGET", file=sys.stderr)

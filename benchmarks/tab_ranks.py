@@ -55,7 +55,9 @@ def timed(client, route: str, query: dict) -> tuple[float, dict]:
     response = client.get(PREFIX + route, query_string=query)
     took = time.perf_counter() - start
     if response.status_code != 200:
-        raise SystemExit(f"{route} answered {response.status_code}: {response.get_data(as_text=True)[:500]}")
+        raise SystemExit(
+            f"{route} answered {response.status_code}: {response.get_data(as_text=True)[:500]}"
+        )
     return took, response.get_json()
 
 
@@ -85,8 +87,10 @@ def run(logdir: Path, ranks: int) -> int:
     started = time.perf_counter()
     write_run(logdir, ranks, slow_rank=slow)
     size = sum(p.stat().st_size for p in logdir.rglob("*.pb"))
-    print(f"{ranks:,} rank files ({size / 2**20:.0f} MiB) written in {time.perf_counter() - started:.1f} s; "
-          f"planted slow rank {slow}")
+    print(
+        f"{ranks:,} rank files ({size / 2**20:.0f} MiB) written in {time.perf_counter() - started:.1f} s; "
+        f"planted slow rank {slow}"
+    )
     query = {"run": "bench", "window": "10-12", "metric": "cpu_time_ns"}
     server = threading.Event()
     alive = threading.Thread(target=server.wait, daemon=True)  # TensorBoard serves from threads
@@ -97,22 +101,45 @@ def run(logdir: Path, ranks: int) -> int:
         cold_index, _ = timed(client, "/allranks", query)
         warm = min(timed(client, "/allranks", query)[0] for _ in range(5))
         block = SLOW_MODULE.rsplit(".", 1)[0]
-        node = find_node(client, query, ["forward", "train.py:40 train", "model.py:120 forward", f"{block} (Block)",
-                                         f"{SLOW_MODULE} (MLP)"])
+        node = find_node(
+            client,
+            query,
+            [
+                "forward",
+                "train.py:40 train",
+                "model.py:120 forward",
+                f"{block} (Block)",
+                f"{SLOW_MODULE} (MLP)",
+            ],
+        )
         first_node, dist = timed(client, "/allranks/node", {**query, "node": node})
-        node_warm = min(timed(client, "/allranks/node", {**query, "node": node})[0] for _ in range(5))
+        node_warm = min(
+            timed(client, "/allranks/node", {**query, "node": node})[0] for _ in range(5)
+        )
     finally:
         server.set()
     right = dist["node"]["max_rank"] == slow and len(dist["values"]) == ranks
-    print(f"{'All ranks, cold (no index yet)':<40} {cold * 1e3:8.0f} ms   budget {BUDGET_COLD_S * 1e3:.0f} ms")
-    print(f"{'All ranks, cold (index beside files)':<40} {cold_index * 1e3:8.0f} ms   budget {BUDGET_COLD_S * 1e3:.0f} ms")
+    print(
+        f"{'All ranks, cold (no index yet)':<40} {cold * 1e3:8.0f} ms   budget {BUDGET_COLD_S * 1e3:.0f} ms"
+    )
+    print(
+        f"{'All ranks, cold (index beside files)':<40} {cold_index * 1e3:8.0f} ms   budget {BUDGET_COLD_S * 1e3:.0f} ms"
+    )
     print(f"{'All ranks, warm':<40} {warm * 1e3:8.1f} ms   budget {BUDGET_WARM_S * 1e3:.0f} ms")
-    print(f"{'distribution of one node, first':<40} {first_node * 1e3:8.1f} ms   budget {BUDGET_NODE_S * 1e3:.0f} ms")
+    print(
+        f"{'distribution of one node, first':<40} {first_node * 1e3:8.1f} ms   budget {BUDGET_NODE_S * 1e3:.0f} ms"
+    )
     print(f"{'distribution of one node, warm':<40} {node_warm * 1e3:8.1f} ms")
-    print(f"{SLOW_MODULE}: max rank {dist['node']['max_rank']}, imbalance {dist['node']['imbalance']:.2f}, "
-          f"{len(dist['bins'])} bins: {'ok' if right else 'WRONG'}")
-    ok = (max(cold, cold_index) < BUDGET_COLD_S and warm < BUDGET_WARM_S and first_node < BUDGET_NODE_S
-          and right)
+    print(
+        f"{SLOW_MODULE}: max rank {dist['node']['max_rank']}, imbalance {dist['node']['imbalance']:.2f}, "
+        f"{len(dist['bins'])} bins: {'ok' if right else 'WRONG'}"
+    )
+    ok = (
+        max(cold, cold_index) < BUDGET_COLD_S
+        and warm < BUDGET_WARM_S
+        and first_node < BUDGET_NODE_S
+        and right
+    )
     print(f"budget: {'ok' if ok else 'OVER'}")
     return 0 if ok else 1
 

@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dc_core.model.tree import Frame, Tree
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile, Series
-from dc_core.model.tree import Frame, Tree
 
 #: The tab's budgets (300 ms per answer, 1.5 s to first rows) less a 20% margin.
 BUDGET_API_S, BUDGET_RENDER_S = 0.240, 1.2
@@ -41,23 +41,48 @@ def synthetic(nodes: int, seed: int, steps: tuple[int, int]) -> Profile:
     lines → operator → kernel, ``nodes`` nodes, backward under the forward context."""
     rng = random.Random(seed)
     tree = Tree()
-    phases = {p: tree.child(0, Frame("phase", p)) for p in ("forward", "backward", "optimizer", "dataloader")}
+    phases = {
+        p: tree.child(0, Frame("phase", p))
+        for p in ("forward", "backward", "optimizer", "dataloader")
+    }
     while len(tree) < nodes:
-        phase = rng.choice(("forward", "backward", "forward", "backward", "optimizer", "dataloader"))
+        phase = rng.choice(
+            ("forward", "backward", "forward", "backward", "optimizer", "dataloader")
+        )
         node = phases[phase]
         for depth in range(rng.randint(2, 7)):
             if depth % 2 == 0:
-                node = tree.child(node, Frame("module", f"blocks.{rng.randint(0, 40)}.m{depth}", detail=f"Layer{depth}"))
+                node = tree.child(
+                    node,
+                    Frame(
+                        "module", f"blocks.{rng.randint(0, 40)}.m{depth}", detail=f"Layer{depth}"
+                    ),
+                )
             else:
-                node = tree.child(node, Frame("python", f"fn{rng.randint(0, 60)}", f"/src/model{depth}.py", rng.randint(1, 900)))
-        op = tree.child(node, Frame("operator", f"aten::op{rng.randint(0, 300)}", backward=phase == "backward"))
+                node = tree.child(
+                    node,
+                    Frame(
+                        "python",
+                        f"fn{rng.randint(0, 60)}",
+                        f"/src/model{depth}.py",
+                        rng.randint(1, 900),
+                    ),
+                )
+        op = tree.child(
+            node, Frame("operator", f"aten::op{rng.randint(0, 300)}", backward=phase == "backward")
+        )
         tree.add(op, "cpu_time_ns", rng.randint(1_000, 100_000))
         tree.add(op, "count", 1)
         kernel = tree.child(op, Frame("kernel", f"sm90_gemm_{rng.randint(0, 800)}"))
         tree.add(kernel, "device_time_ns", rng.randint(1_000, 500_000))
     ticks = list(range(0, 3_000_000_000, 100_000_000))
-    return Profile(tree=tree, steps=steps, step_times_ns=[100_000_000 + rng.randint(0, 9_000_000) for _ in range(steps[1] - steps[0])],
-                   host="bench", system=[Series("cpu_percent", -1, ticks, [rng.uniform(20, 90) for _ in ticks])])
+    return Profile(
+        tree=tree,
+        steps=steps,
+        step_times_ns=[100_000_000 + rng.randint(0, 9_000_000) for _ in range(steps[1] - steps[0])],
+        host="bench",
+        system=[Series("cpu_percent", -1, ticks, [rng.uniform(20, 90) for _ in ticks])],
+    )
 
 
 def api_timings(logdir: Path, node_count: int) -> list[tuple[str, float, float]]:
@@ -72,10 +97,19 @@ def api_timings(logdir: Path, node_count: int) -> list[tuple[str, float, float]]
     b = {"b_run": "bench", "b_rank": "0", "b_window": "8-11"}
     mid = str(node_count // 2)
     routes = [
-        ("runs", {}), ("window", ref), ("hotpath", {**ref, "node": "0"}), ("children", {**ref, "node": "0,1,2,3,4"}),
-        ("node", {**ref, "node": mid}), ("source", {**ref, "node": mid}), ("search", {**ref, "q": "gemm_7"}),
-        ("flame", {**ref, "node": "0"}), ("flat", ref), ("bottomup", {**ref, "kinds": "operator,kernel"}),
-        ("bottomup", {**ref, "path": "5"}), ("diff", {**ref, **b}), ("diff/children", {**ref, **b, "node": "1,2"}),
+        ("runs", {}),
+        ("window", ref),
+        ("hotpath", {**ref, "node": "0"}),
+        ("children", {**ref, "node": "0,1,2,3,4"}),
+        ("node", {**ref, "node": mid}),
+        ("source", {**ref, "node": mid}),
+        ("search", {**ref, "q": "gemm_7"}),
+        ("flame", {**ref, "node": "0"}),
+        ("flat", ref),
+        ("bottomup", {**ref, "kinds": "operator,kernel"}),
+        ("bottomup", {**ref, "path": "5"}),
+        ("diff", {**ref, **b}),
+        ("diff/children", {**ref, **b, "node": "1,2"}),
         ("ranks", ref),
     ]
     results = []
@@ -106,10 +140,17 @@ def render_timings(logdir: Path) -> list[tuple[float, float]]:
             for _ in range(3):
                 page = browser.new_page(viewport={"width": 1500, "height": 950})
                 entry = []
-                page.on("request", lambda r: entry.append(time.perf_counter()) if "/plugin_entry.html" in r.url else None)
+                page.on(
+                    "request",
+                    lambda r: (
+                        entry.append(time.perf_counter()) if "/plugin_entry.html" in r.url else None
+                    ),
+                )
                 start = time.perf_counter()
                 page.goto(url + "/#deepcontext")
-                page.frame_locator("iframe").locator(".rows .row.kind-row-phase").first.wait_for(timeout=60_000)
+                page.frame_locator("iframe").locator(".rows .row.kind-row-phase").first.wait_for(
+                    timeout=60_000
+                )
                 done = time.perf_counter()
                 times.append((done - start, done - entry[0]))
                 page.close()
@@ -138,22 +179,30 @@ def run(logdir: Path, args: argparse.Namespace) -> int:
     started = time.perf_counter()
     for seed, steps in ((0, (5, 8)), (1, (8, 11))):
         write_profile(synthetic(args.nodes, seed, steps), logdir, "bench")
-    print(f"profiles: 2 windows x {args.nodes} nodes written in {time.perf_counter() - started:.1f} s")
+    print(
+        f"profiles: 2 windows x {args.nodes} nodes written in {time.perf_counter() - started:.1f} s"
+    )
     worst = (0.0, "")
     print(f"{'route':<16} {'cold ms':>8} {'warm ms':>8}")
     for route, cold, warm in api_timings(logdir, args.nodes):
         worst = max(worst, (cold, route))
         print(f"{route:<16} {cold * 1e3:8.1f} {warm * 1e3:8.1f}")
     ok = worst[0] < BUDGET_API_S
-    print(f"slowest API response {worst[0] * 1e3:.0f} ms ({worst[1]}, cold; budget {BUDGET_API_S * 1e3:.0f} ms): "
-          f"{'ok' if ok else 'OVER'}")
+    print(
+        f"slowest API response {worst[0] * 1e3:.0f} ms ({worst[1]}, cold; budget {BUDGET_API_S * 1e3:.0f} ms): "
+        f"{'ok' if ok else 'OVER'}"
+    )
     if not args.no_browser:
         (cold_all, cold), *warm_runs = render_timings(logdir)
         warm_all, warm = min(warm_runs, key=lambda t: t[1])
         render_ok = max(cold, warm) < BUDGET_RENDER_S
-        print(f"first render (the tab, from its frame's request to the tree's rows): {cold:.2f} s with a cold server, "
-              f"{warm:.2f} s warm (budget {BUDGET_RENDER_S} s): {'ok' if render_ok else 'OVER'}")
-        print(f"  with TensorBoard's own page before it: {cold_all:.2f} s cold, {warm_all:.2f} s warm (not budgeted)")
+        print(
+            f"first render (the tab, from its frame's request to the tree's rows): {cold:.2f} s with a cold server, "
+            f"{warm:.2f} s warm (budget {BUDGET_RENDER_S} s): {'ok' if render_ok else 'OVER'}"
+        )
+        print(
+            f"  with TensorBoard's own page before it: {cold_all:.2f} s cold, {warm_all:.2f} s warm (not budgeted)"
+        )
         ok = ok and render_ok
     if not ok:
         print("OVER BUDGET", file=sys.stderr)

@@ -69,7 +69,9 @@ def main() -> dict[str, float]:
         tp = {n: torch_profiler_trace(n, logdir, model, optimizer, batch) for n in (4, 40)}
     file_ratio = dc[40][0] / dc[4][0]
     print(f"{'':32s} {'4 steps':>12s} {'40 steps':>12s} {'ratio':>7s}")
-    print(f"{'DeepContext profile file':32s} {dc[4][0]:12,d} {dc[40][0]:12,d} {file_ratio:7.2f}  (target ≤1.30)")
+    print(
+        f"{'DeepContext profile file':32s} {dc[4][0]:12,d} {dc[40][0]:12,d} {file_ratio:7.2f}  (target ≤1.30)"
+    )
     print(f"{'DeepContext RSS growth in window':32s} {dc[4][1]:12,d} {dc[40][1]:12,d}")
     print(f"{'torch.profiler trace (stack)':32s} {tp[4]:12,d} {tp[40]:12,d} {tp[40] / tp[4]:7.2f}")
     return {"file_ratio": file_ratio, "trace_ratio": tp[40] / tp[4]}

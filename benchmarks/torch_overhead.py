@@ -29,7 +29,7 @@ import random
 import statistics
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -44,7 +44,10 @@ TARGETS = {"outside a window": 1.01, "lightweight window": 1.05, "comprehensive 
 def launch_bound_workload(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer, Callable]:
     """24 × (LayerNorm → Linear(16) → tanh) on a batch of 4, SGD: tiny ops only."""
     torch.manual_seed(seed)
-    blocks = [torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 16), torch.nn.Tanh()) for _ in range(24)]
+    blocks = [
+        torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.Linear(16, 16), torch.nn.Tanh())
+        for _ in range(24)
+    ]
     model = torch.nn.Sequential(*blocks, torch.nn.Linear(16, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
@@ -54,7 +57,9 @@ def launch_bound_workload(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.O
     return model, optimizer, next_batch
 
 
-def launch_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
+def launch_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> float:
     loss = torch.nn.functional.cross_entropy(model(x), y)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -75,8 +80,14 @@ _edges: dict[str, list[float]] = {}
 _cpu_sink: list[float] | None = None
 
 
-def _timed(steps: int, batches: list, model, optimizer, step_hook: Callable[[], None],
-           edge: list[float] | None = None) -> list[float]:
+def _timed(
+    steps: int,
+    batches: list,
+    model,
+    optimizer,
+    step_hook: Callable[[], None],
+    edge: list[float] | None = None,
+) -> list[float]:
     """Step times; with ``edge``, the last step's hook (a window's close) is
     timed apart and appended there."""
     times = []
@@ -117,19 +128,37 @@ def run_config(name: str, steps: int, logdir: str, batches: list, model, optimiz
         from torch.profiler import ProfilerActivity, profile
 
         rich = "with_stack" in name
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=rich, with_stack=rich) as prof:
+        with profile(
+            activities=[ProfilerActivity.CPU], record_shapes=rich, with_stack=rich
+        ) as prof:
             _timed(1, batches, model, optimizer, prof.step)
             return _timed(steps, batches, model, optimizer, prof.step)
     mode = "comprehensive" if name.startswith("comprehensive") else "lightweight"
-    window = StepRange(start=10**9, count=1) if name == "outside a window" else StepRange(start=1, count=steps)
+    window = (
+        StepRange(start=10**9, count=1)
+        if name == "outside a window"
+        else StepRange(start=1, count=steps)
+    )
     capture = "python" if "python capture" in name else "auto"
     edges = None if name == "outside a window" else _edges.setdefault(name, [])
-    return profiled(Profiler(logdir=logdir, steps=window, mode=mode, capture=capture), steps, batches, model,
-                    optimizer, edges)
+    return profiled(
+        Profiler(logdir=logdir, steps=window, mode=mode, capture=capture),
+        steps,
+        batches,
+        model,
+        optimizer,
+        edges,
+    )
 
 
-def profiled(profiler: Profiler, steps: int, batches: list, model, optimizer,
-             edges: list[float] | None = None) -> list[float]:
+def profiled(
+    profiler: Profiler,
+    steps: int,
+    batches: list,
+    model,
+    optimizer,
+    edges: list[float] | None = None,
+) -> list[float]:
     """Step times of ``steps`` steps under ``profiler``, after one warm-up step
     (whose hook opens a window of steps 1..``steps``); with ``edges``, the
     window's open and close time is appended there, apart from the steps."""
@@ -160,8 +189,12 @@ CONFIGS = (
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=12, help="measured steps per configuration and round")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations")
+    parser.add_argument(
+        "--steps", type=int, default=12, help="measured steps per configuration and round"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds over all configurations"
+    )
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="gpt")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -177,39 +210,59 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         _timed(3, batches, model, optimizer, lambda: None)  # warm up allocator and caches
         order = list(CONFIGS)
         for r in range(args.rounds):
-            random.Random(r).shuffle(order)  # a drift in the machine's speed favours no configuration
+            random.Random(r).shuffle(
+                order
+            )  # a drift in the machine's speed favours no configuration
             for name in order:
                 _cpu_sink = []
                 times = run_config(name, args.steps, logdir, batches, model, optimizer)
                 samples[name] += times
-                cpu[name] += _cpu_sink[-len(times):]  # the measured steps, not the warm-up
+                cpu[name] += _cpu_sink[-len(times) :]  # the measured steps, not the warm-up
                 rounds[name].append(statistics.median(times))
         _cpu_sink = None
     base = statistics.median(samples["unprofiled"])
     base_p90 = _p90(samples["unprofiled"])
     base_cpu = statistics.median(cpu["unprofiled"])
     ratios = {}
-    print(f"{args.workload} step on CPU, 1 thread: {len(samples['unprofiled'])} steps per configuration")
-    print("ratio: median wall-clock step over the unprofiled one; cpu: the same of the process's CPU time "
-          "(all its threads), which other processes on the machine do not inflate")
-    print(f"{'configuration':45s} {'median ms':>10s} {'ratio':>7s} {'per round':>13s} {'p90 ratio':>9s} "
-          f"{'cpu':>6s} {'target':>7s}")
+    print(
+        f"{args.workload} step on CPU, 1 thread: {len(samples['unprofiled'])} steps per configuration"
+    )
+    print(
+        "ratio: median wall-clock step over the unprofiled one; cpu: the same of the process's CPU time "
+        "(all its threads), which other processes on the machine do not inflate"
+    )
+    print(
+        f"{'configuration':45s} {'median ms':>10s} {'ratio':>7s} {'per round':>13s} {'p90 ratio':>9s} "
+        f"{'cpu':>6s} {'target':>7s}"
+    )
     for name in CONFIGS:
         median = statistics.median(samples[name])
         ratios[name] = median / base
         per_round = [m / u for m, u in zip(rounds[name], rounds["unprofiled"])]
         spread = f"{min(per_round):.3f}-{max(per_round):.3f}"
-        target = TARGETS.get(name) if args.workload == "gpt" else None  # the launch loop's target is the peer
-        mark = "" if target is None else (f"≤{target:.2f}" + (" ok" if ratios[name] <= target else " MISS"))
+        target = (
+            TARGETS.get(name) if args.workload == "gpt" else None
+        )  # the launch loop's target is the peer
+        mark = (
+            ""
+            if target is None
+            else (f"≤{target:.2f}" + (" ok" if ratios[name] <= target else " MISS"))
+        )
         p90 = _p90(samples[name]) / base_p90
         cpu_ratio = statistics.median(cpu[name]) / base_cpu
-        print(f"{name:45s} {median * 1e3:10.2f} {ratios[name]:7.3f} {spread:>13s} {p90:9.3f} {cpu_ratio:6.3f} "
-              f"{mark:>7s}")
+        print(
+            f"{name:45s} {median * 1e3:10.2f} {ratios[name]:7.3f} {spread:>13s} {p90:9.3f} {cpu_ratio:6.3f} "
+            f"{mark:>7s}"
+        )
     for name, edges in _edges.items():
         ms = statistics.median(edges) * 1e3
-        print(f"{name}: window open + close {ms:.2f} ms per window ({ms / (base * 1e3):.1%} of one step)")
+        print(
+            f"{name}: window open + close {ms:.2f} ms per window ({ms / (base * 1e3):.1%} of one step)"
+        )
     light, plain = ratios["lightweight window"], ratios["torch.profiler() plain"]
-    print(f"lightweight window / torch.profiler(): {light / plain:.3f} ({'ahead' if light <= plain else 'behind'})")
+    print(
+        f"lightweight window / torch.profiler(): {light / plain:.3f} ({'ahead' if light <= plain else 'behind'})"
+    )
     return ratios
 
 

@@ -45,8 +45,12 @@ def planted_path() -> str:
     tree = rank_profile(0, 1, 0).tree
     for node in range(len(tree)):
         frames = tree.path_frames(node)
-        if (frames and frames[-1].name == REGRESS_OP and not frames[-1].backward
-                and any(f.name == REGRESS_MODULE for f in frames)):
+        if (
+            frames
+            and frames[-1].name == REGRESS_OP
+            and not frames[-1].backward
+            and any(f.name == REGRESS_MODULE for f in frames)
+        ):
             return PATH_SEP.join(f.label() for f in frames)
     raise SystemExit("synthetic.py has no planted node")
 
@@ -66,11 +70,18 @@ def main() -> int:
 def run(logdir: Path, windows: int, regress_from: int) -> int:
     started = time.perf_counter()
     for window in range(windows):
-        write_profile(rank_profile(0, 1, window, regress_from=regress_from, step_start=STEP_START, every=EVERY),
-                      logdir, "bench")
+        write_profile(
+            rank_profile(
+                0, 1, window, regress_from=regress_from, step_start=STEP_START, every=EVERY
+            ),
+            logdir,
+            "bench",
+        )
     size = sum(p.stat().st_size for p in logdir.rglob("*.pb"))
-    print(f"{windows} windows of rank 0 ({size / 2**20:.1f} MiB) written in {time.perf_counter() - started:.1f} s; "
-          f"{REGRESS_OP} in {REGRESS_MODULE} grows from window {regress_from}")
+    print(
+        f"{windows} windows of rank 0 ({size / 2**20:.1f} MiB) written in {time.perf_counter() - started:.1f} s; "
+        f"{REGRESS_OP} in {REGRESS_MODULE} grows from window {regress_from}"
+    )
     path = planted_path()
 
     # What `report --trend PATH` does: list, read + merge, find, series.
@@ -86,35 +97,49 @@ def run(logdir: Path, windows: int, regress_from: int) -> int:
     found = trends(ensemble, metric, min_share=0.02, alpha=0.01, min_rise=0.01)
     trends_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    trends(ensemble, metric, min_share=0.0, alpha=0.01, min_rise=0.01)  # the worst case: every node tested
+    trends(
+        ensemble, metric, min_share=0.0, alpha=0.01, min_rise=0.01
+    )  # the worst case: every node tested
     every_s = time.perf_counter() - t0
 
     ok = True
-    print(f"merged tree: {len(ensemble):,} nodes x {len(ensemble.columns)} windows; {len(errors)} unreadable")
+    print(
+        f"merged tree: {len(ensemble):,} nodes x {len(ensemble.columns)} windows; {len(errors)} unreadable"
+    )
     verdict = "ok" if series_s < BUDGET_SERIES_S else f"OVER the {BUDGET_SERIES_S:.0f} s budget"
     print(f"trend of one node (list + read + merge + series): {series_s:6.2f} s  ({verdict})")
     ok &= series_s < BUDGET_SERIES_S and node is not None and len(points) == windows
     if points:
-        print(f"  its share: {100 * points[0].share:.2f}% (window 0) -> {100 * points[regress_from - 1].share:.2f}% "
-              f"(window {regress_from - 1}) -> {100 * points[-1].share:.2f}% (last)")
+        print(
+            f"  its share: {100 * points[0].share:.2f}% (window 0) -> {100 * points[regress_from - 1].share:.2f}% "
+            f"(window {regress_from - 1}) -> {100 * points[-1].share:.2f}% (last)"
+        )
     verdict = "ok" if trends_s < BUDGET_TRENDS_S else f"OVER the {BUDGET_TRENDS_S:.0f} s budget"
-    print(f"trends() (nodes reaching 2% in some window):     {trends_s:6.2f} s  ({verdict}); "
-          f"{len(found)} rising node(s)")
+    print(
+        f"trends() (nodes reaching 2% in some window):     {trends_s:6.2f} s  ({verdict}); "
+        f"{len(found)} rising node(s)"
+    )
     verdict = "ok" if every_s < BUDGET_TRENDS_S else f"OVER the {BUDGET_TRENDS_S:.0f} s budget"
     print(f"trends() testing every node (min_share 0):       {every_s:6.2f} s  ({verdict})")
     ok &= trends_s < BUDGET_TRENDS_S and every_s < BUDGET_TRENDS_S
     for t in found[:5]:
-        print(f"  +{100 * t.rise:5.1f} points  p={t.p:.1e}  from step {t.windows[t.first_rise][0]:>6}  "
-              f"{ensemble.label(t.node)}")
+        print(
+            f"  +{100 * t.rise:5.1f} points  p={t.p:.1e}  from step {t.windows[t.first_rise][0]:>6}  "
+            f"{ensemble.label(t.node)}"
+        )
     top = [ensemble.node_frame(n) for n in ensemble.path(found[0].node)] if found else []
     planted = any(f.name == REGRESS_MODULE for f in top) and any(f.name == REGRESS_OP for f in top)
     first = found[0].first_rise if found else -1
     # Growth of 6 % a window under ±7 % noise per operator is not clearly
     # above the baseline in its first window or two: allow RISE_SLACK windows.
-    print(f"planted growth from window {regress_from}; first window clearly above the baseline: {first}")
+    print(
+        f"planted growth from window {regress_from}; first window clearly above the baseline: {first}"
+    )
     if not planted or not 0 <= first - regress_from <= RISE_SLACK:
-        print(f"FAILED: the top rising node should be {REGRESS_OP} in {REGRESS_MODULE}, rising from window "
-              f"{regress_from} (+{RISE_SLACK})")
+        print(
+            f"FAILED: the top rising node should be {REGRESS_OP} in {REGRESS_MODULE}, rising from window "
+            f"{regress_from} (+{RISE_SLACK})"
+        )
         ok = False
     return 0 if ok else 1
 

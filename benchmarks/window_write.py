@@ -46,11 +46,16 @@ def main() -> None:
         window = Path(file.path).read_bytes()
         step_ms = statistics.median(step) / 1e6
         print(f"unprofiled GPT step: {step_ms:.2f} ms (median of {len(step)})")
-        for name, data in (("GPT window", window), ("1 MB", window * max(1, (1 << 20) // len(window)))):
+        for name, data in (
+            ("GPT window", window),
+            ("1 MB", window * max(1, (1 << 20) // len(window))),
+        ):
             times = _times(lambda i: write_visible(data, Path(out) / f"steps-{i}-{i}.pb"), 200)
             median, p90 = statistics.median(times) / 1e6, times[len(times) * 9 // 10] / 1e6
-            print(f"{name:>10} ({len(data) / 1024:7.0f} KiB): {median:.3f} ms median, {p90:.3f} ms p90 "
-                  f"= {median / step_ms:.1%} of a step, once per window")
+            print(
+                f"{name:>10} ({len(data) / 1024:7.0f} KiB): {median:.3f} ms median, {p90:.3f} ms p90 "
+                f"= {median / step_ms:.1%} of a step, once per window"
+            )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ Model
   background threads owned by the collector.
 """
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 # Frame kinds: the index of their name in dc_core.model.kinds.KINDS.
 KIND_ROOT: int  # 0
@@ -227,7 +228,8 @@ class Collector:
 
         ``{"parent": array('q'), "frame": array('q'),            # per node; parent[0] == -1
            "metrics": {name: array('q')}, "units": {name: unit},  # per node, exclusive
-           "frames": {"kind", "name", "file", "line", "detail", "flags": array('q')},  # per frame; name/file/detail index strings
+           # per frame; name/file/detail index strings
+           "frames": {"kind", "name", "file", "line", "detail", "flags": array('q')},
            "strings": list[str],
            "step_bounds": {"cpu_time_ns.min", "cpu_time_ns.max": array('q')},  # per node; only once a step was marked
            "steps_marked": int,
@@ -238,8 +240,15 @@ class Collector:
         sampler and the monitor."""
 
     # --- native operator capture (native collector only; the reference has none) ---
-    def capture_start(self, backward_frame: int, nested: bool, context_code: Any, namer: Any,
-                      gil_free: bool = True, unscoped_frame: int = -1) -> bool:
+    def capture_start(
+        self,
+        backward_frame: int,
+        nested: bool,
+        context_code: Any,
+        namer: Any,
+        gil_free: bool = True,
+        unscoped_frame: int = -1,
+    ) -> bool:
         """Start recording operators reported through ``capture_api()`` from any
         thread. Backward functions mirror their forward context under the root's
         child of ``backward_frame``; operators of a thread with no open scope

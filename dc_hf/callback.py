@@ -38,11 +38,15 @@ class DeepContextCallback(ProfilingCallback, TrainerCallback):
     """
 
     def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
-        self.profiling = TrainerSession(config, overrides, adapter=TorchAdapter, machinery=("transformers",))
+        self.profiling = TrainerSession(
+            config, overrides, adapter=TorchAdapter, machinery=("transformers",)
+        )
         self._eval_batches = 0  # batches of the evaluation running
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.profiling.begin(rank=args.process_index, world_size=args.world_size, place=lambda: _scalars_dir(args))
+        self.profiling.begin(
+            rank=args.process_index, world_size=args.world_size, place=lambda: _scalars_dir(args)
+        )
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.profiling.step_begin(state.global_step)
@@ -82,7 +86,9 @@ def _scalars_dir(args: Any) -> dict[str, str]:
     """Where TensorBoard's scalars go: the logging dir the arguments or the
     environment name, else the run the TensorBoard callback opened, else ``<output_dir>/runs``."""
     logdir = getattr(args, "logging_dir", None) or os.environ.get("TENSORBOARD_LOGGING_DIR")
-    return {"logdir": logdir or _scalar_run(args.output_dir) or os.path.join(args.output_dir, "runs")}
+    return {
+        "logdir": logdir or _scalar_run(args.output_dir) or os.path.join(args.output_dir, "runs")
+    }
 
 
 def _scalar_run(output_dir: str) -> str | None:

@@ -5,5 +5,6 @@ from __future__ import annotations
 
 from dc_core.record.adapter import AdapterPackage
 
-ADAPTER = AdapterPackage(name="hf", package="dc_hf", order=3,
-                         drivers={"transformers.trainer": "dc_hf.launch:install"})
+ADAPTER = AdapterPackage(
+    name="hf", package="dc_hf", order=3, drivers={"transformers.trainer": "dc_hf.launch:install"}
+)

@@ -15,10 +15,13 @@ def _callback() -> type:
 
 
 HUGGING_FACE = TrainerKind(
-    name="Hugging Face", steps="state.global_step", callback=_callback,
+    name="Hugging Face",
+    steps="state.global_step",
+    callback=_callback,
     callbacks=lambda trainer: trainer.callback_handler.callbacks,
     add=lambda trainer, callback: trainer.add_callback(callback),
-    begin="on_train_begin")
+    begin="on_train_begin",
+)
 
 
 def install(launch: Any, module: Any) -> None:

@@ -13,7 +13,10 @@ __all__ = ["Profiler", "is_available", "profile"]
 
 def is_available() -> bool:
     """Whether jax (and jaxlib) are installed; checked without importing them."""
-    return importlib.util.find_spec("jax") is not None and importlib.util.find_spec("jaxlib") is not None
+    return (
+        importlib.util.find_spec("jax") is not None
+        and importlib.util.find_spec("jaxlib") is not None
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -35,7 +35,6 @@ from dc_core.collect.collector import (
 )
 from dc_core.collect.ownfiles import skip_framework_files
 from dc_core.record.adapter import Adapter, WindowSkipped
-
 from dc_jax import host, trace
 from dc_jax.context import context_of, is_library
 from dc_jax.flax_hooks import ModuleRecorder
@@ -83,8 +82,12 @@ class JaxAdapter(Adapter):
         self._warned_nnx = False
         self._step_spans: list[tuple[float, float]] = []  # compile spans since the last step ended
         self._marks: list[int] = []  # monotonic ns the window opened and each of its steps ended
-        self._moved: list[tuple[int, int, int]] = []  # host time moved after the steps: (node, step, ns)
-        self._located: set[tuple[str, int]] = set()  # (module, program)s with ops placed in the user's code
+        self._moved: list[
+            tuple[int, int, int]
+        ] = []  # host time moved after the steps: (node, step, ns)
+        self._located: set[tuple[str, int]] = (
+            set()
+        )  # (module, program)s with ops placed in the user's code
         self.last_trace_bytes = 0
         self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
         self.last_convert_ns = 0  # reading the trace into the tree
@@ -113,7 +116,9 @@ class JaxAdapter(Adapter):
         import jax
 
         self._session = session
-        skip_framework_files(session.collector, "jax")  # JAX's own frames stay out of sampled call paths
+        skip_framework_files(
+            session.collector, "jax"
+        )  # JAX's own frames stay out of sampled call paths
         _barrier()
         self._compiles, self._phases, self._step_spans, self._moved = [], [], [], []
         self._located = set()
@@ -129,7 +134,9 @@ class JaxAdapter(Adapter):
         except RuntimeError as exc:
             shutil.rmtree(directory, ignore_errors=True)
             if "already been started" in str(exc):  # the user's own trace: theirs keeps running
-                raise WindowSkipped("a jax.profiler trace of your own is running (one trace at a time)") from None
+                raise WindowSkipped(
+                    "a jax.profiler trace of your own is running (one trace at a time)"
+                ) from None
             raise
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
@@ -210,8 +217,14 @@ class JaxAdapter(Adapter):
             name = str(kwargs.get("fun_name", "?"))
             inner = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
             self._compiles.append(
-                (stage, _compiled_name(inner), start_time, end_time, collector.top(),
-                 tuple(collector.python_frames()))
+                (
+                    stage,
+                    _compiled_name(inner),
+                    start_time,
+                    end_time,
+                    collector.top(),
+                    tuple(collector.python_frames()),
+                )
             )
             self._step_spans.append((start_time, end_time))
             if stage == "backend_compile":
@@ -235,7 +248,9 @@ class JaxAdapter(Adapter):
                 continue
             outer_end = max(outer_end, end)
             elapsed = int((end - start) * 1e9)
-            node = c.path(0, [compile_phase, *frames, session.frame(KIND_COMPILED, name, detail=stage)])
+            node = c.path(
+                0, [compile_phase, *frames, session.frame(KIND_COMPILED, name, detail=stage)]
+            )
             c.add(node, METRIC_CPU_TIME, elapsed)
             c.add(node, METRIC_COUNT, 1)
             if scope > 0:
@@ -248,14 +263,19 @@ class JaxAdapter(Adapter):
         self._ingest_compiles(session)
         files = glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True)
         if not files:
-            logger.warning("DeepContext: jax.profiler wrote no trace; the window has host samples only")
+            logger.warning(
+                "DeepContext: jax.profiler wrote no trace; the window has host samples only"
+            )
             return
         self.last_trace_bytes = sum(os.path.getsize(f) for f in files)
         if self.keep_traces is not None:
             os.makedirs(self.keep_traces, exist_ok=True)
             window = session.window or (0, 0)
             for i, path in enumerate(files):
-                shutil.copy(path, os.path.join(self.keep_traces, f"steps-{window[0]}-{window[1]}-{i}.xplane.pb"))
+                shutil.copy(
+                    path,
+                    os.path.join(self.keep_traces, f"steps-{window[0]}-{window[1]}-{i}.xplane.pb"),
+                )
         for path in files:
             data = ProfileData.from_file(path)
             events, dispatches = trace.read(data)
@@ -271,9 +291,15 @@ class JaxAdapter(Adapter):
         shifts each node's per-step bounds (see ``Session``)."""
         return host.bound_shifts(self._moved, len(self._marks) - 1)
 
-    def _place_host(self, session: Any, dispatches: list[trace.Dispatch],
-                    launched: dict[tuple[str, int, int], int], placed: dict[tuple[str, int], list[tuple[int, ...]]],
-                    phase_at: Any, started_wall_ns: int) -> None:
+    def _place_host(
+        self,
+        session: Any,
+        dispatches: list[trace.Dispatch],
+        launched: dict[tuple[str, int, int], int],
+        placed: dict[tuple[str, int], list[tuple[int, ...]]],
+        phase_at: Any,
+        started_wall_ns: int,
+    ) -> None:
         """Move the host time the trace locates from the phase it was timed in
         to the Python that spent it (``host.py``)."""
         c = session.collector
@@ -281,7 +307,9 @@ class JaxAdapter(Adapter):
         shift = mono0 + (started_wall_ns - wall0)  # trace time t ↔ monotonic t + shift
 
         def host_phase_at(t: int) -> int:
-            return session.phase_frame((phase_at(t) if phase_at is not None else None) or session.default_phase)
+            return session.phase_frame(
+                (phase_at(t) if phase_at is not None else None) or session.default_phase
+            )
 
         by_dispatch = {i: (module, program) for (module, program, _), i in launched.items()}
         by_name: dict[str, list[tuple[str, int]]] = {}
@@ -298,11 +326,15 @@ class JaxAdapter(Adapter):
                     return None
                 key = named[0]
             if key not in targets:
-                targets[key] = host.program_target(placed.get(key, []), host_phase_at(d.start), key in self._located)
+                targets[key] = host.program_target(
+                    placed.get(key, []), host_phase_at(d.start), key in self._located
+                )
             return targets[key]
 
-        compiles = [(int(start * 1e9) - started_wall_ns, int(end * 1e9) - started_wall_ns)
-                    for _, _, start, end, _, _ in self._compiles]
+        compiles = [
+            (int(start * 1e9) - started_wall_ns, int(end * 1e9) - started_wall_ns)
+            for _, _, start, end, _, _ in self._compiles
+        ]
         marks = [m - shift for m in self._marks]
         for move in host.moves(dispatches, target_of, host_phase_at, marks, compiles):
             node, timed = c.path(0, list(move.frames)), c.path(0, [move.host])
@@ -328,7 +360,9 @@ class JaxAdapter(Adapter):
 
         return phase_at
 
-    def _add_ops(self, session: Any, ops: list[trace.OpTime]) -> dict[tuple[str, int], list[tuple[int, ...]]]:
+    def _add_ops(
+        self, session: Any, ops: list[trace.OpTime]
+    ) -> dict[tuple[str, int], list[tuple[int, ...]]]:
         """Add the ops' times to the tree; the frames each program's ops were placed at."""
         c = session.collector
         placed: dict[tuple[str, int], list[tuple[int, ...]]] = {}
@@ -353,11 +387,15 @@ class JaxAdapter(Adapter):
                 logger.warning(
                     "DeepContext: Flax NNX ops of %s have no module frames: the step was compiled before the "
                     "profiler started (NNX modules are named while a step is traced); start dc_jax.profile "
-                    "before the step's first call", op.module)
+                    "before the step's first call",
+                    op.module,
+                )
             frames = [session.frame(KIND_PHASE, ctx.phase)]
             for frame in ctx.frames:
                 if frame[0] == "python":
-                    frames.append(session.frame(KIND_PYTHON, frame[1], frame[2], frame[3], detail=frame[4]))
+                    frames.append(
+                        session.frame(KIND_PYTHON, frame[1], frame[2], frame[3], detail=frame[4])
+                    )
                 else:
                     frames.append(session.frame(KIND_MODULE, frame[1], detail=frame[2]))
             if len(frames) == 1:  # nothing known about the source: name the compiled module
@@ -417,7 +455,9 @@ def _compiled_name(name: str) -> str:
         local = frame.f_locals
         for held in (local.get("fun"), getattr(local.get("self"), "fun", None)):
             function = unwrapped(held) if callable(held) else None
-            if function is not None and not str(getattr(function, "__module__", "")).startswith(("jax", "flax")):
+            if function is not None and not str(getattr(function, "__module__", "")).startswith(
+                ("jax", "flax")
+            ):
                 found = function.__qualname__  # the user's, not one of JAX's own wrappers
         frame = frame.f_back
     return found or name
@@ -448,4 +488,3 @@ def _clock_pair(tries: int = 5) -> tuple[int, int]:
         if after - before < best[0]:
             best = (after - before, wall, (before + after) // 2)
     return best[1], best[2]
-

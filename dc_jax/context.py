@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import re
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
 
 from dc_jax.hlo import Instruction, Loc, placed
 from dc_jax.names import split_combined, split_name_stack
@@ -32,7 +32,16 @@ __all__ = ["Context", "context_of", "parse_op_name", "split_name_stack", "transf
 _WRAPPER = re.compile(r"^([\w\-]+)\((.*)\)$")
 _INDEX_SUFFIX = re.compile(r"_\d+$")
 #: Name-stack wrappers that name a nested jitted function rather than a scope.
-_FUNCTION_WRAPPERS = {"jit", "pjit", "xla_call", "xla_pmap", "pmap", "core_call", "custom_jvp_call", "custom_vjp_call"}
+_FUNCTION_WRAPPERS = {
+    "jit",
+    "pjit",
+    "xla_call",
+    "xla_pmap",
+    "pmap",
+    "core_call",
+    "custom_jvp_call",
+    "custom_vjp_call",
+}
 _LIBRARY_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _OPTIMIZER_MARKERS = (
     os.sep + "optax" + os.sep,
@@ -52,7 +61,9 @@ class Context:
     backward: bool
     frames: tuple[tuple, ...]  # ("python", qualname, file, line, marker) or ("module", path, class)
     operator: str
-    scoped: bool = False  # its name stack names scopes beyond JAX's own (Flax modules, named scopes)
+    scoped: bool = (
+        False  # its name stack names scopes beyond JAX's own (Flax modules, named scopes)
+    )
 
 
 def _unwrap(component: str) -> tuple[str, set[str]]:
@@ -72,13 +83,32 @@ _REMAT = {"checkpoint", "remat", "rematted_computation", "remat2"}
 _CALLS = {"closed_call", "core_call"}
 _BRANCH = re.compile(r"^branch_(\d+)_fun$")
 _COLLECTIVE = re.compile(
-    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start|-done)?$")
+    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start|-done)?$"
+)
 #: Primitives whose body XLA names under the primitive's own name (a
 #: ``shard_map``'s ops read ``jit(step)/shard_map/...``; ``pmap`` runs one).
 _BODIES = {
-    "shard_map", "smap", "xla_pmap", "pmap", "pjit", "custom_jvp_call", "custom_vjp_call",
-    "custom_vjp_call_jaxpr", "custom_lin", "custom_transpose_call", "linear_call", "run_state", "scan", "for",
-    "switch", "platform_index", "shard_alike", "checkify", "custom_partitioning", "pure_callback", "io_callback",
+    "shard_map",
+    "smap",
+    "xla_pmap",
+    "pmap",
+    "pjit",
+    "custom_jvp_call",
+    "custom_vjp_call",
+    "custom_vjp_call_jaxpr",
+    "custom_lin",
+    "custom_transpose_call",
+    "linear_call",
+    "run_state",
+    "scan",
+    "for",
+    "switch",
+    "platform_index",
+    "shard_alike",
+    "checkify",
+    "custom_partitioning",
+    "pure_callback",
+    "io_callback",
     "named_call",
 }
 
@@ -152,13 +182,22 @@ def _parse(op_name: str) -> tuple[str, list[str], list[list[str]], str, bool]:
     combined = split_combined(primitive)
     if combined is None:
         return function, _scopes(parts[:-1]), [], primitive, backward
-    return function, _scopes(parts[:-1]), [_scopes(split_name_stack(m)[:-1]) for m in combined], "", backward
+    return (
+        function,
+        _scopes(parts[:-1]),
+        [_scopes(split_name_stack(m)[:-1]) for m in combined],
+        "",
+        backward,
+    )
 
 
 def _without_transforms(scopes: list[str], classes: Mapping[str, str] | None) -> list[str]:
     """``scopes`` less JAX's own (a recorded module path is a module whatever its name)."""
-    return [scope for i, scope in enumerate(scopes)
-            if (classes and "/".join(scopes[: i + 1]) in classes) or transform_marker(scopes, i) is None]
+    return [
+        scope
+        for i, scope in enumerate(scopes)
+        if (classes and "/".join(scopes[: i + 1]) in classes) or transform_marker(scopes, i) is None
+    ]
 
 
 def _collapse_retraces(stack: tuple[Loc, ...]) -> tuple[tuple[Loc, ...], int]:
@@ -175,7 +214,7 @@ def _collapse_retraces(stack: tuple[Loc, ...]) -> tuple[tuple[Loc, ...], int]:
     starts = [i for i, loc in enumerate(stack) if loc == stack[0]]
     if len(starts) < 2:
         return stack, len(stack)
-    last, previous = stack[starts[-1]:], stack[starts[-2]:starts[-1]]
+    last, previous = stack[starts[-1] :], stack[starts[-2] : starts[-1]]
     shared = 0
     while shared < min(len(last), len(previous)) and last[shared] == previous[shared]:
         shared += 1
@@ -204,12 +243,16 @@ def _class_of(qualname: str) -> str:
 UNATTRIBUTED = "unattributed"
 
 
-def _phase_of(stack: tuple[Loc, ...], backward: bool, marked: str | None, known: bool = True) -> str:
+def _phase_of(
+    stack: tuple[Loc, ...], backward: bool, marked: str | None, known: bool = True
+) -> str:
     if not known:
         return marked if marked and marked != "other" else UNATTRIBUTED
     if backward:
         return "backward"
-    if any(m in loc.file for loc in stack for m in _OPTIMIZER_MARKERS if _NOT_OPTIMIZER not in loc.file):
+    if any(
+        m in loc.file for loc in stack for m in _OPTIMIZER_MARKERS if _NOT_OPTIMIZER not in loc.file
+    ):
         return "optimizer"
     if marked and marked != "other":
         return marked
@@ -247,7 +290,9 @@ def context_of(
         elif marker and (not markers or markers[-1] != marker):
             markers.append(marker)
     scopes = kept
-    phase = _phase_of(instruction.stack, backward, marked, placed(instruction.op_name, instruction.stack))
+    phase = _phase_of(
+        instruction.stack, backward, marked, placed(instruction.op_name, instruction.stack)
+    )
     paths = ["/".join(scopes[: i + 1]) for i in range(len(scopes))]
     if classes:  # a path between recorded modules that was never called itself (NNX ``layers``
         # above ``layers/0``) is a container, not a module frame
@@ -264,8 +309,14 @@ def context_of(
     insert_at: list[int] = []
     cursor = 0
     for i, cls in enumerate(module_classes):
-        at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function) in (cls, "_" + cls)),
-                  None)  # Linen's Conv runs its private base's method, _Conv.__call__
+        at = next(
+            (
+                j
+                for j in range(cursor, len(stack))
+                if _class_of(stack[j].function) in (cls, "_" + cls)
+            ),
+            None,
+        )  # Linen's Conv runs its private base's method, _Conv.__call__
         if at is None and paths[i] not in (classes or {}):
             at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function)), None)
             if at is not None:

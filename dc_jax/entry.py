@@ -11,5 +11,10 @@ ADAPTER = AdapterPackage(
     order=2,
     drivers={"jax": "dc_jax.launch:install", "flax.nnx": "dc_jax.launch:install_nnx"},
     time_loop=("jax", "dc_jax.loop:Profiler"),
-    demo=Demo(run="dc_jax.demo:run_demo", needs=(("jax",), ("flax",), ("optax",)), extra="jax", label="jax (Flax)"),
+    demo=Demo(
+        run="dc_jax.demo:run_demo",
+        needs=(("jax",), ("flax",), ("optax",)),
+        extra="jax",
+        label="jax (Flax)",
+    ),
 )

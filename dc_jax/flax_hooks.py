@@ -64,7 +64,9 @@ class ModuleRecorder:
 
     def _intercept(self, next_fun: Any, args: Any, kwargs: Any, context: Any) -> Any:
         try:
-            if context.method_name in ("__call__", "setup") or not context.method_name.startswith("_"):
+            if context.method_name in ("__call__", "setup") or not context.method_name.startswith(
+                "_"
+            ):
                 path = module_path(context.module)
                 if path is not None and path not in self.classes:
                     self.classes[path] = type(context.module).__name__

@@ -61,16 +61,29 @@ def weight_gradients(graph: Graph, primitive: str = "conv_general_dilated") -> d
     one whose weight the gradient's users read at the fewest steps from it
     wins; with no user reading one, only a sole candidate is taken."""
     out: dict[str, str] = {}
-    targets = [n for n in graph.bare if graph.products.get(n) == primitive and n not in graph.nested
-               and len(graph.shapes.get(n, ())) >= 3]
+    targets = [
+        n
+        for n in graph.bare
+        if graph.products.get(n) == primitive
+        and n not in graph.nested
+        and len(graph.shapes.get(n, ())) >= 3
+    ]
     if not targets:
         return out
-    forward = [n for n, p in graph.products.items() if p == primitive and n not in graph.bare
-               and n not in graph.nested and "/" in graph.op_names.get(n, "")
-               and "transpose(" not in graph.op_names[n]]
+    forward = [
+        n
+        for n, p in graph.products.items()
+        if p == primitive
+        and n not in graph.bare
+        and n not in graph.nested
+        and "/" in graph.op_names.get(n, "")
+        and "transpose(" not in graph.op_names[n]
+    ]
     for target in targets:
         shape = sorted(graph.shapes[target])
-        readers: dict[str, list[str]] = {}  # a weight (where it comes from) → forward products reading it
+        readers: dict[
+            str, list[str]
+        ] = {}  # a weight (where it comes from) → forward products reading it
         for product in forward:
             for operand in graph.operands.get(product, ()):
                 if sorted(graph.shapes.get(operand, ())) == shape:
@@ -119,7 +132,9 @@ def _read_by_users(graph: Graph, target: str, readers: dict[str, list[str]]) -> 
                     continue
                 seen.add(user)
                 following.append(user)
-                hits.update(w for o in graph.operands.get(user, ()) if (w := _origin(graph, o)) in readers)
+                hits.update(
+                    w for o in graph.operands.get(user, ()) if (w := _origin(graph, o)) in readers
+                )
         if hits:
             return hits.pop() if len(hits) == 1 else None
         frontier = following

@@ -13,8 +13,9 @@ profiler started are covered too.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from dc_jax.gradients import Graph, backward_name, weight_gradients
 
@@ -82,7 +83,11 @@ class Instruction:
 
 
 def _unquote(text: str) -> str:
-    return text.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in text else text
+    return (
+        text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        if "\\" in text
+        else text
+    )
 
 
 def _tables(lines: list[str]) -> dict[str, dict[int, str]]:
@@ -164,7 +169,9 @@ def _flops(opcode: str, rest: str, out: tuple[int, ...] | None, operands: list) 
         window, labels = _WINDOW_SIZE.search(rest), _DIM_LABELS.search(rest)
         if labels is None or "i" not in labels.group(1) or len(labels.group(1)) != len(operands[1]):
             return 0
-        per_output = operands[1][labels.group(1).index("i")]  # input features a kernel reads (per group)
+        per_output = operands[1][
+            labels.group(1).index("i")
+        ]  # input features a kernel reads (per group)
         if window is not None:
             per_output *= _product(int(w) for w in window.group(1).split("x"))
         return 2 * _product(out) * per_output
@@ -200,7 +207,9 @@ def parse_module(text: str) -> dict[str, Instruction]:
     caller_of: dict[str, str] = {}  # computation → the instruction that calls it
     shapes: dict[str, tuple[int, ...]] = {}  # array results' dimensions
     own_flops: dict[str, int] = {}
-    fused: dict[str, list[str]] = {}  # instruction → computations it runs inside itself (a fusion's)
+    fused: dict[
+        str, list[str]
+    ] = {}  # instruction → computations it runs inside itself (a fusion's)
     members: dict[str, list[str]] = {}  # computation → its instructions
     operands_of: dict[str, list[str]] = {}
     own_names: dict[str, str] = {}  # instruction → its own name stack ("" without metadata)
@@ -228,7 +237,13 @@ def parse_module(text: str) -> dict[str, Instruction]:
             source = _SOURCE_FILE.search(meta)
             if source is not None:
                 source_line = _SOURCE_LINE.search(meta)
-                stack = (Loc("", _unquote(source.group(1)), int(source_line.group(1)) if source_line else 0),)
+                stack = (
+                    Loc(
+                        "",
+                        _unquote(source.group(1)),
+                        int(source_line.group(1)) if source_line else 0,
+                    ),
+                )
         called = _CALLS.findall(rest)
         op_text = _unquote(op_name.group(1)) if op_name else ""
         operands = _operands(rest, opcode)
@@ -292,20 +307,33 @@ def parse_module(text: str) -> dict[str, Instruction]:
             matmul = next((m for c in called if (m := matmul_in(c))), "")
         if matmul:
             products[name] = matmul
-    nested = {n for computations in fused.values() for c in computations for n in members.get(c, ())}
-    graph = Graph({n: r[0] for n, r in raw.items()}, own_names, operands_of, users_of, shapes, products,
-                  inherits, nested)
-    gradient_of = weight_gradients(graph)  # a weight gradient goes with its weight, not its neighbour
+    nested = {
+        n for computations in fused.values() for c in computations for n in members.get(c, ())
+    }
+    graph = Graph(
+        {n: r[0] for n, r in raw.items()},
+        own_names,
+        operands_of,
+        users_of,
+        shapes,
+        products,
+        inherits,
+        nested,
+    )
+    gradient_of = weight_gradients(
+        graph
+    )  # a weight gradient goes with its weight, not its neighbour
 
     out = {}
-    for name, (opcode, op_name, stack, called) in raw.items():
+    for name, (opcode, op_name, stack, _called) in raw.items():
         if name in gradient_of:
             forward = raw[gradient_of[name]]
             op_name, stack = backward_name(forward[1]), forward[2]
         elif name in inherits and not placed(op_name, stack):
             op_name, stack = inherited(name)
-        out[name] = Instruction(name, opcode, op_name, stack, products.get(name, ""), name in inherits,
-                                flops_of(name))
+        out[name] = Instruction(
+            name, opcode, op_name, stack, products.get(name, ""), name in inherits, flops_of(name)
+        )
     return out
 
 
@@ -409,7 +437,9 @@ class ModuleIndex:
             parsed = self._parsed[key] = parse_module(text)
         return parsed
 
-    def resolve(self, wanted: dict[tuple[str, int], set[str]]) -> dict[tuple[str, int], dict[str, Instruction]]:
+    def resolve(
+        self, wanted: dict[tuple[str, int], set[str]]
+    ) -> dict[tuple[str, int], dict[str, Instruction]]:
         """For each (module name, program id) of the trace, its instructions: from
         the program of that id, alive or captured; where the trace gives no id
         (0) or the program is gone, from the program of that name whose

@@ -28,8 +28,8 @@ same op on other lines land there too.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from dc_jax.trace import Dispatch
 
@@ -60,7 +60,9 @@ class Move:
     ns: int
 
 
-def program_target(placed: Sequence[Frames], host_phase: int, located: bool = True) -> Target | None:
+def program_target(
+    placed: Sequence[Frames], host_phase: int, located: bool = True
+) -> Target | None:
     """The target of a program whose ops were placed at ``placed`` (each
     ``(phase, *context, operator)``; ``located``: the context holds frames of
     the user's code); None where they share no frame."""
@@ -129,14 +131,20 @@ def moves(
     line = step_thread(dispatches, marks)
     compiles = _union(compiles)
     out: list[Move] = []
-    anchor: tuple[int, Target, int, int] | None = None  # (end, target, step, host) of the last located dispatch
+    anchor: tuple[int, Target, int, int] | None = (
+        None  # (end, target, step, host) of the last located dispatch
+    )
     inside = 0  # ns since the anchor that moved with unlocated dispatches
     for i, d in enumerate(dispatches):
         if d.line != line or not d.outer:
             continue
         end = d.start + d.duration
         step = bisect.bisect_right(marks, d.start) - 1
-        if not 0 <= step < len(marks) - 1 or end > marks[step + 1] or _compiled(compiles, d.start, end):
+        if (
+            not 0 <= step < len(marks) - 1
+            or end > marks[step + 1]
+            or _compiled(compiles, d.start, end)
+        ):
             anchor = None  # what ran around a compile or outside the steps stays where it was timed
             continue
         target, host = target_of(i), host_phase_at(d.start)

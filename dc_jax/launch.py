@@ -33,7 +33,8 @@ import sys
 import threading
 import types
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dc_core.collect.ownfiles import cut_own_frames
 from dc_jax.names import qualified_name, unwrapped
@@ -148,7 +149,9 @@ class JitSteps:
     def _watch(self, proxy: Jitted, /, *args: Any, **kwargs: Any) -> Any:
         """A call while the step is not known: the user's call, once, plus counting."""
         try:
-            begins = self._observe(proxy, sys._getframe(2))  # 0: here, 1: Jitted.__call__, 2: the caller
+            begins = self._observe(
+                proxy, sys._getframe(2)
+            )  # 0: here, 1: Jitted.__call__, 2: the caller
         except Exception as exc:
             self._fail(exc)
             begins = False
@@ -166,8 +169,11 @@ class JitSteps:
         if self.named is not None:
             if not self._is_named(proxy):
                 return False
-            return self._begin(proxy, f"each call of {_name(proxy)}, named by --step-function "
-                                      f"{':'.join(self.named)} (first called at {_where(frame)}); step 0 is call 1")
+            return self._begin(
+                proxy,
+                f"each call of {_name(proxy)}, named by --step-function "
+                f"{':'.join(self.named)} (first called at {_where(frame)}); step 0 is call 1",
+            )
         filename = frame.f_code.co_filename
         own = self._own.get(filename)
         if own is None:
@@ -184,8 +190,11 @@ class JitSteps:
                 self._counts.clear()
             self._counts[key] = calls
             return False
-        return self._begin(proxy, f"each call of {_name(proxy)}, called repeatedly at {_where(frame)}; "
-                                  f"step 0 is call {CALLS}")
+        return self._begin(
+            proxy,
+            f"each call of {_name(proxy)}, called repeatedly at {_where(frame)}; "
+            f"step 0 is call {CALLS}",
+        )
 
     def _is_named(self, proxy: Jitted) -> bool:
         """Whether ``proxy`` is the function ``--step-function`` names: by the
@@ -193,7 +202,10 @@ class JitSteps:
         module, qualname = self.named
         modules = _module_names(module)
         function = unwrapped(proxy._dc_jitted)
-        if getattr(function, "__qualname__", None) == qualname and getattr(function, "__module__", None) in modules:
+        if (
+            getattr(function, "__qualname__", None) == qualname
+            and getattr(function, "__module__", None) in modules
+        ):
             return True
         target: Any = sys.modules.get("__main__" if "__main__" in modules else module)
         for part in qualname.split("."):
@@ -291,8 +303,11 @@ class JitSteps:
         except Exception:
             logger.debug("DeepContext: cleaning up after a failure failed", exc_info=True)
         if first:
-            logger.warning("DeepContext could not follow the jitted steps (%r); the rest of this process "
-                           "runs unprofiled", exc)
+            logger.warning(
+                "DeepContext could not follow the jitted steps (%r); the rest of this process "
+                "runs unprofiled",
+                exc,
+            )
 
 
 def _name(proxy: Jitted) -> str:

@@ -12,12 +12,12 @@ begins the next. Outside windows a step costs a counter compare.
 from __future__ import annotations
 
 import time
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 from dc_core.record.config import ProfilerConfig
 from dc_core.record.loop import StepLoop
 from dc_core.record.phase_scopes import NO_PHASE
-
 from dc_jax.adapter import JaxAdapter
 
 
@@ -36,12 +36,19 @@ class Profiler(StepLoop):
 
     adapter: JaxAdapter
 
-    def __init__(self, config: ProfilerConfig | None = None, *, adapter: JaxAdapter | None = None,
-                 **overrides: Any) -> None:
-        super().__init__(adapter or JaxAdapter(), config, framework="jax", default_phase="other", **overrides)
+    def __init__(
+        self,
+        config: ProfilerConfig | None = None,
+        *,
+        adapter: JaxAdapter | None = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__(
+            adapter or JaxAdapter(), config, framework="jax", default_phase="other", **overrides
+        )
         self._placed = "rank" in overrides or "world_size" in overrides
 
-    def phase(self, name: str) -> ContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[Any]:
         """Mark host work (and the XLA runs it dispatches) as phase ``name``, e.g. "optimizer"."""
         scope = self.session.phase(name)
         return scope if scope is NO_PHASE else _Marked(self.adapter, name, scope)
@@ -68,7 +75,7 @@ class _Marked:
     def __init__(self, adapter: JaxAdapter, name: str, scope: Any) -> None:
         self.adapter, self.name, self.scope, self.start = adapter, name, scope, 0
 
-    def __enter__(self) -> "_Marked":
+    def __enter__(self) -> _Marked:
         self.scope.__enter__()
         self.start = time.monotonic_ns()
         return self

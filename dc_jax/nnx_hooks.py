@@ -33,7 +33,8 @@ import functools
 import logging
 import sys
 import threading
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from dc_core.collect.ownfiles import cut_own_frames
 
@@ -63,7 +64,9 @@ def _tracing(args: tuple, kwargs: dict) -> bool:
     """Whether a module call's inputs are being traced (under jit, grad, vmap...)."""
     import jax
 
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs)))
+    return any(
+        isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs))
+    )
 
 
 class _Call(NamedTuple):
@@ -90,7 +93,9 @@ class NnxScopes:
         self._originals: dict[type, Callable] = {}
         self._local = threading.local()
         self._started = False
-        self._hook: tuple[type, Any] | None = None  # (nnx.Module, its own __init_subclass__ or None)
+        self._hook: tuple[type, Any] | None = (
+            None  # (nnx.Module, its own __init_subclass__ or None)
+        )
 
     def start(self) -> bool:
         if flax_nnx() is None or self._started:
@@ -109,7 +114,12 @@ class NnxScopes:
 
     def _adopt(self, cls: type) -> None:
         call = cls.__dict__.get("__call__")
-        if call is None or cls in self._originals or getattr(call, _MARK, False) or not callable(call):
+        if (
+            call is None
+            or cls in self._originals
+            or getattr(call, _MARK, False)
+            or not callable(call)
+        ):
             return
         self._originals[cls] = call
         type.__setattr__(cls, "__call__", self._wrap(call))
@@ -129,7 +139,9 @@ class NnxScopes:
                 try:
                     scopes._adopt(cls)
                 except Exception:  # without a name its ops still get Python frames
-                    logger.debug("DeepContext could not name NNX class %s", cls.__name__, exc_info=True)
+                    logger.debug(
+                        "DeepContext could not name NNX class %s", cls.__name__, exc_info=True
+                    )
 
         setattr(__init_subclass__, _MARK, True)
         type.__setattr__(module, "__init_subclass__", classmethod(__init_subclass__))
@@ -143,15 +155,21 @@ class NnxScopes:
             try:
                 if own is not None:
                     type.__setattr__(module, "__init_subclass__", own)
-                elif getattr(module.__dict__.get("__init_subclass__"), "__func__", None) is not None:
+                elif (
+                    getattr(module.__dict__.get("__init_subclass__"), "__func__", None) is not None
+                ):
                     type.__delattr__(module, "__init_subclass__")
             except Exception:  # the hook stays, inert: _started is False
-                logger.debug("DeepContext could not restore nnx.Module.__init_subclass__", exc_info=True)
+                logger.debug(
+                    "DeepContext could not restore nnx.Module.__init_subclass__", exc_info=True
+                )
         for cls, call in originals.items():
             try:
                 type.__setattr__(cls, "__call__", call)
             except Exception:  # a class that forbids it keeps a pass-through wrapper
-                logger.debug("DeepContext could not restore %s.__call__", cls.__name__, exc_info=True)
+                logger.debug(
+                    "DeepContext could not restore %s.__call__", cls.__name__, exc_info=True
+                )
 
     def _wrap(self, call: Callable) -> Callable:
         scopes = self
@@ -187,21 +205,30 @@ class NnxScopes:
                 root = type(module).__name__
                 tree = {tuple(map(str, p)): m for p, m in flax_nnx().iter_modules(module)}
                 self._record(root, root)
-                stack.append(_Call(module, {id(m): p for p, m in tree.items()}, tree, (), root))  # last: the
+                stack.append(
+                    _Call(module, {id(m): p for p, m in tree.items()}, tree, (), root)
+                )  # last: the
                 return root  # wrapper pops what was pushed
             caller = stack[-1]
             paths, parent = caller.paths, caller.path
             path = paths.get(id(module))
-            if path is None:  # a copy an NNX transform made: placed as its original, with its modules
+            if (
+                path is None
+            ):  # a copy an NNX transform made: placed as its original, with its modules
                 path = _original_path(module, caller)
                 if path is not None:
-                    paths = {**paths, **{id(m): path + tuple(map(str, p))
-                                         for p, m in flax_nnx().iter_modules(module)}}
+                    paths = {
+                        **paths,
+                        **{
+                            id(m): path + tuple(map(str, p))
+                            for p, m in flax_nnx().iter_modules(module)
+                        },
+                    }
             if path is None or path[: len(parent)] != parent or len(path) == len(parent):
                 return None  # not below the calling module: its ops stay in the caller's scope
             self._record("/".join((caller.root, *path)), type(module).__name__)
             stack.append(_Call(module, paths, caller.tree, path, caller.root))
-            return "/".join(path[len(parent):])
+            return "/".join(path[len(parent) :])
         except Exception:  # naming must never break the model call
             logger.debug("DeepContext could not name an NNX module call", exc_info=True)
             return None
@@ -217,8 +244,11 @@ def _original_path(copy: Any, caller: _Call) -> tuple[str, ...] | None:
     submodules call), told apart by its variables' shapes (the copy's, or the
     copy's with one more axis: a scanned or vmapped stack) when several are as near."""
     parent = caller.path
-    found = [p for p, m in caller.tree.items()
-             if type(m) is type(copy) and len(p) > len(parent) and p[: len(parent)] == parent]
+    found = [
+        p
+        for p, m in caller.tree.items()
+        if type(m) is type(copy) and len(p) > len(parent) and p[: len(parent)] == parent
+    ]
     shapes = None
     for depth in sorted({len(p) for p in found}):
         nearest = [p for p in found if len(p) == depth]
@@ -233,11 +263,15 @@ def _original_path(copy: Any, caller: _Call) -> tuple[str, ...] | None:
 def _shapes(module: Any) -> list[tuple[int, ...]]:
     import jax
 
-    return [tuple(getattr(leaf, "shape", ())) for leaf in jax.tree_util.tree_leaves(flax_nnx().state(module))]
+    return [
+        tuple(getattr(leaf, "shape", ()))
+        for leaf in jax.tree_util.tree_leaves(flax_nnx().state(module))
+    ]
 
 
 def _stacked(original: list[tuple[int, ...]], copy: list[tuple[int, ...]]) -> bool:
     """Whether each of ``copy``'s shapes is the original's, or the original's without one axis."""
     return len(original) == len(copy) and all(
-        o == c or (len(o) == len(c) + 1 and any(o[:i] + o[i + 1:] == c for i in range(len(o))))
-        for o, c in zip(original, copy))
+        o == c or (len(o) == len(c) + 1 and any(o[:i] + o[i + 1 :] == c for i in range(len(o))))
+        for o, c in zip(original, copy)
+    )

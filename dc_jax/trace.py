@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 #: Device-plane lines that summarise rather than execute (kernels live on stream lines).
 _SUMMARY_LINES = {
-    "XLA Modules", "XLA Ops", "Steps", "Framework Ops", "Framework Name Scope",
-    "Source code", "XLA TraceMe", "TensorFlow Name Scope", "TensorFlow Ops",
+    "XLA Modules",
+    "XLA Ops",
+    "Steps",
+    "Framework Ops",
+    "Framework Name Scope",
+    "Source code",
+    "XLA TraceMe",
+    "TensorFlow Name Scope",
+    "TensorFlow Ops",
 }
 _MODULE_ID = re.compile(r"\((\d+)\)$")
 _DISPATCH = re.compile(r"^(?:Pjit|Jit|Pmap)Function\((.*)\)$")
@@ -105,7 +113,11 @@ def _host_events(plane: Any) -> tuple[list[_Event], list[Dispatch]]:
             dispatch = _DISPATCH.match(name)
             if dispatch is not None:
                 start, duration = int(event.start_ns), int(event.duration_ns)
-                dispatches.append(Dispatch(start, duration, module_of(dispatch.group(1)), index, start >= outer_end))
+                dispatches.append(
+                    Dispatch(
+                        start, duration, module_of(dispatch.group(1)), index, start >= outer_end
+                    )
+                )
                 outer_end = max(outer_end, start + duration)
                 continue
             if name.startswith("end: ") or "::" in name:
@@ -116,8 +128,14 @@ def _host_events(plane: Any) -> tuple[list[_Event], list[Dispatch]]:
                 continue
             start, duration = int(event.start_ns), int(event.duration_ns)
             op = _Event(
-                *_module_and_program(stats), str(hlo_op), str(hlo_op),
-                f"cpu:{stats.get('device_ordinal', 0)}", False, start, duration, int(stats.get("run_id", 0)),
+                *_module_and_program(stats),
+                str(hlo_op),
+                str(hlo_op),
+                f"cpu:{stats.get('device_ordinal', 0)}",
+                False,
+                start,
+                duration,
+                int(stats.get("run_id", 0)),
             )
             line_ops.append(op)
         line_ops.sort(key=lambda e: (e.start, -e.duration))
@@ -136,7 +154,9 @@ def _device_events(plane: Any, device: str) -> list[_Event]:
     kernels: list[_Event] = []
     summary: list[_Event] = []
     for line in plane.lines:
-        target = summary if line.name == "XLA Ops" else None if line.name in _SUMMARY_LINES else kernels
+        target = (
+            summary if line.name == "XLA Ops" else None if line.name in _SUMMARY_LINES else kernels
+        )
         if target is None:
             continue
         for event in line.events:
@@ -144,16 +164,24 @@ def _device_events(plane: Any, device: str) -> list[_Event]:
             hlo_op = stats.get("hlo_op") or (event.name if target is summary else "")
             if not hlo_op:
                 continue
-            target.append(_Event(
-                *_module_and_program(stats), str(hlo_op), event.name, device, True,
-                int(event.start_ns), int(event.duration_ns), int(stats.get("run_id", 0)),
-            ))
+            target.append(
+                _Event(
+                    *_module_and_program(stats),
+                    str(hlo_op),
+                    event.name,
+                    device,
+                    True,
+                    int(event.start_ns),
+                    int(event.duration_ns),
+                    int(stats.get("run_id", 0)),
+                )
+            )
     return kernels or summary
 
 
 def _device_name(plane_name: str) -> str:
     """``/device:GPU:0`` → ``gpu:0``."""
-    kind, _, index = plane_name[len("/device:"):].partition(":")
+    kind, _, index = plane_name[len("/device:") :].partition(":")
     return f"{kind.lower()}:{index or 0}"
 
 
@@ -194,7 +222,9 @@ def _first_ops(events: Iterable[_Event]) -> dict[tuple[str, int, int], int]:
     return first
 
 
-def launches(events: Iterable[_Event], dispatches: list[Dispatch]) -> dict[tuple[str, int, int], int]:
+def launches(
+    events: Iterable[_Event], dispatches: list[Dispatch]
+) -> dict[tuple[str, int, int], int]:
     """(module, program, run) → the index of the dispatch that launched that
     run: the last outermost dispatch of its function before the run's first
     op (JAX traces one call as a dispatch within a dispatch of one name)."""
@@ -203,7 +233,7 @@ def launches(events: Iterable[_Event], dispatches: list[Dispatch]) -> dict[tuple
     out = {}
     for key, start in _first_ops(events).items():
         at = bisect.bisect_right(times, start)
-        for i in reversed(outer[max(at - 64, 0):at]):
+        for i in reversed(outer[max(at - 64, 0) : at]):
             if dispatches[i].module == key[0]:
                 out[key] = i
                 break
@@ -232,11 +262,17 @@ def aggregate(
         runs.update((key, dispatches[i].start) for key, i in launched.items())
     totals: dict[tuple, OpTime] = {}
     for e in events:
-        phase = phase_at(runs.get((e.module, e.program, e.run), e.start)) if phase_at is not None else None
+        phase = (
+            phase_at(runs.get((e.module, e.program, e.run), e.start))
+            if phase_at is not None
+            else None
+        )
         key = (e.module, e.program, e.hlo_op, e.kernel, e.device, phase)
         agg = totals.get(key)
         if agg is None:
-            agg = totals[key] = OpTime(e.module, e.program, e.hlo_op, e.kernel, e.device, e.on_device, phase)
+            agg = totals[key] = OpTime(
+                e.module, e.program, e.hlo_op, e.kernel, e.device, e.on_device, phase
+            )
         agg.count += 1
         agg.time_ns += max(e.duration, 0)
     return list(totals.values())

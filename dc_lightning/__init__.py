@@ -14,7 +14,9 @@ __all__ = ["DeepContextCallback", "is_available"]
 
 def is_available() -> bool:
     """Whether Lightning (``lightning`` or ``pytorch_lightning``) is importable here."""
-    return any(importlib.util.find_spec(name) is not None for name in ("lightning", "pytorch_lightning"))
+    return any(
+        importlib.util.find_spec(name) is not None for name in ("lightning", "pytorch_lightning")
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,9 @@ def _importable(name: str) -> Any:
         return None
 
 
-_modules = [m for m in map(_importable, ("lightning.pytorch", "pytorch_lightning")) if m is not None]
+_modules = [
+    m for m in map(_importable, ("lightning.pytorch", "pytorch_lightning")) if m is not None
+]
 _BASES = tuple(m.Callback for m in _modules) or (object,)  # one class for both packages
 
 
@@ -44,41 +46,68 @@ class DeepContextCallback(ProfilingCallback, *_BASES):  # type: ignore[misc]
 
     def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
         super().__init__()
-        self.profiling = TrainerSession(config, overrides, adapter=self._adapter, machinery=("lightning",))
+        self.profiling = TrainerSession(
+            config, overrides, adapter=self._adapter, machinery=("lightning",)
+        )
         self._module: Any = None  # the LightningModule: its submodules are named from it
 
     def _adapter(self) -> TorchAdapter:
         adapter = TorchAdapter()
-        adapter.naming_root = self._module  # `net.0` as named_modules() says, not `0` from `self.net` called first
+        adapter.naming_root = (
+            self._module
+        )  # `net.0` as named_modules() says, not `0` from `self.net` called first
         return adapter
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.profiling.session is None:
             self._module = pl_module
-            self.profiling.begin(rank=trainer.global_rank, world_size=trainer.world_size,
-                                 place=lambda: _scalars_run(trainer))
+            self.profiling.begin(
+                rank=trainer.global_rank,
+                world_size=trainer.world_size,
+                place=lambda: _scalars_run(trainer),
+            )
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         self.profiling.step_begin(trainer.global_step)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self.profiling.step_end(trainer.global_step)  # ends once the optimizer has stepped
 
-    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
-                                  dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         if not trainer.sanity_checking:
             self.profiling.eval_begin("validation")
 
-    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self.profiling.eval_end()
 
-    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
-                            dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self.profiling.eval_begin("test")
 
-    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
-                          dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self.profiling.eval_end()
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -94,4 +123,7 @@ def _scalars_run(trainer: Any) -> dict[str, str]:
     if trainer.loggers:  # log_dir broadcasts from rank 0: every rank calls it here
         logdir, run = os.path.split(os.path.normpath(trainer.log_dir))
         return {"logdir": logdir, "run": run}
-    return {"logdir": os.path.join(trainer.default_root_dir, "lightning_logs"), "run": "deepcontext"}
+    return {
+        "logdir": os.path.join(trainer.default_root_dir, "lightning_logs"),
+        "run": "deepcontext",
+    }

@@ -13,5 +13,7 @@ ADAPTER = AdapterPackage(
         "lightning.pytorch.trainer.trainer": "dc_lightning.launch:install",
         "pytorch_lightning.trainer.trainer": "dc_lightning.launch:install",
     },
-    demo=Demo(run="dc_lightning.demo:demo", needs=(("lightning", "pytorch_lightning"),), extra="lightning"),
+    demo=Demo(
+        run="dc_lightning.demo:demo", needs=(("lightning", "pytorch_lightning"),), extra="lightning"
+    ),
 )

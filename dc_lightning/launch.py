@@ -15,10 +15,15 @@ def _callback() -> type:
 
 
 LIGHTNING = TrainerKind(
-    name="Lightning", steps="trainer.global_step", callback=_callback,
+    name="Lightning",
+    steps="trainer.global_step",
+    callback=_callback,
     callbacks=lambda trainer: trainer.callbacks,
-    add=lambda trainer, callback: trainer.callbacks.append(callback),  # fit puts checkpoints last again
-    begin="setup")
+    add=lambda trainer, callback: trainer.callbacks.append(
+        callback
+    ),  # fit puts checkpoints last again
+    begin="setup",
+)
 
 
 def install(launch: Any, module: Any) -> None:

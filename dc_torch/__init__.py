@@ -30,7 +30,7 @@ def is_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def profile(config: "ProfilerConfig | None" = None, **overrides: Any) -> "Profiler":
+def profile(config: ProfilerConfig | None = None, **overrides: Any) -> Profiler:
     """Context manager for plain loops; see `dc_torch.loop.Profiler` (``start``,
     ``step``, ``phase``, ``stop``, ``current_step``, ``written``)."""
     from dc_torch.loop import profile as make

@@ -27,13 +27,13 @@ import torch
 from dc_core.collect.ownfiles import skip_framework_files
 from dc_core.record.adapter import Adapter
 from dc_core.record.session import active_sessions
-
 from dc_torch.closure import ClosureHooks
 from dc_torch.collectives import CollectiveHooks
 from dc_torch.device import cuda_present
 from dc_torch.hub import HookWindow, Hub
 from dc_torch.modules import ModuleBoundaries, ModuleHooks
-from dc_torch.native import NO_FRAME, NO_METRIC, BusyError, NativeCapture, load as load_native
+from dc_torch.native import NO_FRAME, NO_METRIC, BusyError, NativeCapture
+from dc_torch.native import load as load_native
 from dc_torch.ops import AtenMode, OperatorMode
 from dc_torch.phases import PhaseHooks
 
@@ -51,12 +51,18 @@ class TorchAdapter(Adapter):
 
     def __init__(self, device_activity: bool = True) -> None:
         self.device_activity = device_activity
-        self.naming_root: Any = None  # module whose named_modules() names module frames (Lightning's)
+        self.naming_root: Any = (
+            None  # module whose named_modules() names module frames (Lightning's)
+        )
         # Native path: the metrics read from op inputs/outputs ("flops": inputs,
         # "alloc_bytes": outputs too). None: ProfilerConfig.record_shapes says.
         self.shapes: frozenset[str] | None = None
-        self.hub: Hub | None = None  # what the hooks share; made for the session at its first window
-        self._parts: tuple[PhaseHooks | ClosureHooks | CollectiveHooks, ...] = ()  # both capture paths install these
+        self.hub: Hub | None = (
+            None  # what the hooks share; made for the session at its first window
+        )
+        self._parts: tuple[
+            PhaseHooks | ClosureHooks | CollectiveHooks, ...
+        ] = ()  # both capture paths install these
         self._modules: ModuleHooks | None = None  # the Python path's
         self._bounds: ModuleBoundaries | None = None  # the native path's, in comprehensive windows
         self._modes: list[OperatorMode | AtenMode] = []
@@ -88,14 +94,22 @@ class TorchAdapter(Adapter):
         hub = self._bind(session)
         c = hub.collector
         skip_framework_files(c, "torch")
-        nested = session.config.mode == "comprehensive"  # ATen ops under the torch call that ran them
+        nested = (
+            session.config.mode == "comprehensive"
+        )  # ATen ops under the torch call that ran them
         capture, note = self._choose_capture(hub)
         # FLOPs and (on CPU) alloc_bytes are read from operator arguments, on
         # both capture paths, only where configured.
-        hub.window = HookWindow(generation=hub.window.generation + 1, capture=capture, note=note,
-                                thread=threading.get_ident(), shapes=session.config.shapes,
-                                metric_alloc=c.metric("alloc_bytes", "bytes"), metric_flops=c.metric("flops", "1"),
-                                metric_device_time=c.metric("device_time_ns", "ns"))
+        hub.window = HookWindow(
+            generation=hub.window.generation + 1,
+            capture=capture,
+            note=note,
+            thread=threading.get_ident(),
+            shapes=session.config.shapes,
+            metric_alloc=c.metric("alloc_bytes", "bytes"),
+            metric_flops=c.metric("flops", "1"),
+            metric_device_time=c.metric("device_time_ns", "ns"),
+        )
         hub.frames.naming_root = self.naming_root
         self._install_thread = threading.get_ident()
         hub.active = True
@@ -116,7 +130,9 @@ class TorchAdapter(Adapter):
             if nested:
                 modes.insert(0, AtenMode(hub))  # dispatch mode below the function mode
             for mode in modes:
-                self._modes.append(mode)  # first, so that an interrupt between the two is undone too
+                self._modes.append(
+                    mode
+                )  # first, so that an interrupt between the two is undone too
                 mode.__enter__()
         except BaseException:
             self.uninstall(session)
@@ -132,8 +148,12 @@ class TorchAdapter(Adapter):
         try:
             failure = self._stop_native()
             restored = self.restore()
-            if failure is not None:  # raised here, all unhooked: the session logs it once and turns off
-                raise RuntimeError(f"the native operator capture stopped itself after an error in {failure}")
+            if (
+                failure is not None
+            ):  # raised here, all unhooked: the session logs it once and turns off
+                raise RuntimeError(
+                    f"the native operator capture stopped itself after an error in {failure}"
+                )
             return restored
         finally:
             window = hub.window
@@ -153,7 +173,9 @@ class TorchAdapter(Adapter):
         The session calls this again from its next step boundary, where the
         mode is back on the stack."""
         errors = []
-        for part in (*self._parts, self._modules, self._bounds) if self._modules is not None else ():
+        for part in (
+            (*self._parts, self._modules, self._bounds) if self._modules is not None else ()
+        ):
             try:
                 part.uninstall()
             except Exception as exc:  # the others are still removed
@@ -175,8 +197,13 @@ class TorchAdapter(Adapter):
         return hub
 
     def environment(self) -> dict[str, str]:
-        env = {"torch": torch.__version__, "torch.threads": str(torch.get_num_threads()),
-               "capture": f"{self.capture} ({self.capture_note})" if self.capture_note else self.capture}
+        env = {
+            "torch": torch.__version__,
+            "torch.threads": str(torch.get_num_threads()),
+            "capture": f"{self.capture} ({self.capture_note})"
+            if self.capture_note
+            else self.capture,
+        }
         if cuda_present():
             env["cuda"] = str(torch.version.cuda or torch.version.hip or "")
             env["devices"] = ", ".join(
@@ -221,10 +248,16 @@ class TorchAdapter(Adapter):
             # On a GPU, Kineto's memory events give alloc_bytes (device.py).
             marks = hub.device.on
             shapes = self._shapes(window)
-            native.start(hub.collector, hub.session.phase_frame("backward"), nested, namer,
-                         flops=window.metric_flops if "flops" in shapes else NO_METRIC,
-                         alloc=window.metric_alloc if "alloc_bytes" in shapes and not marks else NO_METRIC,
-                         marks=marks, unscoped_frame=hub.session.phase_frame("other"))
+            native.start(
+                hub.collector,
+                hub.session.phase_frame("backward"),
+                nested,
+                namer,
+                flops=window.metric_flops if "flops" in shapes else NO_METRIC,
+                alloc=window.metric_alloc if "alloc_bytes" in shapes and not marks else NO_METRIC,
+                marks=marks,
+                unscoped_frame=hub.session.phase_frame("other"),
+            )
         except BusyError:
             # Another session's window holds the process-wide callback (two
             # profilers at once): this one records on the Python path.
@@ -247,10 +280,16 @@ class TorchAdapter(Adapter):
             return None
         unpathed, errors = native.stop()
         if errors:
-            logger.warning("deepcontext: %d module(s) could not be named; their operators sit under the caller", errors)
+            logger.warning(
+                "deepcontext: %d module(s) could not be named; their operators sit under the caller",
+                errors,
+            )
         if unpathed:
-            logger.warning("deepcontext: %d operator(s) ran under a Python stack deeper than the walk "
-                           "reads; they are recorded without their Python path", unpathed)
+            logger.warning(
+                "deepcontext: %d operator(s) ran under a Python stack deeper than the walk "
+                "reads; they are recorded without their Python path",
+                unpathed,
+            )
         return native.failure
 
     def _remove_modes(self) -> bool:
@@ -302,7 +341,12 @@ def _take_off(mode: OperatorMode | AtenMode) -> bool:
     else:
         from torch.utils._python_dispatch import _pop_mode, _push_mode
 
-        length, at, pop, push = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, _pop_mode, _push_mode
+        length, at, pop, push = (
+            torch._C._len_torch_dispatch_stack,
+            torch._C._get_dispatch_stack_at,
+            _pop_mode,
+            _push_mode,
+        )
     depth = length()
     index = next((i for i in range(depth - 1, -1, -1) if at(i) is mode), -1)
     if index < 0:

@@ -24,7 +24,8 @@ that, so ATen ops are recorded only in comprehensive mode (``ops.AtenMode``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -94,7 +95,15 @@ class NodeHooks:
         else:
             node.register_prehook(self._chained_hook)
 
-    def tag(self, op_node: int, frames: tuple, first_seq: int | None, args: tuple, kwargs: dict, out: Any) -> None:
+    def tag(
+        self,
+        op_node: int,
+        frames: tuple,
+        first_seq: int | None,
+        args: tuple,
+        kwargs: dict,
+        out: Any,
+    ) -> None:
         """An interceptor's ``after`` (``hub.Interceptor``): mark ``out``'s autograd
         node, and the nodes behind it that the same call created (composite calls
         such as ``cross_entropy``), as made by the operator scope ``op_node``
@@ -256,10 +265,14 @@ class BackwardRunner:
         except Exception as exc:
             hub.fail(exc, "backward")
             phase = None
-        if phase is None:  # outside the handler: the user's exception gets no profiler error as its context
+        if (
+            phase is None
+        ):  # outside the handler: the user's exception gets no profiler error as its context
             return func(*args, **kwargs)
         try:
-            return func(*args, **kwargs)  # once: the user's backward, and its exception, are the user's
+            return func(
+                *args, **kwargs
+            )  # once: the user's backward, and its exception, are the user's
         except BaseException as exc:
             cut_own_frames(exc)
             raise

@@ -10,7 +10,8 @@ in the session's default phase (backward still marks itself inside it).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from torch.optim import optimizer as optimizer_mod
 

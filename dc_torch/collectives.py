@@ -16,22 +16,37 @@ communication that overlaps backward is visible too.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD
-
 from dc_torch.hub import Interceptor
 from dc_torch.native import NO_METRIC
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
 
-OPS = ("allreduce_", "allreduce_coalesced_", "broadcast_", "allgather_", "_allgather_base_",
-       "allgather_into_tensor_coalesced_", "reduce_scatter_", "_reduce_scatter_base_",
-       "reduce_scatter_tensor_coalesced_", "reduce_", "gather_", "scatter_", "alltoall_", "alltoall_base_",
-       "barrier", "send", "recv_")
+OPS = (
+    "allreduce_",
+    "allreduce_coalesced_",
+    "broadcast_",
+    "allgather_",
+    "_allgather_base_",
+    "allgather_into_tensor_coalesced_",
+    "reduce_scatter_",
+    "_reduce_scatter_base_",
+    "reduce_scatter_tensor_coalesced_",
+    "reduce_",
+    "gather_",
+    "scatter_",
+    "alltoall_",
+    "alltoall_base_",
+    "barrier",
+    "send",
+    "recv_",
+)
 _current_node = torch._C._current_autograd_node
 _Work = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
 
@@ -91,7 +106,9 @@ class CollectiveHooks:
 
         return kernel
 
-    def _launched(self, node: int, frames: tuple, start: int, args: tuple, kwargs: dict, out: Any) -> None:
+    def _launched(
+        self, node: int, frames: tuple, start: int, args: tuple, kwargs: dict, out: Any
+    ) -> None:
         self._on_completion(out, node, start)
 
     def _on_completion(self, out: Any, node: int, start: int) -> None:

@@ -34,14 +34,14 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from dc_core.collect.collector import KIND_COMPILED, KIND_OPERATOR, METRIC_COUNT
 from dc_core.collect.ownfiles import cut_own_frames
 from dc_core.record.session import active_sessions
-
 from dc_torch.adapter import TorchAdapter
 from dc_torch.hub import HookWindow, Hub, Interceptor
 from dc_torch.inductor import Generated, compile_with_kernels
@@ -82,7 +82,9 @@ class Region:
         ]
         self._window: HookWindow | None = None  # the window _nodes belong to
         self._nodes: dict[int, list[int]] = {}  # region node -> op nodes, in _window
-        self.generated: list[Generated] = []  # Inductor's modules: forward, then backward when compiled
+        self.generated: list[
+            Generated
+        ] = []  # Inductor's modules: forward, then backward when compiled
         self._swapped_for: Hub | None = None
         self._at_entry = False  # while swapped: the forward module's entry is timed as the region
         self._scope: Interceptor | None = None
@@ -133,7 +135,9 @@ class Region:
                 nested = ident in window.suspended
                 window.suspended.add(ident)
                 suspend = at_entry and window.capture == "native"
-                if suspend:  # AOTAutograd's records around the entry are the wrapper's, not operators
+                if (
+                    suspend
+                ):  # AOTAutograd's records around the entry are the wrapper's, not operators
                     hub.collector.capture_suspend(1)
                 first_seq = _next_seq()
                 outer = state.pending, state.node
@@ -141,12 +145,18 @@ class Region:
             except Exception as exc:
                 hub.fail(exc, "compiled")
                 state = None
-            if state is None:  # outside the handler: the user's exception gets no profiler error as its context
+            if (
+                state is None
+            ):  # outside the handler: the user's exception gets no profiler error as its context
                 return compiled(*args)
             node = None
             try:
                 # at the entry, Region._entry opens the region; else here, around the backend's callable
-                out = compiled(*args) if at_entry else region._call(hub, compiled, args, suspended=False)
+                out = (
+                    compiled(*args)
+                    if at_entry
+                    else region._call(hub, compiled, args, suspended=False)
+                )
             except BaseException as exc:  # the user's, with the traceback it has without us
                 cut_own_frames(exc)
                 raise
@@ -193,8 +203,13 @@ class Region:
         scope = self._scope
         if scope is None or scope.hub is not hub:
             # No device marker: with Inductor, the kernel shims mark each kernel.
-            scope = self._scope = Interceptor(hub, "compiled", capture=True, marks=False,
-                                              after=functools.partial(self._after, hub))
+            scope = self._scope = Interceptor(
+                hub,
+                "compiled",
+                capture=True,
+                marks=False,
+                after=functools.partial(self._after, hub),
+            )
         return scope.call((fid,), fn, args, _NO_KWARGS)
 
     def _native_call(self, hub: Hub, fid: int, fn: Callable, args: tuple, suspended: bool) -> Any:
@@ -232,7 +247,9 @@ class Region:
         self._fid = (hub, fid)
         return fid
 
-    def _after(self, hub: Hub, node: int, frames: tuple, note: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    def _after(
+        self, hub: Hub, node: int, frames: tuple, note: Any, args: tuple, kwargs: dict, out: Any
+    ) -> None:
         self._ran_at(hub, node)
 
     def _ran_at(self, hub: Hub, node: int) -> None:
@@ -244,8 +261,12 @@ class Region:
         """The region's backward goes under the same calling line, mirrored."""
         if not torch.is_grad_enabled():
             return
-        if hub.window.capture == "native":  # the native capture places it by the nodes' sequence numbers
-            hub.collector.capture_seq(hub.native.extension.thread_id(), first_seq, _next_seq(), node)
+        if (
+            hub.window.capture == "native"
+        ):  # the native capture places it by the nodes' sequence numbers
+            hub.collector.capture_seq(
+                hub.native.extension.thread_id(), first_seq, _next_seq(), node
+            )
         else:
             hub.backward.hooks.tag(node, (self._frame(hub),), first_seq, args, _NO_KWARGS, out)
 
@@ -257,7 +278,8 @@ class Region:
             frame = hub.session.frame
             nodes = self._nodes[region_node] = [
                 hub.collector.path(
-                    region_node, [frame(*source) for source in sources] + [frame(KIND_OPERATOR, target)]
+                    region_node,
+                    [frame(*source) for source in sources] + [frame(KIND_OPERATOR, target)],
                 )
                 for sources, target in self.ops
             ]
@@ -290,7 +312,9 @@ def compile_backend(inner: Any = "inductor", **options: Any) -> Callable:
     def deepcontext(gm: Any, example_inputs: list, **kwargs: Any) -> Callable:
         if inner == "inductor":  # compile_fx takes gm over: read its sources first
             region = Region(gm, "inductor")
-            compiled = compile_with_kernels(gm, example_inputs, region.add_generated, **{**options, **kwargs})
+            compiled = compile_with_kernels(
+                gm, example_inputs, region.add_generated, **{**options, **kwargs}
+            )
             return region.wrap(compiled)
         backend, name = _inner_backend(inner)
         region = Region(gm, name)

@@ -72,7 +72,7 @@ class DeviceTracer:
         ingest(self.hub, profiler.events())
 
 
-def _marked_node(event: Any, overlapping: "Markers | None" = None) -> int:
+def _marked_node(event: Any, overlapping: Markers | None = None) -> int:
     """Collector node of the nearest ``dc#`` marker at or above ``event``, or -1.
 
     The Python capture path opens the marker around the torch call, so it is an
@@ -82,7 +82,7 @@ def _marked_node(event: Any, overlapping: "Markers | None" = None) -> int:
     while event is not None:
         name = event.name
         if name.startswith(MARK):
-            return int(name[len(MARK):])
+            return int(name[len(MARK) :])
         if overlapping is not None:
             node = overlapping.of(event)
             if node >= 0:
@@ -103,7 +103,9 @@ class Markers:
         for event in events:
             span = getattr(event, "time_range", None)
             if span is not None and event.name.startswith(MARK):
-                self.by_thread.setdefault(event.thread, []).append((span.start, span.end, int(event.name[len(MARK):])))
+                self.by_thread.setdefault(event.thread, []).append(
+                    (span.start, span.end, int(event.name[len(MARK) :]))
+                )
         for spans in self.by_thread.values():
             spans.sort()
 
@@ -115,7 +117,9 @@ class Markers:
         if not spans or span is None:
             return -1
         best, node = self.SLACK_US, -1
-        for first, last, marked in spans[bisect.bisect_left(spans, (span.start - self.SLACK_US,)):]:
+        for first, last, marked in spans[
+            bisect.bisect_left(spans, (span.start - self.SLACK_US,)) :
+        ]:
             if first > span.start + self.SLACK_US:
                 break
             if last >= span.start and first <= span.end and abs(first - span.start) <= best:

@@ -18,8 +18,9 @@ itself off) and the user's call is run, or returned, as without the profiler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from dc_core.collect.collector import INNERMOST, MEASURE
 from dc_core.collect.ownfiles import cut_own_frames
@@ -44,14 +45,20 @@ class HookWindow:
 
     generation: int = 0  # counts windows: marks and per-thread state made in another are stale
     capture: str = "python"  # the operator capture this window took: "native" or "python"
-    thread: int = 0  # the thread it was opened on: the Python path's operator modes are that thread's
+    thread: int = (
+        0  # the thread it was opened on: the Python path's operator modes are that thread's
+    )
     note: str = ""  # why the Python path, or how the native one reads frames
     shapes: bool = False  # FLOPs and (on CPU) alloc_bytes are read from operator arguments
     metric_alloc: int = NO_METRIC
     metric_flops: int = NO_METRIC
     metric_device_time: int = NO_METRIC
-    suspended: set[int] = field(default_factory=set)  # threads inside a compiled region: eager hooks stand aside
-    on_close: list[Callable[[], None]] = field(default_factory=list)  # run once when it closes (kernel shims out)
+    suspended: set[int] = field(
+        default_factory=set
+    )  # threads inside a compiled region: eager hooks stand aside
+    on_close: list[Callable[[], None]] = field(
+        default_factory=list
+    )  # run once when it closes (kernel shims out)
     backward_node: int | None = None  # the backward phase's node, made on first use
 
 
@@ -121,14 +128,23 @@ class Interceptor:
 
     __slots__ = ("hub", "call")
 
-    def __init__(self, hub: Hub, where: str, *, capture: bool = False, user_depth: int = MEASURE,
-                 marks: bool = True, after: After | None = None) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        where: str,
+        *,
+        capture: bool = False,
+        user_depth: int = MEASURE,
+        marks: bool = True,
+        after: After | None = None,
+    ) -> None:
         self.hub = hub
         self.call = _interceptor(hub, where, capture, user_depth, marks, after)
 
 
-def _interceptor(hub: Hub, where: str, capture: bool, user_depth: int, marks: bool,
-                 after: After | None) -> Callable[..., Any]:
+def _interceptor(
+    hub: Hub, where: str, capture: bool, user_depth: int, marks: bool, after: After | None
+) -> Callable[..., Any]:
     collector, device, fail = hub.collector, hub.device, hub.fail
     enter, exit_scope = collector.enter, collector.exit
 
@@ -140,7 +156,9 @@ def _interceptor(hub: Hub, where: str, capture: bool, user_depth: int, marks: bo
         except Exception as exc:
             fail(exc, where)
             node = None
-        if node is None:  # outside the handler: the user's exception gets no profiler error as its context
+        if (
+            node is None
+        ):  # outside the handler: the user's exception gets no profiler error as its context
             return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)

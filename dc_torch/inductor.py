@@ -41,12 +41,12 @@ import contextlib
 import functools
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD, INHERIT, KIND_KERNEL
-
 from dc_torch.hub import Interceptor
 from dc_torch.source import Frame, common_prefix, module_frames, python_frames, source_of
 
@@ -59,8 +59,9 @@ PROVENANCE = {"trace.provenance_tracking_level": 2}
 _SWAPPED = "__deepcontext_swapped__"
 
 
-def compile_with_kernels(gm: Any, example_inputs: list, found: Callable[["Generated"], None],
-                         **kwargs: Any) -> Callable:
+def compile_with_kernels(
+    gm: Any, example_inputs: list, found: Callable[[Generated], None], **kwargs: Any
+) -> Callable:
     """``compile_fx(gm, example_inputs, **kwargs)``, calling ``found`` with each
     forward/backward graph's generated module (also for a backward compiled later)."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
@@ -116,7 +117,9 @@ def kernel_sites(graph: Any, compiled: Any) -> dict[str, list[list[Frame]]]:
     modules_at: dict[tuple[Frame, ...], list[list[Frame]]] = {}
     for node in graph.graph.nodes:
         if node.meta.get("stack_trace"):
-            modules_at.setdefault(tuple(python_frames(node.meta["stack_trace"])), []).append(module_frames(node))
+            modules_at.setdefault(tuple(python_frames(node.meta["stack_trace"])), []).append(
+                module_frames(node)
+            )
     sites = []
     for key in set(fused) | set(traces):
         name, _, handle = key.rpartition(":")
@@ -124,7 +127,11 @@ def kernel_sites(graph: Any, compiled: Any) -> dict[str, list[list[Frame]]]:
             continue
         # The fused nodes themselves when the graph still names them (a fresh compile);
         # else their stack traces, with the modules of the graph's nodes on those lines.
-        sources = [source_of(nodes[n]) for n in fused.get(key, ()) if n in nodes and nodes[n].meta.get("stack_trace")]
+        sources = [
+            source_of(nodes[n])
+            for n in fused.get(key, ())
+            if n in nodes and nodes[n].meta.get("stack_trace")
+        ]
         if not sources:
             for trace in traces.get(key, ()):
                 lines = python_frames(trace)
@@ -140,8 +147,14 @@ class Generated:
     """One module Inductor generated (a forward or a backward graph): its globals,
     its kernels' call sites, and the swap of those kernels for timing shims."""
 
-    def __init__(self, namespace: dict, sites: dict[str, list[list[Frame]]], device: str, backward: bool,
-                 output: Any = None) -> None:
+    def __init__(
+        self,
+        namespace: dict,
+        sites: dict[str, list[list[Frame]]],
+        device: str,
+        backward: bool,
+        output: Any = None,
+    ) -> None:
         self.namespace = namespace
         self.sites = sites
         self.device = device
@@ -151,13 +164,20 @@ class Generated:
         self._entry: Any = None  # the output's own current_callable, while time_entry's stands in
 
     @classmethod
-    def of(cls, graph: Any, compiled: Any, inputs: list, backward: bool) -> "Generated | None":
+    def of(cls, graph: Any, compiled: Any, inputs: list, backward: bool) -> Generated | None:
         sites = kernel_sites(graph, compiled)
         tops = {name.split(".", 1)[0] for name in sites}
         namespace = _module_namespace(getattr(compiled, "current_callable", None), tops)
         if not sites or namespace is None:
             return None
-        device = next((str(t.device) for t in inputs if isinstance(t, torch.Tensor) and t.device.type != "cpu"), "cpu")
+        device = next(
+            (
+                str(t.device)
+                for t in inputs
+                if isinstance(t, torch.Tensor) and t.device.type != "cpu"
+            ),
+            "cpu",
+        )
         return cls(namespace, sites, device, backward, compiled)
 
     def swap(self, hub: Hub) -> None:
@@ -228,14 +248,17 @@ def _module_namespace(entry: Any, names: set[str]) -> dict | None:
         if isinstance(namespace, dict) and names <= namespace.keys():
             return namespace
         pending.append(getattr(obj, "__wrapped__", None))
-        pending.extend(cell.cell_contents for cell in (getattr(func, "__closure__", None) or ())
-                       if _cell_filled(cell))
+        pending.extend(
+            cell.cell_contents
+            for cell in (getattr(func, "__closure__", None) or ())
+            if _cell_filled(cell)
+        )
     return None
 
 
 def _cell_filled(cell: Any) -> bool:
     try:
-        cell.cell_contents  # an empty cell raises
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
     except ValueError:
         return False
     return True
@@ -243,9 +266,17 @@ def _cell_filled(cell: Any) -> bool:
 
 def _shim(original: Any, sub: Any, hub: Hub) -> Any:
     if isinstance(sub, dict):  # a namespace such as ``extern_kernels``: shim its attributes
-        return _Namespace(original, {attr: _shim(getattr(original, attr), s, hub)
-                                     for attr, s in sub.items() if hasattr(original, attr)})
-    if hasattr(original, "run") and not hasattr(original, "__code__"):  # a Triton launcher: ``k.run(...)``
+        return _Namespace(
+            original,
+            {
+                attr: _shim(getattr(original, attr), s, hub)
+                for attr, s in sub.items()
+                if hasattr(original, attr)
+            },
+        )
+    if hasattr(original, "run") and not hasattr(
+        original, "__code__"
+    ):  # a Triton launcher: ``k.run(...)``
         return _Launcher(original, _timed(original.run, sub, hub))
     return _timed(original, sub, hub)
 

@@ -31,7 +31,7 @@ class OptimizerSteps:
 
     def __init__(self, launch: Any) -> None:
         self.launch = launch
-        self.loop: "Profiler | None" = None
+        self.loop: Profiler | None = None
         self.first: Any = None  # handle of the global pre-hook
         self.post: Any = None  # handle of the optimizer's own post-hook
         self._seen = False
@@ -52,32 +52,44 @@ class OptimizerSteps:
         try:
             self.post = optimizer.register_step_post_hook(self._updated)
         except Exception as exc:  # fail-open: the script runs unprofiled
-            logger.warning("DeepContext could not follow the optimizer's steps (%r); this process runs unprofiled", exc)
+            logger.warning(
+                "DeepContext could not follow the optimizer's steps (%r); this process runs unprofiled",
+                exc,
+            )
 
     def _updated(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         loop = self.loop
         if loop is not None:
             loop.step()
-        elif not self._started:  # the first update ended step 0: step 1 begins, if the steps are ours
+        elif (
+            not self._started
+        ):  # the first update ended step 0: step 1 begins, if the steps are ours
             self._started = True
             try:
                 self._adopt(optimizer)
             except Exception as exc:  # fail-open: the script runs unprofiled
-                logger.warning("DeepContext could not follow the optimizer's steps (%r); this process runs "
-                               "unprofiled", exc)
+                logger.warning(
+                    "DeepContext could not follow the optimizer's steps (%r); this process runs "
+                    "unprofiled",
+                    exc,
+                )
 
     def _adopt(self, optimizer: Any) -> None:
         launch = self.launch
-        if not launch.claim(f"each {type(optimizer).__name__}.step{_caller(launch)} (the first optimizer to "
-                            "step); step 0 ends at its first update"):
+        if not launch.claim(
+            f"each {type(optimizer).__name__}.step{_caller(launch)} (the first optimizer to "
+            "step); step 0 ends at its first update"
+        ):
             return  # a trainer or the script's own profiler has them; this hook stays inert until close
         from dc_torch.loop import Profiler  # the adapter loads when there are steps to profile
 
         loop = Profiler(None, **launch.overrides)
         launch.adopt(loop.session, self.close)
         if loop.session.config.steps.start == 0 and loop.session.config.time_range is None:
-            logger.warning("DeepContext: step 0 of a plain PyTorch loop ends at the first optimizer update, "
-                           "before the loop is known; its window starts at step 1")
+            logger.warning(
+                "DeepContext: step 0 of a plain PyTorch loop ends at the first optimizer update, "
+                "before the loop is known; its window starts at step 1"
+            )
         loop.current_step = 1
         self.loop = loop
         loop.start()

@@ -6,7 +6,6 @@ from typing import Any
 
 from dc_core.record.config import ProfilerConfig
 from dc_core.record.loop import StepLoop
-
 from dc_torch.adapter import TorchAdapter
 
 
@@ -24,7 +23,9 @@ class Profiler(StepLoop):
     """
 
     def __init__(self, config: ProfilerConfig | None = None, **overrides: Any) -> None:
-        super().__init__(TorchAdapter(), config, framework="torch", default_phase="forward", **overrides)
+        super().__init__(
+            TorchAdapter(), config, framework="torch", default_phase="forward", **overrides
+        )
 
 
 def profile(config: ProfilerConfig | None = None, **overrides: Any) -> Profiler:

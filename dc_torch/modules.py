@@ -118,8 +118,10 @@ class ModuleBoundaries:
                 leave()
 
         _skip_in_dynamo(pre, post)
-        self.handles = [module_mod.register_module_forward_pre_hook(pre),
-                        module_mod.register_module_forward_hook(post, always_call=True)]
+        self.handles = [
+            module_mod.register_module_forward_pre_hook(pre),
+            module_mod.register_module_forward_hook(post, always_call=True),
+        ]
 
     def uninstall(self) -> None:
         handles, self.handles = self.handles, []
@@ -137,9 +139,14 @@ def _optimized_module() -> type | None:
 def _set_aside_modes(hub: Hub) -> tuple[list[Any], list[Any]]:
     """Pop the hub's modes off the top of this thread's function-mode and
     dispatch-mode stacks (dynamo runs a frame eagerly under a dispatch mode)."""
-    return _pop_ours(hub, torch._C._len_torch_function_stack, torch._C._get_function_stack_at,
-                     torch._C._pop_torch_function_stack), \
-        _pop_ours(hub, torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, _pop_mode)
+    return _pop_ours(
+        hub,
+        torch._C._len_torch_function_stack,
+        torch._C._get_function_stack_at,
+        torch._C._pop_torch_function_stack,
+    ), _pop_ours(
+        hub, torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at, _pop_mode
+    )
 
 
 def _pop_ours(hub: Hub, length: Any, at: Any, pop: Any) -> list[Any]:
@@ -168,7 +175,9 @@ def _skip_in_dynamo(*hooks: Any) -> None:
     already loaded); a torch without this API just pays that once."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     try:
-        strategy = eval_frame.FrameExecStrategy(eval_frame.FrameAction.SKIP, eval_frame.FrameAction.SKIP)
+        strategy = eval_frame.FrameExecStrategy(
+            eval_frame.FrameAction.SKIP, eval_frame.FrameAction.SKIP
+        )
         for hook in hooks:
             eval_frame.set_code_exec_strategy(hook.__code__, strategy)
     except AttributeError:

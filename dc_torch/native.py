@@ -51,7 +51,8 @@ NO_FRAME = -1
 def cache_dir() -> Path:
     """Where built extensions live: ``$DEEPCONTEXT_CACHE``, else the user's cache."""
     root = os.environ.get("DEEPCONTEXT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "deepcontext"
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "deepcontext",
     )
     return Path(root) / "torch-capture"
 
@@ -60,9 +61,16 @@ def build_key() -> str:
     """What the binary depends on: this torch installation (path, version,
     build, C++ ABI), the compiler, the interpreter, the machine and the sources."""
     digest = hashlib.sha256()
-    parts = (os.path.dirname(os.path.realpath(torch.__file__)), torch.__version__,
-             str(getattr(torch.version, "git_version", "")), str(torch._C._GLIBCXX_USE_CXX11_ABI),
-             _compiler(), os.path.realpath(sys.prefix), sys.implementation.cache_tag, platform.machine())
+    parts = (
+        os.path.dirname(os.path.realpath(torch.__file__)),
+        torch.__version__,
+        str(getattr(torch.version, "git_version", "")),
+        str(torch._C._GLIBCXX_USE_CXX11_ABI),
+        _compiler(),
+        os.path.realpath(sys.prefix),
+        sys.implementation.cache_tag,
+        platform.machine(),
+    )
     for part in parts:
         digest.update(part.encode() + b"\0")
     digest.update(b"-O2 -DNDEBUG")  # the flags below
@@ -109,8 +117,11 @@ def build(verbose: bool = False) -> ModuleType:
     source = directory / "src" / _SOURCE.name
     include = directory / "src" / "include"
     include.mkdir(parents=True, exist_ok=True)
-    copies = [(_SOURCE, source), *((h, source.parent / h.name) for h in _HEADERS),
-              (_INCLUDE / "capture_api.h", include / "capture_api.h")]
+    copies = [
+        (_SOURCE, source),
+        *((h, source.parent / h.name) for h in _HEADERS),
+        (_INCLUDE / "capture_api.h", include / "capture_api.h"),
+    ]
     for src, dst in copies:
         if not dst.exists() or dst.read_bytes() != src.read_bytes():
             dst.write_bytes(src.read_bytes())
@@ -167,15 +178,29 @@ class _Background:
             _, directory = _entry()
             directory.mkdir(parents=True, exist_ok=True)
             self.log = directory / f"build-{os.getpid()}.log"
-            package_root = str(Path(__file__).resolve().parent.parent)  # importable however this process found it
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root,
-                                                                            os.environ.get("PYTHONPATH")]))}
+            package_root = str(
+                Path(__file__).resolve().parent.parent
+            )  # importable however this process found it
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [package_root, os.environ.get("PYTHONPATH")])
+                ),
+            }
             with open(self.log, "wb") as log:
-                self.process = subprocess.Popen([sys.executable, "-m", __name__], stdout=log, stderr=log,
-                                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            logger.warning("DeepContext is building its native operator capture for this environment in the "
-                           "background (once, about 20 s; `python -m dc_torch.native` builds it ahead): until "
-                           "it is ready, windows use the Python capture path")
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", __name__],
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            logger.warning(
+                "DeepContext is building its native operator capture for this environment in the "
+                "background (once, about 20 s; `python -m dc_torch.native` builds it ahead): until "
+                "it is ready, windows use the Python capture path"
+            )
         return "the native capture is being built (first use in this environment)"
 
     def running(self) -> bool:
@@ -218,7 +243,9 @@ def _load() -> tuple[ModuleType | None, str]:
     except Exception as exc:  # a build that does not import, or cannot be started: the Python path
         module, failure = None, _reason(exc)
     if module is None:
-        logger.warning("native operator capture unavailable (%s); using the Python capture path", failure)
+        logger.warning(
+            "native operator capture unavailable (%s); using the Python capture path", failure
+        )
     _loaded = module, failure or ""
     return _loaded
 
@@ -245,9 +272,17 @@ class NativeCapture:
         self.gil_free = False
         self.failure: str | None = None  # the error that stopped the last window's callback, if any
 
-    def start(self, collector: Any, backward_frame: int, nested: bool, namer: Any,
-              flops: int = NO_METRIC, alloc: int = NO_METRIC, marks: bool = False,
-              unscoped_frame: int = NO_FRAME) -> None:
+    def start(
+        self,
+        collector: Any,
+        backward_frame: int,
+        nested: bool,
+        namer: Any,
+        flops: int = NO_METRIC,
+        alloc: int = NO_METRIC,
+        marks: bool = False,
+        unscoped_frame: int = NO_FRAME,
+    ) -> None:
         """Register the callback for one window.
 
         Args:
@@ -268,9 +303,13 @@ class NativeCapture:
         if self.extension.active() or collector.capturing():
             raise BusyError("operator capture is already on")
         try:
-            self.gil_free = collector.capture_start(backward_frame, nested, context, namer, gil_free, unscoped_frame)
+            self.gil_free = collector.capture_start(
+                backward_frame, nested, context, namer, gil_free, unscoped_frame
+            )
         except RuntimeError as exc:
-            if "another collector is capturing" in str(exc):  # the collector's own words (capture.cc)
+            if "another collector is capturing" in str(
+                exc
+            ):  # the collector's own words (capture.cc)
                 raise BusyError(str(exc)) from exc
             raise
         self.collector = collector

@@ -15,8 +15,9 @@ which frame a call gets and what is read from its result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from threading import get_ident
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
@@ -25,7 +26,6 @@ from torch.utils.flop_counter import flop_registry
 
 from dc_core.collect.collector import FLAG_BACKWARD, INHERIT
 from dc_core.collect.ownfiles import cut_own_frames
-
 from dc_torch.autograd import BACKWARD_ENTRY_POINTS
 from dc_torch.hub import Interceptor
 
@@ -50,17 +50,43 @@ _strided = torch.strided
 
 #: Calls that only read metadata or flip state: not operators worth a node.
 _PASS_THROUGH = {
-    "torch.is_complex", "torch.is_floating_point", "torch.is_tensor", "torch.numel",
-    "torch.Tensor.size", "torch.Tensor.dim", "torch.Tensor.numel", "torch.Tensor.stride",
-    "torch.Tensor.data_ptr", "torch.Tensor.element_size", "torch.Tensor.is_contiguous",
-    "torch.Tensor.is_floating_point", "torch.Tensor.is_complex", "torch.Tensor.get_device",
-    "torch.Tensor.__len__", "torch.Tensor.__repr__", "torch.Tensor.__format__",
-    "torch.Tensor.__hash__", "torch.Tensor.requires_grad_", "torch.Tensor.storage_offset",
-    "torch.Tensor.untyped_storage", "torch.Tensor._is_view", "torch.Tensor.__reduce_ex__",
-    "torch.Tensor.dim_order", "torch.Tensor.has_names", "torch.Tensor.is_set_to",
+    "torch.is_complex",
+    "torch.is_floating_point",
+    "torch.is_tensor",
+    "torch.numel",
+    "torch.Tensor.size",
+    "torch.Tensor.dim",
+    "torch.Tensor.numel",
+    "torch.Tensor.stride",
+    "torch.Tensor.data_ptr",
+    "torch.Tensor.element_size",
+    "torch.Tensor.is_contiguous",
+    "torch.Tensor.is_floating_point",
+    "torch.Tensor.is_complex",
+    "torch.Tensor.get_device",
+    "torch.Tensor.__len__",
+    "torch.Tensor.__repr__",
+    "torch.Tensor.__format__",
+    "torch.Tensor.__hash__",
+    "torch.Tensor.requires_grad_",
+    "torch.Tensor.storage_offset",
+    "torch.Tensor.untyped_storage",
+    "torch.Tensor._is_view",
+    "torch.Tensor.__reduce_ex__",
+    "torch.Tensor.dim_order",
+    "torch.Tensor.has_names",
+    "torch.Tensor.is_set_to",
 }
-_MATMULS = {"torch.nn.functional.linear", "torch.matmul", "torch.Tensor.matmul", "torch.Tensor.__matmul__",
-            "torch.mm", "torch.Tensor.mm", "torch.bmm", "torch.Tensor.bmm"}
+_MATMULS = {
+    "torch.nn.functional.linear",
+    "torch.matmul",
+    "torch.Tensor.matmul",
+    "torch.Tensor.__matmul__",
+    "torch.mm",
+    "torch.Tensor.mm",
+    "torch.bmm",
+    "torch.Tensor.bmm",
+}
 
 
 def op_name(func: Callable) -> str:
@@ -68,9 +94,16 @@ def op_name(func: Callable) -> str:
     name = resolve_name(func)
     if name:
         short = getattr(func, "__name__", None)
-        if name.startswith("torch.") and name.count(".") == 1 and short and name != f"torch.{short}" \
-                and getattr(torch, short, None) is func:
-            return f"torch.{short}"  # torch's table names a twin for some (torch.mm -> "torch.spmm")
+        if (
+            name.startswith("torch.")
+            and name.count(".") == 1
+            and short
+            and name != f"torch.{short}"
+            and getattr(torch, short, None) is func
+        ):
+            return (
+                f"torch.{short}"  # torch's table names a twin for some (torch.mm -> "torch.spmm")
+            )
         return name
     qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
     module = getattr(func, "__module__", None) or ""
@@ -88,8 +121,9 @@ def moves_device(args: tuple, kwargs: dict) -> bool:
     ``x.to("cpu", copy=True)`` (ATen's ``to.device`` overload with the dtype kept)."""
     if "dtype" in kwargs or any(isinstance(a, (torch.dtype, torch.Tensor)) for a in args[1:]):
         return False
-    return "device" in kwargs or any(isinstance(a, (str, torch.device, int)) and not isinstance(a, bool)
-                                     for a in args[1:])
+    return "device" in kwargs or any(
+        isinstance(a, (str, torch.device, int)) and not isinstance(a, bool) for a in args[1:]
+    )
 
 
 def classify(frames: Frames, func: Callable) -> int:
@@ -97,8 +131,13 @@ def classify(frames: Frames, func: Callable) -> int:
     name = op_name(func)
     if func in BACKWARD_ENTRY_POINTS:
         fid = BACKWARD_ENTRY
-    elif name in _PASS_THROUGH or name.endswith((".__get__", ".__set__", ".__delete__")) or "_set_grad_enabled" in name \
-            or "profiler." in name or name.startswith("torch._C._profiler"):
+    elif (
+        name in _PASS_THROUGH
+        or name.endswith((".__get__", ".__set__", ".__delete__"))
+        or "_set_grad_enabled" in name
+        or "profiler." in name
+        or name.startswith("torch._C._profiler")
+    ):
         fid = SKIP
     else:
         fid = frames.op(name)
@@ -146,7 +185,11 @@ def _storage_bytes(args: tuple, out: Any) -> int:
     storage = out.untyped_storage()
     ptr = storage.data_ptr()
     for arg in args:
-        if isinstance(arg, _Tensor) and arg.layout == _strided and arg.untyped_storage().data_ptr() == ptr:
+        if (
+            isinstance(arg, _Tensor)
+            and arg.layout == _strided
+            and arg.untyped_storage().data_ptr() == ptr
+        ):
             return 0
     return storage.nbytes()
 
@@ -193,8 +236,9 @@ class OperatorMode(TorchFunctionMode):
         self.tag = hub.backward.hooks.tag
         # Made per window: without shapes, all there is to record after a call
         # is its autograd nodes (one call less per op).
-        self.scope = Interceptor(hub, "operator", capture=True,
-                                 after=self._recorded if hub.window.shapes else self.tag)
+        self.scope = Interceptor(
+            hub, "operator", capture=True, after=self._recorded if hub.window.shapes else self.tag
+        )
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -223,13 +267,19 @@ class OperatorMode(TorchFunctionMode):
                 fid = self.ops.get(_TO_DEVICE)
                 if fid is None:
                     try:
-                        fid = self.ops[_TO_DEVICE] = hub.frames.op("torch.Tensor.to", detail="device")
-                    except Exception as exc:  # the profiler's error: the user's call still runs, once
+                        fid = self.ops[_TO_DEVICE] = hub.frames.op(
+                            "torch.Tensor.to", detail="device"
+                        )
+                    except (
+                        Exception
+                    ) as exc:  # the profiler's error: the user's call still runs, once
                         hub.fail(exc, "operator")
                     if fid is None:
                         return func(*args, **kwargs)
             suspended = hub.window.suspended
-            if suspended and get_ident() in suspended:  # inside a compiled region: it records itself
+            if (
+                suspended and get_ident() in suspended
+            ):  # inside a compiled region: it records itself
                 return func(*args, **kwargs)
             first_seq = _next_seq() if _grad_enabled() else None
             return self.scope.call((fid,), func, args, kwargs, first_seq)
@@ -237,9 +287,9 @@ class OperatorMode(TorchFunctionMode):
             cut_own_frames(exc)
             raise
 
-
-    def _recorded(self, node: int, frames: tuple, first_seq: int | None, args: tuple, kwargs: dict,
-                  out: Any) -> None:
+    def _recorded(
+        self, node: int, frames: tuple, first_seq: int | None, args: tuple, kwargs: dict, out: Any
+    ) -> None:
         """What a window with shapes reads of a call: alloc_bytes and FLOPs, then its autograd nodes."""
         hub = self.hub
         window = hub.window
@@ -250,7 +300,9 @@ class OperatorMode(TorchFunctionMode):
             if size:
                 hub.collector.add(node, window.metric_alloc, size)
         if frames[0] in hub.frames.matmuls:
-            hub.collector.add(node, window.metric_flops, matmul_flops(args[0] if args else None, out))
+            hub.collector.add(
+                node, window.metric_flops, matmul_flops(args[0] if args else None, out)
+            )
         self.tag(node, frames, first_seq, args, kwargs, out)
 
 
@@ -266,11 +318,16 @@ class AtenMode(TorchDispatchMode):
     def __init__(self, hub: Hub) -> None:
         super().__init__()
         self.hub = hub
-        self.ids: tuple[dict[Any, int], dict[Any, int]] = ({}, {})  # forward, backward: ATen op -> frame
+        self.ids: tuple[dict[Any, int], dict[Any, int]] = (
+            {},
+            {},
+        )  # forward, backward: ATen op -> frame
         self.flops: dict[Any, Any] = {}  # ATen op -> FLOP formula, or None
         self.shapes = hub.window.shapes  # made per window: FLOPs only where the window takes shapes
         self.scope = Interceptor(hub, "aten", user_depth=INHERIT)
-        self.counted = Interceptor(hub, "aten", user_depth=INHERIT, after=self._count_flops)  # ops with a formula
+        self.counted = Interceptor(
+            hub, "aten", user_depth=INHERIT, after=self._count_flops
+        )  # ops with a formula
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         hub = self.hub
@@ -280,7 +337,9 @@ class AtenMode(TorchDispatchMode):
             backward = _current_node() is not None
             fid = self.ids[backward].get(func)
             if fid is None:
-                fid = self.ids[backward][func] = hub.frames.aten(func, FLAG_BACKWARD if backward else 0)
+                fid = self.ids[backward][func] = hub.frames.aten(
+                    func, FLAG_BACKWARD if backward else 0
+                )
             count = self.flops.get(func, _UNKNOWN) if self.shapes else None
             if count is _UNKNOWN:
                 count = self.flops[func] = _flop_formula(func)
@@ -295,7 +354,9 @@ class AtenMode(TorchDispatchMode):
 
     __torch_dispatch__ = _hook(_dispatch, None)
 
-    def _count_flops(self, node: int, frames: tuple, count: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    def _count_flops(
+        self, node: int, frames: tuple, count: Any, args: tuple, kwargs: dict, out: Any
+    ) -> None:
         try:
             flops = int(count(*args, **kwargs, out_val=out))
         except Exception:  # FLOPs are best effort; an odd signature is not an error
@@ -315,14 +376,18 @@ def _flop_formula(func: Any) -> Any:
 
 def _contracting(left: int) -> Any:
     """``flop_registry``'s signature for ``matmul_flops`` of an ATen matmul whose left operand is ``args[left]``."""
+
     def count(*args: Any, out_val: Any, **kwargs: Any) -> int:
         return matmul_flops(args[left], out_val)
+
     return count
 
 
 _UNKNOWN = object()
 _aten = torch.ops.aten
 _MATMUL_FLOPS = {
-    _aten.mm: _contracting(0), _aten.bmm: _contracting(0),
-    _aten.addmm: _contracting(1), _aten.baddbmm: _contracting(1),
+    _aten.mm: _contracting(0),
+    _aten.bmm: _contracting(0),
+    _aten.addmm: _contracting(1),
+    _aten.baddbmm: _contracting(1),
 }

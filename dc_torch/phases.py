@@ -51,7 +51,9 @@ class PhaseHooks:
         self.hub = hub
         self.handles: list[Any] = []
         self.patched: list[tuple[type, str, Any]] = []
-        self.steps: dict[type, tuple[str, str, int] | None] = {}  # optimizer class -> its step's frame
+        self.steps: dict[
+            type, tuple[str, str, int] | None
+        ] = {}  # optimizer class -> its step's frame
 
     def install(self) -> None:
         self.handles = [
@@ -62,7 +64,12 @@ class PhaseHooks:
         self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", "dataloader")
         for name in CLIPPING:
             if callable(torch.nn.utils.__dict__.get(name)):
-                self._patch(torch.nn.utils, name, "optimizer", frame=_frame_of(torch.nn.utils.__dict__[name]))
+                self._patch(
+                    torch.nn.utils,
+                    name,
+                    "optimizer",
+                    frame=_frame_of(torch.nn.utils.__dict__[name]),
+                )
         self._patch_train()
         # The entry points themselves open the phase (Tensor.backward calls
         # torch.autograd.backward by its module attribute); on the Python path
@@ -85,16 +92,22 @@ class PhaseHooks:
 
     def _optimizer_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         step = self._end()
-        if step == self.hub.session.last_step:  # not when the update also ended the step (deepcontext run)
+        if (
+            step == self.hub.session.last_step
+        ):  # not when the update also ended the step (deepcontext run)
             self.hub.session.update_end()
 
-    def _begin(self, name: str, optimizer: type | None = None, frame: tuple[str, str, int] | None = None) -> None:
+    def _begin(
+        self, name: str, optimizer: type | None = None, frame: tuple[str, str, int] | None = None
+    ) -> None:
         hub = self.hub
         phase = None
         try:
             state = hub.thread_state()
             window, thread = hub.window, get_ident()
-            mode_runs_it = name == "backward" and window.capture == "python" and thread == window.thread
+            mode_runs_it = (
+                name == "backward" and window.capture == "python" and thread == window.thread
+            )
             if hub.active and thread not in window.suspended and not mode_runs_it:
                 phase = hub.session.phase(name, below_caller=name == "backward")
                 phase.__enter__()  # its exit closes the step's frame too
@@ -102,7 +115,9 @@ class PhaseHooks:
                     frame = self._step_frame(optimizer)
                 if frame is not None:
                     hub.collector.enter((hub.session.frame(KIND_PYTHON, *frame),), capture=True)
-            state.phases.append((phase, hub.session.last_step))  # None too, so that _end pops what this call pushed
+            state.phases.append(
+                (phase, hub.session.last_step)
+            )  # None too, so that _end pops what this call pushed
         except Exception as exc:
             hub.fail(exc, "phase")
 
@@ -124,7 +139,9 @@ class PhaseHooks:
         if cls not in self.steps:
             code = getattr(inspect.unwrap(cls.step), "__code__", None)
             inside = code is not None and code.co_filename.startswith(_OPTIM_DIR)
-            self.steps[cls] = (f"{cls.__name__}.step", code.co_filename, code.co_firstlineno) if inside else None
+            self.steps[cls] = (
+                (f"{cls.__name__}.step", code.co_filename, code.co_firstlineno) if inside else None
+            )
         return self.steps[cls]
 
     # --- evaluation: model.eval() ... model.train() -----------------------------
@@ -139,8 +156,12 @@ class PhaseHooks:
             state.mode_depth += 1
             if not isinstance(training, bool):  # torch's train() raises its own error for it
                 return state
-            if state.mode_depth > 1 or not hub.active or get_ident() not in (hub.session.step_thread, 0) \
-                    or hub.session.default_phase == "eval":  # an evaluation window's steps are eval already
+            if (
+                state.mode_depth > 1
+                or not hub.active
+                or get_ident() not in (hub.session.step_thread, 0)
+                or hub.session.default_phase == "eval"
+            ):  # an evaluation window's steps are eval already
                 return state
             session, open_ = hub.session, state.evaluating
             if not training and open_ is None and next(module.children(), None) is not None:
@@ -171,7 +192,9 @@ class PhaseHooks:
         self._install(cls, "train", train)
 
     # --- wrapped methods ------------------------------------------------------
-    def _patch(self, cls: Any, name: str, phase: str, frame: tuple[str, str, int] | None = None) -> None:
+    def _patch(
+        self, cls: Any, name: str, phase: str, frame: tuple[str, str, int] | None = None
+    ) -> None:
         hooks = self
 
         # The wrapped method is read from ``__wrapped__`` at each call, so that a

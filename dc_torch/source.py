@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from dc_core.collect.collector import KIND_MODULE, KIND_PYTHON
-
 from dc_torch.adapter import TORCH_DIR
 
 #: ``(kind, name, file, line, detail)``, the arguments of ``session.frame``.

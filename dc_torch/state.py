@@ -10,7 +10,6 @@ from typing import Any
 
 from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_OPERATOR
 
-
 _OUTSIDE = -1  # cached for a module that is not one of the naming root's
 
 
@@ -26,11 +25,19 @@ class ThreadState(threading.local):
     def reset(self, generation: int) -> None:
         self.generation = generation
         self.modules: list[Any] = []
-        self.phases: list[Any] = []  # open phase context managers (optimizer, dataloader), with the step each began in
+        self.phases: list[
+            Any
+        ] = []  # open phase context managers (optimizer, dataloader), with the step each began in
         self.set_aside: list[tuple] = []  # our modes popped while a compiled module runs
-        self.mode_depth = 0  # Module.train calls running (model.eval() recurses into every submodule)
-        self.evaluating: tuple[Any, Any, int] | None = None  # (model, its eval phase, the step it began in)
-        self.hooked: list[bool] = []  # per running autograd node: whether its pre-hook opened a scope
+        self.mode_depth = (
+            0  # Module.train calls running (model.eval() recurses into every submodule)
+        )
+        self.evaluating: tuple[Any, Any, int] | None = (
+            None  # (model, its eval phase, the step it began in)
+        )
+        self.hooked: list[
+            bool
+        ] = []  # per running autograd node: whether its pre-hook opened a scope
         # per backward pass running on this thread, innermost last: (graph task
         # id, collector depth its node scopes sit on)
         self.passes: list[tuple[int, int]] = []
@@ -45,16 +52,24 @@ class Frames:
 
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.ops: dict[Any, int] = {}  # torch callable -> frame id, or ops.SKIP / ops.BACKWARD_ENTRY
-        self.matmuls: set[int] = set()  # operator frames whose FLOPs are a matmul's (ops.matmul_flops)
+        self.ops: dict[
+            Any, int
+        ] = {}  # torch callable -> frame id, or ops.SKIP / ops.BACKWARD_ENTRY
+        self.matmuls: set[int] = (
+            set()
+        )  # operator frames whose FLOPs are a matmul's (ops.matmul_flops)
         self.names: dict[int, str] = {}  # operator frame id -> name
         self.aten_ids: dict[tuple[Any, int], int] = {}
         self.backward_ops: dict[tuple[str, str], int] = {}
-        self.module_names: dict[int, tuple[Any, dict[Any, int]]] = {}  # id(root) -> (root, {module: frame})
+        self.module_names: dict[
+            int, tuple[Any, dict[Any, int]]
+        ] = {}  # id(root) -> (root, {module: frame})
         # The module to name modules from where it holds them (a LightningModule),
         # whatever module is called outermost; the adapter sets it (its ``naming_root``).
         self.naming_root: Any = None
-        self.rooted_names: dict[int, tuple[Any, dict[Any, int]]] = {}  # as module_names, _OUTSIDE for strays
+        self.rooted_names: dict[
+            int, tuple[Any, dict[Any, int]]
+        ] = {}  # as module_names, _OUTSIDE for strays
 
     def op(self, name: str, flags: int = 0, detail: str = "") -> int:
         fid = self.session.frame(KIND_OPERATOR, name, "", 0, detail, flags)
@@ -90,8 +105,13 @@ class Frames:
                 return fid
         return self._path_frame(module, root, self.module_names, None)
 
-    def _path_frame(self, module: Any, root: Any, cache: dict[int, tuple[Any, dict[Any, int]]],
-                    outside: int | None) -> int:
+    def _path_frame(
+        self,
+        module: Any,
+        root: Any,
+        cache: dict[int, tuple[Any, dict[Any, int]]],
+        outside: int | None,
+    ) -> int:
         """``module``'s frame under ``root``, its paths computed once per root; a
         module not registered in ``root`` gets ``outside``, or its class name when None."""
         entry = cache.get(id(root))
@@ -108,8 +128,12 @@ class Frames:
                     )
             fid = frames.get(module)
             if fid is None:  # called under root but not registered in it
-                fid = frames[module] = outside if outside is not None else self.session.frame(
-                    KIND_MODULE, _class_name(module), "", 0, _class_name(module)
+                fid = frames[module] = (
+                    outside
+                    if outside is not None
+                    else self.session.frame(
+                        KIND_MODULE, _class_name(module), "", 0, _class_name(module)
+                    )
                 )
         return fid
 

@@ -76,7 +76,6 @@ def profiles_keep_their_accounts(request: pytest.FixtureRequest):
         return
     from dc_core.store.logdir import find_profiles, read_profile
     from dc_core.store.profile import ProfileError
-
     from tests.invariants import violations
 
     broken = []
@@ -165,7 +164,9 @@ def _ci_refuses(report) -> bool:
 
 def _as_failure(report) -> None:
     report.outcome = "failed"
-    report.longrepr = f"skipped under CI=true, where everything is installed: {_skip_reason(report)}"
+    report.longrepr = (
+        f"skipped under CI=true, where everything is installed: {_skip_reason(report)}"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -194,8 +195,11 @@ def module_calls(tree, node: int) -> int:
     own = tree.value(node, "count")
     if own:
         return own
-    counts = [tree.value(d, "count") for d in tree.preorder(node)
-              if tree.node_frame(d).kind == "operator" and not tree.node_frame(d).backward]
+    counts = [
+        tree.value(d, "count")
+        for d in tree.preorder(node)
+        if tree.node_frame(d).kind == "operator" and not tree.node_frame(d).backward
+    ]
     return min((c for c in counts if c), default=0)
 
 

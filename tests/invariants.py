@@ -23,8 +23,17 @@ from dc_core.model.kinds import PHASES
 from dc_core.store.profile import Profile
 
 #: Metrics whose values add up the tree (the others are per-node facts).
-ADDITIVE = ("cpu_time_ns", "device_time_ns", "count", "samples", "flops", "alloc_bytes",
-            "comm_time_ns", "exposed_comm_ns", "comm_bytes")
+ADDITIVE = (
+    "cpu_time_ns",
+    "device_time_ns",
+    "count",
+    "samples",
+    "flops",
+    "alloc_bytes",
+    "comm_time_ns",
+    "exposed_comm_ns",
+    "comm_bytes",
+)
 #: How far the root's time may stand from the step times: relative, and one step's edges.
 STEP_SLACK = 0.02
 EDGE_SLACK_NS = 500_000
@@ -41,30 +50,45 @@ def violations(profile: Profile) -> list[str]:
         negative = [n for n in range(len(tree)) if excl[n] < 0]
         if negative:
             n = negative[0]
-            found.append(f"{metric}: {len(negative)} node(s) with negative exclusive value, e.g. "
-                         f"{_where(tree, n)} = {excl[n]}")
+            found.append(
+                f"{metric}: {len(negative)} node(s) with negative exclusive value, e.g. "
+                f"{_where(tree, n)} = {excl[n]}"
+            )
         total = list(excl)
         for node in range(len(tree) - 1, 0, -1):  # parents come before their children
             total[tree.parent[node]] += total[node]
         derived = tree.inclusive(metric)
         if derived != total:
             n = next(i for i in range(len(tree)) if derived[i] != total[i])
-            found.append(f"{metric}: inclusive at {_where(tree, n)} is {derived[n]}, its subtree sums to {total[n]}")
+            found.append(
+                f"{metric}: inclusive at {_where(tree, n)} is {derived[n]}, its subtree sums to {total[n]}"
+            )
     if "cpu_time_ns" in tree.excl and len(tree) > 1:
         if tree.excl["cpu_time_ns"][0]:
             found.append(f"the root has {tree.excl['cpu_time_ns'][0]} ns of its own")
-        strays = [c for c in tree.children(0) if tree.node_frame(c).kind != "phase"
-                  or tree.node_frame(c).name not in PHASES]
+        strays = [
+            c
+            for c in tree.children(0)
+            if tree.node_frame(c).kind != "phase" or tree.node_frame(c).name not in PHASES
+        ]
         if strays:
-            found.append("not a phase under the root: " + ", ".join(tree.node_frame(c).label() for c in strays[:3]))
+            found.append(
+                "not a phase under the root: "
+                + ", ".join(tree.node_frame(c).label() for c in strays[:3])
+            )
         steps = sum(profile.step_times_ns)
         # One-off compiles inside a step (JAX tracing a new shape) are a phase
         # of their own that step times leave out by design.
         compiled = tree.find("compile")
-        root = tree.inclusive("cpu_time_ns")[0] - (tree.inclusive("cpu_time_ns")[compiled] if compiled else 0)
+        root = tree.inclusive("cpu_time_ns")[0] - (
+            tree.inclusive("cpu_time_ns")[compiled] if compiled else 0
+        )
         off_thread = profile.step_source.startswith("a time range")
-        if profile.step_times_ns and not off_thread and \
-                abs(root - steps) > STEP_SLACK * steps + EDGE_SLACK_NS * len(profile.step_times_ns):
+        if (
+            profile.step_times_ns
+            and not off_thread
+            and abs(root - steps) > STEP_SLACK * steps + EDGE_SLACK_NS * len(profile.step_times_ns)
+        ):
             found.append(f"the root's time {root} ns is not the steps' {steps} ns (±2%)")
     return found
 

@@ -44,7 +44,9 @@ def test_relative_links_resolve(page: Path):
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
         if not file.exists():
-            broken.append(f"{target}: no file {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}")
+            broken.append(
+                f"{target}: no file {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}"
+            )
         elif anchor and file.suffix == ".md" and anchor not in anchors(file):
             broken.append(f"{target}: no heading #{anchor} in {file.relative_to(ROOT)}")
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
@@ -63,7 +65,17 @@ def test_readme_stays_short_and_leads_with_what_a_new_user_needs():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) < 320
     top = "\n".join(lines[:150])
-    for needed in ("make demo", "make test", 'pip install ".[torch', "deepcontext run",
-                   "dc_lightning", "dc_hf", "dc_torch.profile", "dc_jax.profile",
-                   "docs/tensorboard-tab.png", "docs/troubleshooting.md", "docs/benchmarks.md"):
+    for needed in (
+        "make demo",
+        "make test",
+        'pip install ".[torch',
+        "deepcontext run",
+        "dc_lightning",
+        "dc_hf",
+        "dc_torch.profile",
+        "dc_jax.profile",
+        "docs/tensorboard-tab.png",
+        "docs/troubleshooting.md",
+        "docs/benchmarks.md",
+    ):
         assert needed in top, needed

@@ -35,7 +35,8 @@ def modules_under(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imported_names(tree: ast.Module, module: str, is_package: bool) -> list[str]:
@@ -161,7 +162,9 @@ def _within(name: str, *packages: str) -> bool:
 
 def crossings(edges: dict[str, set[str]], layer: str, may_import) -> dict[str, list[str]]:
     """Per module of package ``layer``, what it imports that ``may_import`` refuses (none: left out)."""
-    found = {m: sorted(t for t in edges[m] if not may_import(t)) for m in edges if _within(m, layer)}
+    found = {
+        m: sorted(t for t in edges[m] if not may_import(t)) for m in edges if _within(m, layer)
+    }
     return {m: t for m, t in found.items() if t}
 
 
@@ -204,18 +207,21 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_a_planted_cycle_is_found_and_named(tmp_path):
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/a.py": "from . import c\n\ndef late():\n    from .b import thing\n",
-        "pkg/b.py": "import pkg.a\nthing = 1\n",
-        # c reaches a only for typing: not a cycle.
-        "pkg/c.py": (
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import late\n"
-        ),
-        # A package importing its submodule, which imports its package: not a cycle.
-        "pkg/sub/__init__.py": "from .x import y\n",
-        "pkg/sub/x.py": "from .. import sub\nfrom pkg.sub import __name__ as n\ny = 1\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from . import c\n\ndef late():\n    from .b import thing\n",
+            "pkg/b.py": "import pkg.a\nthing = 1\n",
+            # c reaches a only for typing: not a cycle.
+            "pkg/c.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import late\n"
+            ),
+            # A package importing its submodule, which imports its package: not a cycle.
+            "pkg/sub/__init__.py": "from .x import y\n",
+            "pkg/sub/x.py": "from .. import sub\nfrom pkg.sub import __name__ as n\ny = 1\n",
+        },
+    )
     edges, outside = import_graph(modules_under(tmp_path, ("pkg",)))
     assert edges["pkg.a"] == {"pkg.b", "pkg.c"}
     assert edges["pkg.c"] == set()
@@ -226,27 +232,34 @@ def test_a_planted_cycle_is_found_and_named(tmp_path):
 
 def test_a_cycle_through_a_package_init_is_found(tmp_path):
     # Importing pkg.one.leaf runs pkg/one/__init__.py, which imports pkg.two.
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/one/__init__.py": "from ..two import mid\n",
-        "pkg/one/leaf.py": "",
-        "pkg/two/__init__.py": "",
-        "pkg/two/mid.py": "from ..one.leaf import *\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/one/__init__.py": "from ..two import mid\n",
+            "pkg/one/leaf.py": "",
+            "pkg/two/__init__.py": "",
+            "pkg/two/mid.py": "from ..one.leaf import *\n",
+        },
+    )
     edges, _ = import_graph(modules_under(tmp_path, ("pkg",)))
     assert cycles(edges) == [["pkg.one", "pkg.two.mid", "pkg.one"]]
 
 
 def test_a_planted_crossing_is_found(tmp_path):
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/model/__init__.py": "",
-        "pkg/model/tree.py": "from . import kinds\n\ndef load():\n    from ..store import profile\n",
-        "pkg/model/kinds.py": "",
-        "pkg/store/__init__.py": "",
-        "pkg/store/profile.py": "from ..model.tree import load\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/model/__init__.py": "",
+            "pkg/model/tree.py": "from . import kinds\n\ndef load():\n    from ..store import profile\n",
+            "pkg/model/kinds.py": "",
+            "pkg/store/__init__.py": "",
+            "pkg/store/profile.py": "from ..model.tree import load\n",
+        },
+    )
     edges, _ = import_graph(modules_under(tmp_path, ("pkg",)))
     assert crossings(edges, "pkg.model", lambda t: _within(t, "pkg.model")) == {
-        "pkg.model.tree": ["pkg.store", "pkg.store.profile"]}
+        "pkg.model.tree": ["pkg.store", "pkg.store.profile"]
+    }
     assert crossings(edges, "pkg.store", lambda t: _within(t, "pkg.model")) == {}

@@ -15,8 +15,12 @@ def logger_names(source: str) -> list[str]:
     as written (a name that is not a string literal as its source text)."""
     names = []
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "getLogger" and node.args):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "getLogger"
+            and node.args
+        ):
             arg = node.args[0]
             names.append(arg.value if isinstance(arg, ast.Constant) else ast.unparse(arg))
     return names

@@ -23,14 +23,14 @@ report, its JSON, the tab).
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from ..store.profile import Profile
-from . import context, operators, phases, ranks, steps, system, trends
 from ..model.kinds import SEVERITIES
 from ..model.rules import RULE_IDS
+from ..store.profile import Profile
+from . import context, operators, phases, ranks, steps, system, trends
 from .base import Window
 from .thresholds import DEFAULTS, Thresholds
 
@@ -65,8 +65,17 @@ RANK_RULES = {
     "share_trend": trends.share_trend,
 }
 
-__all__ = ["DEFAULTS", "RULE_IDS", "SEVERITIES", "Thresholds", "analyze", "analyze_ranks", "attach", "findings_of",
-           "sort_findings"]
+__all__ = [
+    "DEFAULTS",
+    "RULE_IDS",
+    "SEVERITIES",
+    "Thresholds",
+    "analyze",
+    "analyze_ranks",
+    "attach",
+    "findings_of",
+    "sort_findings",
+]
 
 
 def pending_overrides(profile: Profile) -> Mapping[str, float] | None:
@@ -79,8 +88,10 @@ def pending_overrides(profile: Profile) -> Mapping[str, float] | None:
         Thresholds(overrides)
         return overrides
     except (ValueError, TypeError, AttributeError):
-        logger.warning("DeepContext: %s has unreadable analyzer overrides; default thresholds used",
-                       profile.source or "a profile")
+        logger.warning(
+            "DeepContext: %s has unreadable analyzer overrides; default thresholds used",
+            profile.source or "a profile",
+        )
         return None
 
 
@@ -95,8 +106,11 @@ def findings_of(profile: Profile) -> list[dict[str, Any]]:
         try:
             profile.analysed = analyze(profile, pending_overrides(profile))
         except Exception:
-            logger.warning("DeepContext analyzer failed on %s; shown without findings",
-                           profile.source or "a profile", exc_info=True)
+            logger.warning(
+                "DeepContext analyzer failed on %s; shown without findings",
+                profile.source or "a profile",
+                exc_info=True,
+            )
             profile.analysed = []
     return profile.analysed
 
@@ -108,7 +122,12 @@ def sort_findings(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
     def key(f: dict[str, Any]) -> tuple:
         gain = f.get("gain_ns")
-        return (SEVERITIES.index(f["severity"]), gain is None, -(gain or 0), order.get(f["rule"], len(order)))
+        return (
+            SEVERITIES.index(f["severity"]),
+            gain is None,
+            -(gain or 0),
+            order.get(f["rule"], len(order)),
+        )
 
     return sorted(findings, key=key)
 
@@ -133,7 +152,9 @@ def analyze(profile: Profile, overrides: Mapping[str, float] | None = None) -> l
     return sort_findings(found)
 
 
-def analyze_ranks(profiles: list[Profile], overrides: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+def analyze_ranks(
+    profiles: list[Profile], overrides: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
     """Findings that compare profiles: load imbalance between the ranks of a
     window, memory growth and a node's rising share across the windows of a rank. Each names its profile
     in ``evidence`` (``run``, ``rank``, ``steps``); see `attach`."""

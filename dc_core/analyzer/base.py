@@ -8,8 +8,9 @@ through the helpers here so that "an operator's context", "its scope" and
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any
 
 from ..model.kinds import CONTEXT_KINDS
 from ..model.opnames import op_name as bare_op_name
@@ -17,25 +18,44 @@ from ..model.tree import Frame, Tree
 from ..store.profile import Profile
 from .thresholds import Thresholds
 
+
 def op_name(frame: Frame) -> str:
     """An operator frame's bare name (`dc_core.model.opnames.op_name`)."""
     return bare_op_name(frame.name)
 
 
 def finding(
-    rule: str, severity: str, message: str, suggestion: str, tree: Tree | None, node: int, evidence: dict[str, Any],
-    *, gain_ns: float | None, gain_basis: str,
+    rule: str,
+    severity: str,
+    message: str,
+    suggestion: str,
+    tree: Tree | None,
+    node: int,
+    evidence: dict[str, Any],
+    *,
+    gain_ns: float | None,
+    gain_basis: str,
 ) -> dict[str, Any]:
     """A finding as stored in the profile and shown by the report.
 
     ``gain_ns`` is the time per step the fix would save (an upper bound where
     the basis says so; None where no saving can be estimated) and
     ``gain_basis`` one sentence saying which nodes' time it is and why."""
-    path = [tree.node_frame(n).label() for n in tree.path(node)] if tree is not None and node > 0 else []
+    path = (
+        [tree.node_frame(n).label() for n in tree.path(node)]
+        if tree is not None and node > 0
+        else []
+    )
     return {
-        "rule": rule, "severity": severity, "message": message, "suggestion": suggestion,
-        "path": path, "evidence": evidence, "node": node if path else -1,
-        "gain_ns": _gain(gain_ns), "gain_basis": gain_basis,
+        "rule": rule,
+        "severity": severity,
+        "message": message,
+        "suggestion": suggestion,
+        "path": path,
+        "evidence": evidence,
+        "node": node if path else -1,
+        "gain_ns": _gain(gain_ns),
+        "gain_basis": gain_basis,
     }
 
 
@@ -176,7 +196,9 @@ class Window:
     def _range(self, metric: str | None) -> tuple[list[int], list[int]] | None:
         metric = metric or self.metric
         if metric not in self._ranges:
-            self._ranges[metric] = self.profile.step_range(metric) if self.marked(metric) >= 2 else None
+            self._ranges[metric] = (
+                self.profile.step_range(metric) if self.marked(metric) >= 2 else None
+            )
         return self._ranges[metric]
 
     def _inclusive(self, metric: str | None) -> list[int]:
@@ -225,8 +247,10 @@ class Window:
         """The operators' time per step with the code between them on their
         own lines (their anchors' exclusive time): quiet, and mean."""
         lines = {self.anchor(o) for o in ops} - {0}
-        return (self.quiet_sum(ops, metric) + sum(self.quiet_own(n, metric) for n in lines),
-                self.mean_sum(ops, metric) + sum(self.mean_own(n, metric) for n in lines))
+        return (
+            self.quiet_sum(ops, metric) + sum(self.quiet_own(n, metric) for n in lines),
+            self.mean_sum(ops, metric) + sum(self.mean_own(n, metric) for n in lines),
+        )
 
     def quiet_share(self, nodes: Iterable[int], metric: str | None = None) -> float:
         """Share of a quiet step the nodes hold (both sides quiet)."""
@@ -234,17 +258,23 @@ class Window:
 
     def spread(self, nodes: list[int], metric: str | None = None) -> dict[str, int]:
         """Evidence of the nodes' time per step: quietest, mean, busiest."""
-        return {"quiet_ns": int(self.quiet_sum(nodes, metric)),
-                "mean_ns": int(sum(self.per_step(n, metric) for n in nodes)),
-                "busiest_ns": int(sum(self.busiest(n, metric) for n in nodes))}
+        return {
+            "quiet_ns": int(self.quiet_sum(nodes, metric)),
+            "mean_ns": int(sum(self.per_step(n, metric) for n in nodes)),
+            "busiest_ns": int(sum(self.busiest(n, metric) for n in nodes)),
+        }
 
     @cached_property
     def noise_caveat(self) -> str:
         """Why this window's timings cannot rule machine noise out ("" where they can)."""
-        if self.marked() >= MIN_JUDGED_STEPS or (self.metric == "device_time_ns" and self.steps >= MIN_JUDGED_STEPS):
+        if self.marked() >= MIN_JUDGED_STEPS or (
+            self.metric == "device_time_ns" and self.steps >= MIN_JUDGED_STEPS
+        ):
             return ""
-        return (f"{self.steps} step{'s' if self.steps != 1 else ''} cannot tell a cost from machine noise; "
-                f"profile {MIN_JUDGED_STEPS} or more")
+        return (
+            f"{self.steps} step{'s' if self.steps != 1 else ''} cannot tell a cost from machine noise; "
+            f"profile {MIN_JUDGED_STEPS} or more"
+        )
 
     @cached_property
     def running_share(self) -> float:
@@ -265,7 +295,9 @@ class Window:
         for f in found:
             if f.get("gain_ns") is not None and f["rule"] not in _OWN_DISCOUNT:
                 f["gain_ns"] = int(f["gain_ns"] * share)
-                f["gain_basis"] += f"; less the {percent(1 - share)} of the window the step waited for a CPU"
+                f["gain_basis"] += (
+                    f"; less the {percent(1 - share)} of the window the step waited for a CPU"
+                )
 
     @cached_property
     def others_waited(self) -> float:
@@ -280,8 +312,10 @@ class Window:
         if self.noise_caveat:
             return "info", self.noise_caveat
         if excess_ns <= self.others_waited:
-            return "info", (f"the process's other threads waited {ms(self.others_waited)} per step for a CPU, "
-                            "as much as this: the host's load may be all of it")
+            return "info", (
+                f"the process's other threads waited {ms(self.others_waited)} per step for a CPU, "
+                "as much as this: the host's load may be all of it"
+            )
         return severity, ""
 
     @cached_property
@@ -315,8 +349,10 @@ class Window:
     def phase_nodes(self, name: str) -> list[int]:
         """Outermost nodes of phase ``name``."""
         return [
-            n for n in range(1, len(self.tree))
-            if self.tree.node_frame(n).kind == "phase" and self.tree.node_frame(n).name == name
+            n
+            for n in range(1, len(self.tree))
+            if self.tree.node_frame(n).kind == "phase"
+            and self.tree.node_frame(n).name == name
             and self.phase(self.tree.parent[n]) != name
         ]
 
@@ -414,4 +450,3 @@ class Window:
     def per_call_ns(self, node: int) -> float:
         calls = self.tree.value(node, "count") or 1
         return self.cpu[node] / calls
-

@@ -13,7 +13,6 @@ from typing import Any
 from ..model.opnames import is_collective
 from .base import Window, finding, ms, op_name, percent
 
-
 _NOT_FORWARD = ("backward", "optimizer", "dataloader")
 
 
@@ -42,7 +41,12 @@ def _places(w: Window) -> dict[int, int]:
 
     def place(anchor: int) -> int:
         parent = tree.parent[anchor] if anchor else 0
-        if parent > 0 and w.kind(anchor) == "module" and not modules_below[anchor] and w.kind(parent) == "module":
+        if (
+            parent > 0
+            and w.kind(anchor) == "module"
+            and not modules_below[anchor]
+            and w.kind(parent) == "module"
+        ):
             return parent
         return anchor
 
@@ -63,42 +67,75 @@ def hotspot(w: Window) -> list[dict[str, Any]]:
         time_ns = sum(w.incl[o] for o in ops)
         if time_ns / w.total < min_share:
             break
-        phases = {phase: sum(w.incl[o] for o in group) for phase, group in _by_phase(w, ops).items()}
+        phases = {
+            phase: sum(w.incl[o] for o in group) for phase, group in _by_phase(w, ops).items()
+        }
         per_anchor: dict[int, int] = {}
-        for op in ops:  # shown where its operators spend most (the line's forward, backward or optimizer node)
+        for op in (
+            ops
+        ):  # shown where its operators spend most (the line's forward, backward or optimizer node)
             per_anchor[places[op]] = per_anchor.get(places[op], 0) + w.incl[op]
         node = max(per_anchor, key=per_anchor.__getitem__)
-        names = sorted({w.tree.node_frame(o).name for o in ops}, key=lambda n: -sum(
-            w.incl[o] for o in ops if w.tree.node_frame(o).name == n))
-        places_out.append({
-            "label": w.tree.node_frame(node).label(), "node": node, "share": round(time_ns / w.total, 4),
-            "time_ns": time_ns, "per_step_ns": int(time_ns / w.steps),  # the window's, and per step
-            **{f"{phase}_ns": phases.get(phase, 0) for phase in ("forward", *_NOT_FORWARD)},
-            "operators": names[:5]})
+        names = sorted(
+            {w.tree.node_frame(o).name for o in ops},
+            key=lambda n: -sum(w.incl[o] for o in ops if w.tree.node_frame(o).name == n),
+        )
+        places_out.append(
+            {
+                "label": w.tree.node_frame(node).label(),
+                "node": node,
+                "share": round(time_ns / w.total, 4),
+                "time_ns": time_ns,
+                "per_step_ns": int(time_ns / w.steps),  # the window's, and per step
+                **{f"{phase}_ns": phases.get(phase, 0) for phase in ("forward", *_NOT_FORWARD)},
+                "operators": names[:5],
+            }
+        )
     by_name: dict[str, list[int]] = {}
     for op in w.top_ops:
         by_name.setdefault(w.tree.node_frame(op).label(), []).append(op)
     operators = []
-    for name, ops in sorted(by_name.items(), key=lambda item: -sum(w.incl[o] for o in item[1]))[:top]:
+    for name, ops in sorted(by_name.items(), key=lambda item: -sum(w.incl[o] for o in item[1]))[
+        :top
+    ]:
         time_ns = sum(w.incl[o] for o in ops)
         if time_ns / w.total < min_share:
             break
-        operators.append({"operator": name, "share": round(time_ns / w.total, 4), "time_ns": time_ns,
-                          "per_step_ns": int(time_ns / w.steps),
-                          "calls": sum(w.tree.value(o, "count") for o in ops), "places": len(ops),
-                          "node": w.heaviest(ops)})
+        operators.append(
+            {
+                "operator": name,
+                "share": round(time_ns / w.total, 4),
+                "time_ns": time_ns,
+                "per_step_ns": int(time_ns / w.steps),
+                "calls": sum(w.tree.value(o, "count") for o in ops),
+                "places": len(ops),
+                "node": w.heaviest(ops),
+            }
+        )
     if not places_out and not operators:
         return []
-    text = "; ".join(filter(None, [
-        ", ".join(f"{p['label']} {percent(p['share'])}" for p in places_out),
-        ", ".join(f"operator {o['operator']} {percent(o['share'])}" for o in operators)]))
-    return [finding(
-        "hotspot", "info", f"where the step goes: {text}",
-        "start with the first of these when looking for time; the findings above say what to change",
-        w.tree, places_out[0]["node"] if places_out else operators[0]["node"],
-        {"lines": places_out, "operators": operators, "metric": w.metric},
-        gain_ns=None, gain_basis="a summary of where the time is, not a fix",
-    )]
+    text = "; ".join(
+        filter(
+            None,
+            [
+                ", ".join(f"{p['label']} {percent(p['share'])}" for p in places_out),
+                ", ".join(f"operator {o['operator']} {percent(o['share'])}" for o in operators),
+            ],
+        )
+    )
+    return [
+        finding(
+            "hotspot",
+            "info",
+            f"where the step goes: {text}",
+            "start with the first of these when looking for time; the findings above say what to change",
+            w.tree,
+            places_out[0]["node"] if places_out else operators[0]["node"],
+            {"lines": places_out, "operators": operators, "metric": w.metric},
+            gain_ns=None,
+            gain_basis="a summary of where the time is, not a fix",
+        )
+    ]
 
 
 _BACKWARD_ADVICE = {
@@ -114,9 +151,23 @@ for _name in _SLOW_BACKWARD:
     )
 
 
-_GEMMS = ("linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "einsum", "conv1d", "conv2d", "conv3d",
-          "convolution", "conv_transpose2d", "scaled_dot_product_attention",
-          "dot_general", "conv_general_dilated")  # JAX's primitives
+_GEMMS = (
+    "linear",
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "matmul",
+    "einsum",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "convolution",
+    "conv_transpose2d",
+    "scaled_dot_product_attention",
+    "dot_general",
+    "conv_general_dilated",
+)  # JAX's primitives
 
 #: How much more than its forward an operator family's backward costs by
 #: nature, where FLOPs do not say: a GEMM's backward is two GEMMs, a pooling's
@@ -126,20 +177,116 @@ _GEMMS = ("linear", "mm", "addmm", "bmm", "baddbmm", "matmul", "einsum", "conv1d
 #: page faults). Anything else: 1.
 _NORMAL_RATIO = {
     **dict.fromkeys(_GEMMS, 2.0),
-    **dict.fromkeys(("max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "avg_pool2d",
-                     "adaptive_avg_pool2d", "adaptive_max_pool2d", "fractional_max_pool2d"), 3.0),
-    **dict.fromkeys(("cross_entropy_loss", "nll_loss", "nll_loss_nd", "nll_loss2d", "log_softmax", "_log_softmax",
-                     "softmax", "_softmax", "mse_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-                     "kl_div", "smooth_l1_loss", "huber_loss", "ctc_loss"), 3.0),
-    **dict.fromkeys(("layer_norm", "native_layer_norm", "batch_norm", "native_batch_norm", "group_norm",
-                     "native_group_norm", "rms_norm", "_fused_rms_norm", "instance_norm"), 3.0),
-    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std",
-                     "var_mean", "std_mean", "logsumexp", "cumsum", "reduce_sum", "reduce_max"), 3.0),
-    **dict.fromkeys(("gelu", "silu", "tanh", "sigmoid", "softplus", "elu", "mish", "hardswish", "dropout",
-                     "native_dropout", "leaky_relu"), 2.0),
+    **dict.fromkeys(
+        (
+            "max_pool1d",
+            "max_pool2d",
+            "max_pool3d",
+            "max_pool2d_with_indices",
+            "avg_pool2d",
+            "adaptive_avg_pool2d",
+            "adaptive_max_pool2d",
+            "fractional_max_pool2d",
+        ),
+        3.0,
+    ),
+    **dict.fromkeys(
+        (
+            "cross_entropy_loss",
+            "nll_loss",
+            "nll_loss_nd",
+            "nll_loss2d",
+            "log_softmax",
+            "_log_softmax",
+            "softmax",
+            "_softmax",
+            "mse_loss",
+            "binary_cross_entropy",
+            "binary_cross_entropy_with_logits",
+            "kl_div",
+            "smooth_l1_loss",
+            "huber_loss",
+            "ctc_loss",
+        ),
+        3.0,
+    ),
+    **dict.fromkeys(
+        (
+            "layer_norm",
+            "native_layer_norm",
+            "batch_norm",
+            "native_batch_norm",
+            "group_norm",
+            "native_group_norm",
+            "rms_norm",
+            "_fused_rms_norm",
+            "instance_norm",
+        ),
+        3.0,
+    ),
+    **dict.fromkeys(
+        (
+            "sum",
+            "mean",
+            "amax",
+            "amin",
+            "max",
+            "min",
+            "norm",
+            "linalg_vector_norm",
+            "var",
+            "std",
+            "var_mean",
+            "std_mean",
+            "logsumexp",
+            "cumsum",
+            "reduce_sum",
+            "reduce_max",
+        ),
+        3.0,
+    ),
+    **dict.fromkeys(
+        (
+            "gelu",
+            "silu",
+            "tanh",
+            "sigmoid",
+            "softplus",
+            "elu",
+            "mish",
+            "hardswish",
+            "dropout",
+            "native_dropout",
+            "leaky_relu",
+        ),
+        2.0,
+    ),
     # elementwise arithmetic: a gradient per input, each its own pass and fresh tensor
-    **dict.fromkeys(("add", "sub", "mul", "div", "pow", "square", "sqrt", "rsqrt", "exp", "log", "abs", "clamp",
-                     "where", "reciprocal", "neg", "maximum", "minimum", "addcmul", "addcdiv", "lerp"), 3.0),
+    **dict.fromkeys(
+        (
+            "add",
+            "sub",
+            "mul",
+            "div",
+            "pow",
+            "square",
+            "sqrt",
+            "rsqrt",
+            "exp",
+            "log",
+            "abs",
+            "clamp",
+            "where",
+            "reciprocal",
+            "neg",
+            "maximum",
+            "minimum",
+            "addcmul",
+            "addcdiv",
+            "lerp",
+        ),
+        3.0,
+    ),
     # known slow backward formulas: judged against 1x so their advice is given
     **dict.fromkeys((*_SLOW_BACKWARD, "cumprod"), 1.0),
 }
@@ -148,9 +295,28 @@ _OTHER_RATIO = 2.0  # an operator of no family here: its backward is a few of it
 #: Communication and its machinery: a gradient all-reduce, FSDP's all-gather
 #: and reduce-scatter copies. Their time in backward is waiting for ranks, not
 #: a backward formula.
-_COMMUNICATION = ("all_reduce", "allreduce", "all-reduce", "all_gather", "allgather", "all-gather",
-                  "reduce_scatter", "reduce-scatter", "psum", "pmean", "all_to_all", "all-to-all", "ppermute",
-                  "collective", "c10d::", "nccl", "gloo", "fsdp", "record_param_comms", "broadcast_")
+_COMMUNICATION = (
+    "all_reduce",
+    "allreduce",
+    "all-reduce",
+    "all_gather",
+    "allgather",
+    "all-gather",
+    "reduce_scatter",
+    "reduce-scatter",
+    "psum",
+    "pmean",
+    "all_to_all",
+    "all-to-all",
+    "ppermute",
+    "collective",
+    "c10d::",
+    "nccl",
+    "gloo",
+    "fsdp",
+    "record_param_comms",
+    "broadcast_",
+)
 
 
 def _communicates(w: Window) -> list[bool]:
@@ -160,7 +326,9 @@ def _communicates(w: Window) -> list[bool]:
         frame = tree.node_frame(node)
         if not out[node] and frame.kind in ("operator", "kernel"):
             name = frame.name.lower()
-            out[node] = is_collective(frame.kind, frame.name) or any(word in name for word in _COMMUNICATION)
+            out[node] = is_collective(frame.kind, frame.name) or any(
+                word in name for word in _COMMUNICATION
+            )
         if out[node]:
             out[tree.parent[node]] = True
     return out
@@ -203,24 +371,44 @@ def backward_imbalance(w: Window) -> list[dict[str, Any]]:
         where = w.tree.node_frame(w.anchor(main)).label() if w.anchor(main) else name
         advice = _BACKWARD_ADVICE.get(op_name(w.tree.node_frame(main)))
         severity, caveat = w.judge("warning", bwd - expected * fwd)
-        out.append(finding(
-            "backward_imbalance", severity,
-            f"the backward of {where} takes {bwd / max(fwd, 1):.1f}x its forward ({ms(bwd)} against {ms(fwd)} "
-            f"per step; {expected:g}x is normal for {name}), mostly in {heavy_name}"
-            + (f" ({caveat})" if caveat else ""),
-            advice or f"check the backward formula of {name}: an equivalent forward, or "
-            + ("a jax.custom_vjp rule" if w.profile.framework == "jax" else "a custom autograd.Function")
-            + ", may have a much cheaper backward",
-            w.tree, heavy,
-            {"operator": name, "backward_node": heavy_name, "forward_ns": int(fwd), "backward_ns": int(bwd),
-             "ratio": round(bwd / max(fwd, 1), 2), "expected_ratio": round(expected, 2),
-             "share": round(bwd / max(w.quiet(0), 1), 4), "metric": w.metric,
-             "backward_per_step": w.spread(backward),
-             "backward_operators": sorted({w.tree.node_frame(o).name for o in backward})},
-            gain_ns=w.mean_sum(backward) - expected * w.mean_sum(forward),
-            gain_basis=f"the backward operators of {where} (mean per step) above {expected:g}x its forward "
-                       "operators: an upper bound, what a backward of the normal multiple would save"
-                       + ("" if "flops" in w.tree.excl else f"; the window has no FLOPs (a lightweight window), so "
-                          f"{expected:g}x is {op_name(w.tree.node_frame(main))}'s family's multiple"),
-        ))
+        out.append(
+            finding(
+                "backward_imbalance",
+                severity,
+                f"the backward of {where} takes {bwd / max(fwd, 1):.1f}x its forward ({ms(bwd)} against {ms(fwd)} "
+                f"per step; {expected:g}x is normal for {name}), mostly in {heavy_name}"
+                + (f" ({caveat})" if caveat else ""),
+                advice
+                or f"check the backward formula of {name}: an equivalent forward, or "
+                + (
+                    "a jax.custom_vjp rule"
+                    if w.profile.framework == "jax"
+                    else "a custom autograd.Function"
+                )
+                + ", may have a much cheaper backward",
+                w.tree,
+                heavy,
+                {
+                    "operator": name,
+                    "backward_node": heavy_name,
+                    "forward_ns": int(fwd),
+                    "backward_ns": int(bwd),
+                    "ratio": round(bwd / max(fwd, 1), 2),
+                    "expected_ratio": round(expected, 2),
+                    "share": round(bwd / max(w.quiet(0), 1), 4),
+                    "metric": w.metric,
+                    "backward_per_step": w.spread(backward),
+                    "backward_operators": sorted({w.tree.node_frame(o).name for o in backward}),
+                },
+                gain_ns=w.mean_sum(backward) - expected * w.mean_sum(forward),
+                gain_basis=f"the backward operators of {where} (mean per step) above {expected:g}x its forward "
+                "operators: an upper bound, what a backward of the normal multiple would save"
+                + (
+                    ""
+                    if "flops" in w.tree.excl
+                    else f"; the window has no FLOPs (a lightweight window), so "
+                    f"{expected:g}x is {op_name(w.tree.node_frame(main))}'s family's multiple"
+                ),
+            )
+        )
     return out

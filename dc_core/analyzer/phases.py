@@ -19,15 +19,20 @@ def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
     if any(n.startswith(("_foreach", "_fused")) for n in names):
         return []  # already multi-tensor
     per_step = sum(w.tree.value(o, "count") for o in ops) / w.steps
-    if share < w.t["optimizer_unfused.min_share"] or per_step < w.t["optimizer_unfused.min_ops_per_step"]:
+    if (
+        share < w.t["optimizer_unfused.min_share"]
+        or per_step < w.t["optimizer_unfused.min_ops_per_step"]
+    ):
         return []
     node = max(phases, key=lambda p: w.incl[p])
     host = w.mean_sum(phases, "cpu_time_ns")
     if w.gpu and "device_time_ns" in w.tree.excl:
         # launches: the host's time beyond what the device ran for the update
         gain = max(host - w.mean_sum(phases, "device_time_ns"), 0.0)
-        basis = ("the optimizer's host time beyond its device time (mean per step): an upper bound, "
-                 "what its per-parameter launches cost")
+        basis = (
+            "the optimizer's host time beyond its device time (mean per step): an upper bound, "
+            "what its per-parameter launches cost"
+        )
     else:
         # On the CPU a multi-tensor step still runs a kernel per tensor, in
         # C++: it saves the Python between the per-parameter calls (Adam over
@@ -36,21 +41,33 @@ def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
         # overflow a cache that each one fits, the kernels slow down: 200
         # tensors of 64x64 saved 42-66%.
         gain = max(host - w.mean_sum(ops, "cpu_time_ns"), 0.0)
-        basis = ("the optimizer's Python around its per-parameter operators (mean per step): an upper bound, "
-                 "the operators' own time stays, and grows where the parameters overflow the CPU's cache "
-                 "once each multi-tensor operator runs over all of them")
+        basis = (
+            "the optimizer's Python around its per-parameter operators (mean per step): an upper bound, "
+            "the operators' own time stays, and grows where the parameters overflow the CPU's cache "
+            "once each multi-tensor operator runs over all of them"
+        )
     severity, caveat = w.judge("warning", gain)
-    return [finding(
-        "optimizer_unfused", severity,
-        f"the optimizer step takes {percent(share)} of a step with {per_step:.0f} per-parameter "
-        "operators per step" + (f" ({caveat})" if caveat else ""),
-        "construct the optimizer with foreach=True (or fused=True for Adam/AdamW/SGD on GPU) so all "
-        "parameters are updated by a few multi-tensor kernels",
-        w.tree, node,
-        {"share": round(share, 4), "ops_per_step": round(per_step, 1), "operators": sorted(names)[:10],
-         "metric": w.metric, "per_step_ns": w.spread(phases)},
-        gain_ns=gain, gain_basis=basis,
-    )]
+    return [
+        finding(
+            "optimizer_unfused",
+            severity,
+            f"the optimizer step takes {percent(share)} of a step with {per_step:.0f} per-parameter "
+            "operators per step" + (f" ({caveat})" if caveat else ""),
+            "construct the optimizer with foreach=True (or fused=True for Adam/AdamW/SGD on GPU) so all "
+            "parameters are updated by a few multi-tensor kernels",
+            w.tree,
+            node,
+            {
+                "share": round(share, 4),
+                "ops_per_step": round(per_step, 1),
+                "operators": sorted(names)[:10],
+                "metric": w.metric,
+                "per_step_ns": w.spread(phases),
+            },
+            gain_ns=gain,
+            gain_basis=basis,
+        )
+    ]
 
 
 def dataloader_bottleneck(w: Window) -> list[dict[str, Any]]:
@@ -65,21 +82,31 @@ def dataloader_bottleneck(w: Window) -> list[dict[str, Any]]:
     phase = max(phases, key=lambda p: w.cpu[p])
     hot = w.hot_context(phase)
     where = f" mostly in {w.tree.node_frame(hot).label()}" if hot != phase else ""
-    severity, caveat = w.judge("critical" if share >= w.t["dataloader_bottleneck.critical_share"] else "warning",
-                               time_ns)
-    return [finding(
-        "dataloader_bottleneck", severity,
-        f"data loading takes {percent(share)} of step time ({ms(time_ns)} per step){where}"
-        + (f" ({caveat})" if caveat else ""),
-        "load data in the background: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, "
-        "prefetch_factor=2+); make __getitem__ cheaper (cache decoded samples, move augmentation to the GPU)",
-        w.tree, hot,
-        {"share": round(share, 4), "time_ns": int(time_ns), "per_step_ns": int(time_ns),
-         "hot_frame": w.tree.node_frame(hot).label(), "spread": w.spread(phases, "cpu_time_ns")},
-        gain_ns=w.mean_sum(phases, "cpu_time_ns"),
-        gain_basis="the step's wait for its batch (mean per step): an upper bound, all of it hidden "
-                   "where workers prepare batches faster than the step uses them",
-    )]
+    severity, caveat = w.judge(
+        "critical" if share >= w.t["dataloader_bottleneck.critical_share"] else "warning", time_ns
+    )
+    return [
+        finding(
+            "dataloader_bottleneck",
+            severity,
+            f"data loading takes {percent(share)} of step time ({ms(time_ns)} per step){where}"
+            + (f" ({caveat})" if caveat else ""),
+            "load data in the background: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, "
+            "prefetch_factor=2+); make __getitem__ cheaper (cache decoded samples, move augmentation to the GPU)",
+            w.tree,
+            hot,
+            {
+                "share": round(share, 4),
+                "time_ns": int(time_ns),
+                "per_step_ns": int(time_ns),
+                "hot_frame": w.tree.node_frame(hot).label(),
+                "spread": w.spread(phases, "cpu_time_ns"),
+            },
+            gain_ns=w.mean_sum(phases, "cpu_time_ns"),
+            gain_basis="the step's wait for its batch (mean per step): an upper bound, all of it hidden "
+            "where workers prepare batches faster than the step uses them",
+        )
+    ]
 
 
 def gpu_idle(w: Window) -> list[dict[str, Any]]:
@@ -99,16 +126,26 @@ def gpu_idle(w: Window) -> list[dict[str, Any]]:
     phases = [n for n in w.tree.children(0) if w.kind(n) == "phase"] or [0]
     phase = max(phases, key=lambda p: w.cpu[p] - device[p])
     hot = w.hot_context(phase) if phase else 0
-    return [finding(
-        "gpu_idle", "critical" if idle >= w.t["gpu_idle.critical_idle"] else "warning",
-        f"the GPU is idle {percent(idle)} of the window while the host is busy {percent(host_busy)}: "
-        f"launch-bound, most host time without device work in {w.tree.node_frame(hot).label() if hot else 'the step'}",
-        "reduce launches: torch.compile (mode='reduce-overhead' uses CUDA graphs), CUDA graphs for static "
-        "shapes, larger batches, fewer host syncs and Python-side loops",
-        w.tree, hot,
-        {"idle": round(idle, 4), "host_busy": round(host_busy, 4), "device_ns": device_ns, "wall_ns": wall,
-         "phase": w.tree.node_frame(phase).name if phase else None},
-        gain_ns=(wall - min(device_ns, wall)) / w.steps,
-        gain_basis="the step's time per step with the device idle: an upper bound, the step shrunk to the "
-                   "device's own time",
-    )]
+    return [
+        finding(
+            "gpu_idle",
+            "critical" if idle >= w.t["gpu_idle.critical_idle"] else "warning",
+            f"the GPU is idle {percent(idle)} of the window while the host is busy {percent(host_busy)}: "
+            "launch-bound, most host time without device work in "
+            f"{w.tree.node_frame(hot).label() if hot else 'the step'}",
+            "reduce launches: torch.compile (mode='reduce-overhead' uses CUDA graphs), CUDA graphs for static "
+            "shapes, larger batches, fewer host syncs and Python-side loops",
+            w.tree,
+            hot,
+            {
+                "idle": round(idle, 4),
+                "host_busy": round(host_busy, 4),
+                "device_ns": device_ns,
+                "wall_ns": wall,
+                "phase": w.tree.node_frame(phase).name if phase else None,
+            },
+            gain_ns=(wall - min(device_ns, wall)) / w.steps,
+            gain_basis="the step's time per step with the device idle: an upper bound, the step shrunk to the "
+            "device's own time",
+        )
+    ]

@@ -8,8 +8,9 @@ A finding here names its profile in ``evidence`` (``run``, ``rank``,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from statistics import median
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..ensemble import PATH_SEP, Ensemble, cross_rank, merge
 from ..ensemble.outliers import ROBUST_FROM, outliers
@@ -62,12 +63,18 @@ def _common_work(windows: dict[int, Window], paths: _Paths) -> dict[int, int]:
     for rank, w in windows.items():
         path_of = {n: pid for pid, n in paths.keyed(w).items()}
         # a collective's time is the wait for the slowest rank: not work every rank shares
-        nodes[rank] = {path_of[op]: op for op in w.top_ops
-                       if not is_collective(w.tree.node_frame(op).kind, w.tree.node_frame(op).name)}
+        nodes[rank] = {
+            path_of[op]: op
+            for op in w.top_ops
+            if not is_collective(w.tree.node_frame(op).kind, w.tree.node_frame(op).name)
+        }
         for pid, op in nodes[rank].items():
             counts.setdefault(pid, {})[rank] = w.tree.value(op, "count")
-    common = [pid for pid, per_rank in counts.items()
-              if len(per_rank) == len(windows) and len(set(per_rank.values())) == 1]
+    common = [
+        pid
+        for pid, per_rank in counts.items()
+        if len(per_rank) == len(windows) and len(set(per_rank.values())) == 1
+    ]
     work = {rank: sum(windows[rank].incl[nodes[rank][pid]] for pid in common) for rank in windows}
     return work if all(work.values()) else {}
 
@@ -81,14 +88,19 @@ def _work_ratios(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> di
     busy spell while one rank runs). Empty without enough common work (less
     than min_share of the median rank's window)."""
     common = _common_work(windows, paths)
-    if not common or median(common[r] / windows[r].total for r in windows) < t["load_imbalance.min_share"]:
+    if (
+        not common
+        or median(common[r] / windows[r].total for r in windows) < t["load_imbalance.min_share"]
+    ):
         return {}
     per_rank = {r: windows[r].total / common[r] for r in windows}
     med = median(per_rank.values())
     return {r: v / med for r, v in per_rank.items()}
 
 
-def _excess_node(slow: Window, others: list[Window], paths: _Paths, size: Callable[[Window, int], float]) -> int:
+def _excess_node(
+    slow: Window, others: list[Window], paths: _Paths, size: Callable[[Window, int], float]
+) -> int:
     """Walk down the slow rank's tree through the child with the most time above
     the ranks' median, while it explains at least half of its parent's excess.
     ``size(window, node)`` is the node's time in the unit the ranks are compared in."""
@@ -138,8 +150,9 @@ def load_imbalance(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any
                 continue
         windows = {r: Window(p, t) for r, p in by_rank.items()}
         paths = _Paths(windows.values())
-        found = (_straggler(windows, paths, t) if len(by_rank) < ROBUST_FROM else None) \
-            or _share_difference(windows, t, paths)
+        found = (
+            _straggler(windows, paths, t) if len(by_rank) < ROBUST_FROM else None
+        ) or _share_difference(windows, t, paths)
         if found:
             out.append(found)
     return out
@@ -151,7 +164,9 @@ def _outlier_rank(by_rank: dict[int, Profile], t: Thresholds) -> dict[str, Any] 
     return outlier_finding(ensemble, t, by_rank.__getitem__)
 
 
-def load_imbalance_files(files: list[ProfileFile], t: Thresholds, max_bytes: int) -> list[dict[str, Any]]:
+def load_imbalance_files(
+    files: list[ProfileFile], t: Thresholds, max_bytes: int
+) -> list[dict[str, Any]]:
     """`load_imbalance` of one window of `ROBUST_FROM` ranks or more, from its
     files: streamed through the cross-rank index, never all trees in memory;
     only the outlier rank's file is read whole, to place the finding in it."""
@@ -161,8 +176,9 @@ def load_imbalance_files(files: list[ProfileFile], t: Thresholds, max_bytes: int
     return [found] if found else []
 
 
-def outlier_finding(ensemble: Ensemble, t: Thresholds,
-                    profile_of: Callable[[int], Profile]) -> dict[str, Any] | None:
+def outlier_finding(
+    ensemble: Ensemble, t: Thresholds, profile_of: Callable[[int], Profile]
+) -> dict[str, Any] | None:
     """With `ROBUST_FROM` ranks or more: the most outlying rank by robust
     z-score of its step, compute or phase time (`dc_core.ensemble.outliers`),
     with the node holding its excess and that node's heaviest parts. Time in
@@ -179,23 +195,38 @@ def outlier_finding(ensemble: Ensemble, t: Thresholds,
     parts = ", ".join(f"{ensemble.node_frame(k).label()} +{ms(v)}" for k, v in top.explain[:3])
     others = [o.rank for o in found[1:]]
     return finding(
-        "load_imbalance", "warning",
+        "load_imbalance",
+        "warning",
         f"rank {top.rank} is an outlier among {len(ensemble.columns)} ranks: its {top.measure} time per step is "
         f"{ms(top.value)} against a median of {ms(top.median)} ({top.ratio:.2f}x, robust z {top.z:.1f}); its extra "
-        f"{ms(top.excess)} per step is in {where}" + (f" ({parts})" if parts else "")
+        f"{ms(top.excess)} per step is in {where}"
+        + (f" ({parts})" if parts else "")
         + (f"; other outlier ranks: {', '.join(map(str, others[:8]))}" if others else ""),
         "even out the work: check data sharding (sequence lengths per rank), rank-specific work "
         "(logging or checkpointing on rank 0), and the named node on that rank; the other ranks wait for it "
         "in their collectives",
-        slow.tree, node,
-        {**located(slow), "measure": top.measure, "ratio": round(top.ratio, 3), "z": round(top.z or 0.0, 2),
-         "value_ns": int(top.value), "median_ns": int(top.median), "wait_ns": int(top.wait),
-         "nodes": [{"path": [ensemble.node_frame(n).label() for n in ensemble.path(k)], "excess_ns": int(v)}
-                   for k, v in top.explain],
-         "outlier_ranks": [o.rank for o in found]},
+        slow.tree,
+        node,
+        {
+            **located(slow),
+            "measure": top.measure,
+            "ratio": round(top.ratio, 3),
+            "z": round(top.z or 0.0, 2),
+            "value_ns": int(top.value),
+            "median_ns": int(top.median),
+            "wait_ns": int(top.wait),
+            "nodes": [
+                {
+                    "path": [ensemble.node_frame(n).label() for n in ensemble.path(k)],
+                    "excess_ns": int(v),
+                }
+                for k, v in top.explain
+            ],
+            "outlier_ranks": [o.rank for o in found],
+        },
         gain_ns=top.excess,
         gain_basis=f"rank {top.rank}'s {top.measure} time per step above the median rank's: every rank waits "
-                   "for it, so evening the work out saves that much of each rank's step",
+        "for it, so evening the work out saves that much of each rank's step",
     )
 
 
@@ -230,26 +261,43 @@ def _straggler(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict
     node = _excess_node(slow, [w for r, w in windows.items() if r != rank], paths, size)
     label = slow.tree.node_frame(node).label() if node else "time outside the profiled context"
     per_step = f"{ms(step[rank])} vs {ms(med)} per step"
-    head = (f"rank {rank} does {ratio:.2f}x the work of the median rank per step (timed against the operators "
-            f"every rank runs alike; {per_step})" if measure == "work"
-            else f"rank {rank} is {ratio:.2f}x slower than the median rank ({per_step})")
+    head = (
+        f"rank {rank} does {ratio:.2f}x the work of the median rank per step (timed against the operators "
+        f"every rank runs alike; {per_step})"
+        if measure == "work"
+        else f"rank {rank} is {ratio:.2f}x slower than the median rank ({per_step})"
+    )
     return finding(
-        "load_imbalance", "warning", f"{head}; its extra time is in {label}",
+        "load_imbalance",
+        "warning",
+        f"{head}; its extra time is in {label}",
         "even out the work: check data sharding (sequence lengths per rank), rank-specific work "
         "(logging or checkpointing on rank 0), and the named node on that rank",
-        slow.tree, node,
-        {**located(slow.profile), "measure": measure, "ratio": round(ratio, 3),
-         "step_time_ratio": round(step[rank] / med if med else 0.0, 3),
-         **({"work_ratio_per_rank": {str(r): round(v, 3) for r, v in sorted(work.items())}} if work else {}),
-         "step_ns": int(step[rank]), "median_step_ns": int(med),
-         "step_ns_per_rank": {str(r): int(v) for r, v in sorted(step.items())}},
+        slow.tree,
+        node,
+        {
+            **located(slow.profile),
+            "measure": measure,
+            "ratio": round(ratio, 3),
+            "step_time_ratio": round(step[rank] / med if med else 0.0, 3),
+            **(
+                {"work_ratio_per_rank": {str(r): round(v, 3) for r, v in sorted(work.items())}}
+                if work
+                else {}
+            ),
+            "step_ns": int(step[rank]),
+            "median_step_ns": int(med),
+            "step_ns_per_rank": {str(r): int(v) for r, v in sorted(step.items())},
+        },
         gain_ns=step[rank] - med,
         gain_basis=f"rank {rank}'s step time above the median rank's: an upper bound, the others wait for it "
-                   "in their collectives",
+        "in their collectives",
     )
 
 
-def _share_difference(windows: dict[int, Window], t: Thresholds, paths: _Paths) -> dict[str, Any] | None:
+def _share_difference(
+    windows: dict[int, Window], t: Thresholds, paths: _Paths
+) -> dict[str, Any] | None:
     shares: dict[int, dict[int, float]] = {}
     for rank, w in windows.items():
         for key, node in paths.keyed(w).items():
@@ -259,9 +307,15 @@ def _share_difference(windows: dict[int, Window], t: Thresholds, paths: _Paths) 
     for key, per_rank in shares.items():
         values = [per_rank.get(r, 0.0) for r in windows]
         high, low = max(values), min(values)
-        if high < t["load_imbalance.min_share"] or (high - low) / high < t["load_imbalance.share_diff"]:
+        if (
+            high < t["load_imbalance.min_share"]
+            or (high - low) / high < t["load_imbalance.share_diff"]
+        ):
             continue
-        score = (round(high - low, 3), paths.depth[key])  # the largest gap, then the most specific node
+        score = (
+            round(high - low, 3),
+            paths.depth[key],
+        )  # the largest gap, then the most specific node
         if best is None or score > best[0]:
             best = (score, key, per_rank)
     if best is None:
@@ -272,13 +326,19 @@ def _share_difference(windows: dict[int, Window], t: Thresholds, paths: _Paths) 
     node = paths.keyed(w)[key]
     high, low = per_rank[rank], min(per_rank.get(r, 0.0) for r in windows)
     return finding(
-        "load_imbalance", "info",
+        "load_imbalance",
+        "info",
         f"{w.tree.node_frame(node).label()} takes {percent(high)} of the window on rank {rank} but "
         f"{percent(low)} on another rank",
         "the ranks do different work here: check data sharding and rank-specific code paths",
-        w.tree, node,
-        {**located(w.profile), "share_per_rank": {str(r): round(per_rank.get(r, 0.0), 4) for r in sorted(windows)}},
-        gain_ns=None, gain_basis="a difference between ranks' shares, not a cost: no saving can be estimated",
+        w.tree,
+        node,
+        {
+            **located(w.profile),
+            "share_per_rank": {str(r): round(per_rank.get(r, 0.0), 4) for r in sorted(windows)},
+        },
+        gain_ns=None,
+        gain_basis="a difference between ranks' shares, not a cost: no saving can be estimated",
     )
 
 
@@ -303,17 +363,27 @@ def memory_growth_windows(profiles: list[Profile], t: Thresholds) -> list[dict[s
         if not rising or growth < limit:
             continue
         last = points[-1][0]
-        out.append(finding(
-            "memory_growth", "warning",
-            f"rank {rank}'s host RSS rose in every window, from {medians[0] / 2**20:.0f} MiB (steps "
-            f"{points[0][0].steps[0]}+) to {medians[-1] / 2**20:.0f} MiB (steps {last.steps[0]}+)",
-            "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
-            ".detach()), growing lists or caches, hooks that store activations",
-            None, -1,
-            {**located(last), "series": "rss_bytes", "windows": [list(p.steps) for p, _ in points],
-             "median_bytes": [int(m) for m in medians], "growth_bytes": int(growth)},
-            gain_ns=None, gain_basis="memory, not time: no saving per step can be estimated",
-        ))
+        out.append(
+            finding(
+                "memory_growth",
+                "warning",
+                f"rank {rank}'s host RSS rose in every window, from {medians[0] / 2**20:.0f} MiB (steps "
+                f"{points[0][0].steps[0]}+) to {medians[-1] / 2**20:.0f} MiB (steps {last.steps[0]}+)",
+                "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
+                ".detach()), growing lists or caches, hooks that store activations",
+                None,
+                -1,
+                {
+                    **located(last),
+                    "series": "rss_bytes",
+                    "windows": [list(p.steps) for p, _ in points],
+                    "median_bytes": [int(m) for m in medians],
+                    "growth_bytes": int(growth),
+                },
+                gain_ns=None,
+                gain_basis="memory, not time: no saving per step can be estimated",
+            )
+        )
     return out
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from statistics import mean, median, pstdev
 from typing import Any
 
-from .base import Window, finding, ms
 from ..model.window import one_off_first_step
+from .base import Window, finding, ms
 
 
 def _step_spans(times: list[int]) -> list[tuple[int, int]]:
@@ -46,11 +46,17 @@ def _slow_steps(w: Window, times: list[int], med: float, mad: float) -> dict[int
         if t - med < min_excess:
             continue
         why = []
-        if n >= w.t["step_outlier.min_steps_median"] and t >= w.t["step_outlier.median_ratio"] * med:
+        if (
+            n >= w.t["step_outlier.min_steps_median"]
+            and t >= w.t["step_outlier.median_ratio"] * med
+        ):
             why.append("median")
         # median and MAD: slow steps cannot drag this yardstick along as they
         # drag a mean and standard deviation
-        if n >= w.t["step_outlier.min_steps_sigma"] and t - med > w.t["step_outlier.sigmas"] * _MAD_TO_SIGMA * mad:
+        if (
+            n >= w.t["step_outlier.min_steps_sigma"]
+            and t - med > w.t["step_outlier.sigmas"] * _MAD_TO_SIGMA * mad
+        ):
             why.append("sigma")
         if why:
             slow[i] = why
@@ -94,35 +100,63 @@ def step_outlier(w: Window) -> list[dict[str, Any]]:
     # machine's, not the program's
     waits = w.stolen
     wait_med = median(waits) if waits else 0
-    stolen = {i: waits[i] - wait_med for i in slow if waits and 2 * (waits[i] - wait_med) >= times[i] - med}
+    stolen = {
+        i: waits[i] - wait_med
+        for i in slow
+        if waits and 2 * (waits[i] - wait_med) >= times[i] - med
+    }
     own = [i for i in slow if i not in stolen]
     severity, caveat = _severity(w, times, med, own) if own else ("info", "")
     if stolen:
         taken = sum(stolen.values())
-        caveat = "; ".join(filter(None, [caveat, f"the host gave {ms(taken)} of "
-                                         f"{'them' if len(stolen) > 1 else 'it'} to other work"]))
+        caveat = "; ".join(
+            filter(
+                None,
+                [
+                    caveat,
+                    f"the host gave {ms(taken)} of "
+                    f"{'them' if len(stolen) > 1 else 'it'} to other work",
+                ],
+            )
+        )
     first = w.profile.steps[0]
     steps = [first + i for i in slow]
     differed = _what_differed(w, slow)
-    biggest = max(differed.items(), key=lambda kv: abs(kv[1]["slow"] - kv[1]["other"]) / max(abs(kv[1]["other"]), 1e-9),
-                  default=None)
-    extra = f"; {biggest[0]} was {biggest[1]['slow']:g} vs {biggest[1]['other']:g}" if biggest else ""
-    return [finding(
-        "step_outlier", severity,
-        f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} took "
-        f"{', '.join(ms(times[i]) for i in slow)} against a median of {ms(med)}{extra}"
-        + (f" ({caveat})" if caveat else ""),
-        "look for work that runs only on some steps: periodic evaluation, checkpointing or logging, "
-        "garbage collection, recompilation, a slow batch (variable sequence lengths)",
-        None, -1,
-        {"steps": steps, "times_ns": [times[i] for i in slow], "median_ns": int(med), "mad_ns": int(mad),
-         "mean_ns": int(mean(times)), "stdev_ns": int(pstdev(times)),
-         "reasons": {first + i: slow_why[i] for i in slow}, "system_during_slow_steps": differed,
-         "stolen_ns": {first + i: int(v) for i, v in stolen.items()}},
-        gain_ns=sum(times[i] - med for i in own) / n,
-        gain_basis="the slow steps' time above the median step, less what the host gave to other work, "
-                   "spread over the window's steps: the saving if they ran like the median",
-    )]
+    biggest = max(
+        differed.items(),
+        key=lambda kv: abs(kv[1]["slow"] - kv[1]["other"]) / max(abs(kv[1]["other"]), 1e-9),
+        default=None,
+    )
+    extra = (
+        f"; {biggest[0]} was {biggest[1]['slow']:g} vs {biggest[1]['other']:g}" if biggest else ""
+    )
+    return [
+        finding(
+            "step_outlier",
+            severity,
+            f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} took "
+            f"{', '.join(ms(times[i]) for i in slow)} against a median of {ms(med)}{extra}"
+            + (f" ({caveat})" if caveat else ""),
+            "look for work that runs only on some steps: periodic evaluation, checkpointing or logging, "
+            "garbage collection, recompilation, a slow batch (variable sequence lengths)",
+            None,
+            -1,
+            {
+                "steps": steps,
+                "times_ns": [times[i] for i in slow],
+                "median_ns": int(med),
+                "mad_ns": int(mad),
+                "mean_ns": int(mean(times)),
+                "stdev_ns": int(pstdev(times)),
+                "reasons": {first + i: slow_why[i] for i in slow},
+                "system_during_slow_steps": differed,
+                "stolen_ns": {first + i: int(v) for i, v in stolen.items()},
+            },
+            gain_ns=sum(times[i] - med for i in own) / n,
+            gain_basis="the slow steps' time above the median step, less what the host gave to other work, "
+            "spread over the window's steps: the saving if they ran like the median",
+        )
+    ]
 
 
 def initialization_time(w: Window) -> list[dict[str, Any]]:
@@ -132,14 +166,18 @@ def initialization_time(w: Window) -> list[dict[str, Any]]:
         return []
     steps = w.profile.step_times_ns
     per_step = median(steps) if steps else 0
-    return [finding(
-        "initialization_time",
-        "critical" if init_ns >= w.t["initialization_time.critical_s"] * 1e9 else "warning",
-        f"{init_ns / 1e9:.1f} s passed between starting the profiler and the first step"
-        + (f" (as long as {init_ns / per_step:.0f} steps)" if per_step else ""),
-        "find what runs before the first step: dataset indexing or downloads, model construction on the "
-        "CPU before .to(device), checkpoint loading, torch.compile warm-up; cache or defer it",
-        None, -1,
-        {"init_ns": init_ns, "median_step_ns": int(per_step)},
-        gain_ns=None, gain_basis="a one-off before the first step: it saves start-up time, not time per step",
-    )]
+    return [
+        finding(
+            "initialization_time",
+            "critical" if init_ns >= w.t["initialization_time.critical_s"] * 1e9 else "warning",
+            f"{init_ns / 1e9:.1f} s passed between starting the profiler and the first step"
+            + (f" (as long as {init_ns / per_step:.0f} steps)" if per_step else ""),
+            "find what runs before the first step: dataset indexing or downloads, model construction on the "
+            "CPU before .to(device), checkpoint loading, torch.compile warm-up; cache or defer it",
+            None,
+            -1,
+            {"init_ns": init_ns, "median_step_ns": int(per_step)},
+            gain_ns=None,
+            gain_basis="a one-off before the first step: it saves start-up time, not time per step",
+        )
+    ]

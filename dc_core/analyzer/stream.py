@@ -10,8 +10,9 @@ then each profile is read again, analysed and handed back one at a time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from ..ensemble.outliers import ROBUST_FROM
 from ..store.logdir import ProfileFile, read_profile
@@ -31,7 +32,9 @@ def _read(files: Sequence[ProfileFile], limit: int) -> list[Profile]:
     return out
 
 
-def cross_profile_findings(files: Sequence[ProfileFile], t: Thresholds, limit: int) -> list[dict[str, Any]]:
+def cross_profile_findings(
+    files: Sequence[ProfileFile], t: Thresholds, limit: int
+) -> list[dict[str, Any]]:
     """What `analyze_ranks` finds, computed a window or a rank at a time."""
     by_window: dict[tuple, list[ProfileFile]] = {}
     by_rank: dict[tuple, list[ProfileFile]] = {}
@@ -45,7 +48,9 @@ def cross_profile_findings(files: Sequence[ProfileFile], t: Thresholds, limit: i
             if len(ranks) >= ROBUST_FROM:
                 found += _guarded("load_imbalance", load_imbalance_files, group, t, limit)
             elif len(ranks) > 1:
-                found += _guarded("load_imbalance", RANK_RULES["load_imbalance"], _read(group, limit), t)
+                found += _guarded(
+                    "load_imbalance", RANK_RULES["load_imbalance"], _read(group, limit), t
+                )
     across = [rule for rule in RANK_RULES if rule != "load_imbalance" and t.enabled(rule)]
     for group in by_rank.values():
         if len(group) > 1 and across:
@@ -55,8 +60,9 @@ def cross_profile_findings(files: Sequence[ProfileFile], t: Thresholds, limit: i
     return found
 
 
-def analyze_files(files: Sequence[ProfileFile], limit: int, overrides: Mapping[str, float] | None = None
-                  ) -> Iterator[tuple[ProfileFile, Profile | ProfileError]]:
+def analyze_files(
+    files: Sequence[ProfileFile], limit: int, overrides: Mapping[str, float] | None = None
+) -> Iterator[tuple[ProfileFile, Profile | ProfileError]]:
     """Each file's profile with its findings (its own and the cross-profile
     ones that name it), or the error reading it; one profile in memory at a time.
 
@@ -75,6 +81,15 @@ def analyze_files(files: Sequence[ProfileFile], limit: int, overrides: Mapping[s
             yield file, exc
             continue
         stored = pending_overrides(profile)  # what the session was told, unless overridden here
-        found = analyze(profile, overrides or stored) + named.get((profile.run, profile.rank, tuple(profile.steps)), [])
-        yield file, replace(profile, findings=sort_findings(found), analysis_pending=False,
-                            analyzer_overrides={})  # the read one unchanged
+        found = analyze(profile, overrides or stored) + named.get(
+            (profile.run, profile.rank, tuple(profile.steps)), []
+        )
+        yield (
+            file,
+            replace(
+                profile,
+                findings=sort_findings(found),
+                analysis_pending=False,
+                analyzer_overrides={},
+            ),
+        )  # the read one unchanged

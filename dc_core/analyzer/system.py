@@ -42,14 +42,21 @@ def low_gpu_utilization(w: Window) -> list[dict[str, Any]]:
         if not _enough(w, values) or percentile(values, 95) >= w.t["low_gpu_utilization.max_p95"]:
             continue
         stats = _stats(values)
-        out.append(finding(
-            "low_gpu_utilization", "warning",
-            f"GPU {device} is under-used: utilisation p5/p50/p95 = {stats['p5']:g}/{stats['p50']:g}/{stats['p95']:g}%",
-            "the GPU waits for the host: see dataloader_bottleneck, gpu_idle and host_sync findings; "
-            "a larger batch, more DataLoader workers or torch.compile usually help",
-            None, -1, {"device": device, "samples": len(values), **stats},
-            gain_ns=None, gain_basis="a utilisation, not a cost: the findings on what the GPU waits for say the saving",
-        ))
+        out.append(
+            finding(
+                "low_gpu_utilization",
+                "warning",
+                f"GPU {device} is under-used: utilisation p5/p50/p95 = "
+                f"{stats['p5']:g}/{stats['p50']:g}/{stats['p95']:g}%",
+                "the GPU waits for the host: see dataloader_bottleneck, gpu_idle and host_sync findings; "
+                "a larger batch, more DataLoader workers or torch.compile usually help",
+                None,
+                -1,
+                {"device": device, "samples": len(values), **stats},
+                gain_ns=None,
+                gain_basis="a utilisation, not a cost: the findings on what the GPU waits for say the saving",
+            )
+        )
     return out
 
 
@@ -66,14 +73,20 @@ def cpu_bottleneck(w: Window) -> list[dict[str, Any]]:
         return []
     phases = [n for n in w.tree.children(0) if w.kind(n) == "phase"]
     hot = w.hot_context(max(phases, key=lambda p: w.cpu[p])) if phases else 0
-    return [finding(
-        "cpu_bottleneck", "warning",
-        f"the CPUs are saturated (p95 {percentile(cpu, 95):.0f}%) while the GPU p50 is {gpu_p50:.0f}%",
-        "move work off the host: more DataLoader workers, GPU-side augmentation, fewer Python-side "
-        "loops in the step; check the hottest host context shown",
-        w.tree, hot, {"cpu": _stats(cpu), "gpu_p50": round(gpu_p50, 2), "samples": len(cpu)},
-        gain_ns=None, gain_basis="a utilisation, not a cost: the host-time findings say what moving work saves",
-    )]
+    return [
+        finding(
+            "cpu_bottleneck",
+            "warning",
+            f"the CPUs are saturated (p95 {percentile(cpu, 95):.0f}%) while the GPU p50 is {gpu_p50:.0f}%",
+            "move work off the host: more DataLoader workers, GPU-side augmentation, fewer Python-side "
+            "loops in the step; check the hottest host context shown",
+            w.tree,
+            hot,
+            {"cpu": _stats(cpu), "gpu_p50": round(gpu_p50, 2), "samples": len(cpu)},
+            gain_ns=None,
+            gain_basis="a utilisation, not a cost: the host-time findings say what moving work saves",
+        )
+    ]
 
 
 def _disk_rate(w: Window) -> list[float]:
@@ -96,23 +109,35 @@ def io_bottleneck(w: Window) -> list[dict[str, Any]]:
         return []
     share = sum(w.cpu[p] for p in phases) / w.host_total
     busiest = [max(r) for r in rows if r]
-    if share < w.t["io_bottleneck.min_wait_share"] or percentile(busiest, 50) >= w.t["io_bottleneck.max_cpu_p50"]:
+    if (
+        share < w.t["io_bottleneck.min_wait_share"]
+        or percentile(busiest, 50) >= w.t["io_bottleneck.max_cpu_p50"]
+    ):
         return []
     hot = w.hot_context(max(phases, key=lambda p: w.cpu[p]))
     rates = _disk_rate(w)
-    return [finding(
-        "io_bottleneck", "warning",
-        f"the step waits on data {percent(share)} of the time while no CPU core is busy "
-        f"(busiest core p50 {percentile(busiest, 50):.0f}%): input I/O is the bottleneck",
-        "read ahead: more DataLoader workers and prefetch_factor, local or cached copies of remote data, "
-        "larger sequential files (WebDataset, TFRecord, Parquet) instead of many small ones",
-        w.tree, hot,
-        {"dataloader_share": round(share, 4), "busiest_core": _stats(busiest), "cpu": _stats(cpu_mean(w)),
-         "disk_read_bytes_per_s": _stats(rates) if rates else {}, "samples": len(rows)},
-        gain_ns=w.mean_sum(phases, "cpu_time_ns"),
-        gain_basis="the step's wait for data (mean per step): an upper bound, all of it hidden "
-                   "where reads keep ahead of the step",
-    )]
+    return [
+        finding(
+            "io_bottleneck",
+            "warning",
+            f"the step waits on data {percent(share)} of the time while no CPU core is busy "
+            f"(busiest core p50 {percentile(busiest, 50):.0f}%): input I/O is the bottleneck",
+            "read ahead: more DataLoader workers and prefetch_factor, local or cached copies of remote data, "
+            "larger sequential files (WebDataset, TFRecord, Parquet) instead of many small ones",
+            w.tree,
+            hot,
+            {
+                "dataloader_share": round(share, 4),
+                "busiest_core": _stats(busiest),
+                "cpu": _stats(cpu_mean(w)),
+                "disk_read_bytes_per_s": _stats(rates) if rates else {},
+                "samples": len(rows),
+            },
+            gain_ns=w.mean_sum(phases, "cpu_time_ns"),
+            gain_basis="the step's wait for data (mean per step): an upper bound, all of it hidden "
+            "where reads keep ahead of the step",
+        )
+    ]
 
 
 def batch_size(w: Window) -> list[dict[str, Any]]:
@@ -122,21 +147,31 @@ def batch_size(w: Window) -> list[dict[str, Any]]:
     mem = [v for s in w.profile.series("mem_used_percent") for v in s.values]
     if not _enough(w, cpu) or not _enough(w, mem):
         return []
-    if percentile(cpu, 95) >= w.t["batch_size.max_cpu_p95"] or percentile(mem, 95) >= w.t["batch_size.max_mem_p95"]:
+    if (
+        percentile(cpu, 95) >= w.t["batch_size.max_cpu_p95"]
+        or percentile(mem, 95) >= w.t["batch_size.max_mem_p95"]
+    ):
         return []
     gpus = gpu_util(w)
     if any(percentile(v, 95) >= w.t["batch_size.max_gpu_p95"] for v in gpus.values()):
         return []
     evidence = {"cpu": _stats(cpu), "mem_used_percent": _stats(mem), "samples": len(cpu)}
     evidence.update({f"gpu{d}": _stats(v) for d, v in gpus.items()})
-    return [finding(
-        "batch_size", "info",
-        f"every resource is under-used (CPU p95 {percentile(cpu, 95):.0f}%, memory p95 {percentile(mem, 95):.0f}%"
-        + (f", GPU p95 {max(percentile(v, 95) for v in gpus.values()):.0f}%" if gpus else "") + ")",
-        "try a larger batch size (scale the learning rate with it), or a smaller instance",
-        None, -1, evidence,
-        gain_ns=None, gain_basis="spare capacity, not a cost: a larger batch raises throughput, not a step's time",
-    )]
+    return [
+        finding(
+            "batch_size",
+            "info",
+            f"every resource is under-used (CPU p95 {percentile(cpu, 95):.0f}%, memory p95 {percentile(mem, 95):.0f}%"
+            + (f", GPU p95 {max(percentile(v, 95) for v in gpus.values()):.0f}%" if gpus else "")
+            + ")",
+            "try a larger batch size (scale the learning rate with it), or a smaller instance",
+            None,
+            -1,
+            evidence,
+            gain_ns=None,
+            gain_basis="spare capacity, not a cost: a larger batch raises throughput, not a step's time",
+        )
+    ]
 
 
 def rising(values: list[float], min_fraction: float, min_bytes: float) -> dict[str, float] | None:
@@ -145,12 +180,20 @@ def rising(values: list[float], min_fraction: float, min_bytes: float) -> dict[s
     k = len(values) // 3
     if k < 1:
         return None
-    first, middle, last = median(values[:k]), median(values[k:-k] or values[k:k + 1]), median(values[-k:])
+    first, middle, last = (
+        median(values[:k]),
+        median(values[k:-k] or values[k : k + 1]),
+        median(values[-k:]),
+    )
     growth = last - first
     if not (first < middle < last) or growth < max(min_bytes, min_fraction * first):
         return None
-    return {"first_bytes": int(first), "last_bytes": int(last), "growth_bytes": int(growth),
-            "growth_fraction": round(growth / first, 4) if first else None}
+    return {
+        "first_bytes": int(first),
+        "last_bytes": int(last),
+        "growth_bytes": int(growth),
+        "growth_fraction": round(growth / first, 4) if first else None,
+    }
 
 
 def memory_growth(w: Window) -> list[dict[str, Any]]:
@@ -159,21 +202,34 @@ def memory_growth(w: Window) -> list[dict[str, Any]]:
     for s in w.profile.system:
         if s.name not in ("rss_bytes", "gpu_mem_bytes") or not _enough(w, s.values):
             continue
-        grew = rising(s.values, w.t["memory_growth.min_fraction"], w.t["memory_growth.min_mb"] * 2**20)
+        grew = rising(
+            s.values, w.t["memory_growth.min_fraction"], w.t["memory_growth.min_mb"] * 2**20
+        )
         if grew is None:
             continue
         what = "host RSS" if s.name == "rss_bytes" else f"GPU {s.device} memory"
         # jax.profiler keeps a window's trace in host memory until it ends: the profiler's own growth
         traced = s.name == "rss_bytes" and w.profile.framework == "jax"
-        out.append(finding(
-            "memory_growth", "info" if traced else "warning",
-            f"{what} grew from {grew['first_bytes'] / 2**20:.0f} MiB to {grew['last_bytes'] / 2**20:.0f} MiB "
-            "during the window" + (" (jax.profiler holds the window's trace in host memory, a few KiB per host "
-                                   "event: within one window that cannot be told from a leak; a leak grows "
-                                   "from window to window)" if traced else ""),
-            "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
-            ".detach()), growing lists or caches, hooks that store activations",
-            None, -1, {"series": s.name, "device": s.device, "samples": len(s.values), **grew},
-            gain_ns=None, gain_basis="memory, not time: no saving per step can be estimated",
-        ))
+        out.append(
+            finding(
+                "memory_growth",
+                "info" if traced else "warning",
+                f"{what} grew from {grew['first_bytes'] / 2**20:.0f} MiB to {grew['last_bytes'] / 2**20:.0f} MiB "
+                "during the window"
+                + (
+                    " (jax.profiler holds the window's trace in host memory, a few KiB per host "
+                    "event: within one window that cannot be told from a leak; a leak grows "
+                    "from window to window)"
+                    if traced
+                    else ""
+                ),
+                "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
+                ".detach()), growing lists or caches, hooks that store activations",
+                None,
+                -1,
+                {"series": s.name, "device": s.device, "samples": len(s.values), **grew},
+                gain_ns=None,
+                gain_basis="memory, not time: no saving per step can be estimated",
+            )
+        )
     return out

@@ -3,7 +3,7 @@ importable without the analyzer) with a config's or a command's overrides."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..model.rules import DEFAULTS
 

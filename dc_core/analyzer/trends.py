@@ -41,9 +41,18 @@ def share_trend(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any]]:
         ordered = [windows[s] for s in sorted(windows)]
         ensemble, _ = merge(ordered)  # profiles already read: no file errors
         metric = time_metric(ensemble)
-        found = trends(ensemble, metric, t["share_trend.min_share"], t["share_trend.alpha"],
-                       t["share_trend.min_rise"], int(t["share_trend.min_windows"]))
-        out.extend(_finding(ensemble, ordered[-1], trend, metric) for trend in found[: int(t["share_trend.top"])])
+        found = trends(
+            ensemble,
+            metric,
+            t["share_trend.min_share"],
+            t["share_trend.alpha"],
+            t["share_trend.min_rise"],
+            int(t["share_trend.min_windows"]),
+        )
+        out.extend(
+            _finding(ensemble, ordered[-1], trend, metric)
+            for trend in found[: int(t["share_trend.top"])]
+        )
     return out
 
 
@@ -75,14 +84,29 @@ def _finding(ensemble, last: Profile, trend: Trend, metric: str) -> dict[str, An
         f"(Mann–Kendall p = {p_text(trend.p)} over {len(trend.windows)} windows)"
     )
     evidence = {
-        **located(last), "metric": metric, "windows": [list(w) for w in trend.windows],
-        "shares": [round(s, 5) for s in trend.shares], "p": float(f"{trend.p:.3g}"), "S": trend.s,
-        "z": round(trend.z, 3), "theil_sen_slope": float(f"{trend.slope:.4g}"), "rise": round(trend.rise, 5),
+        **located(last),
+        "metric": metric,
+        "windows": [list(w) for w in trend.windows],
+        "shares": [round(s, 5) for s in trend.shares],
+        "p": float(f"{trend.p:.3g}"),
+        "S": trend.s,
+        "z": round(trend.z, 3),
+        "theil_sen_slope": float(f"{trend.slope:.4g}"),
+        "rise": round(trend.rise, 5),
         "first_rise_step": first_step,
     }
     node = _node_in(last, frames)
-    f = finding("share_trend", "warning", message, SUGGESTION, last.tree if node > 0 else None, node, evidence,
-                gain_ns=None, gain_basis="a drift across windows: what stopping it saves depends on how far it goes")
+    f = finding(
+        "share_trend",
+        "warning",
+        message,
+        SUGGESTION,
+        last.tree if node > 0 else None,
+        node,
+        evidence,
+        gain_ns=None,
+        gain_basis="a drift across windows: what stopping it saves depends on how far it goes",
+    )
     if node < 0:  # not in the last window (its share fell to 0 there): still name the path
         f["path"] = [frame.label() for frame in frames]
     return f

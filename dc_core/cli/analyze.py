@@ -12,31 +12,53 @@ from typing import Any
 from rich.text import Text
 
 from ..analyzer.stream import analyze_files
-from ..record.config import resolve
-from ..store.logdir import rewrite_profile
 from ..model.window import profile_label
+from ..record.config import resolve
 from ..record.validate import check_thresholds
+from ..store.logdir import rewrite_profile
 from ..store.profile import ProfileError
-from .common import MANY_FILES, CliError, add_read_options, fail, list_logdir, make_console, print_about_file
+from .common import (
+    MANY_FILES,
+    CliError,
+    add_read_options,
+    fail,
+    list_logdir,
+    make_console,
+    print_about_file,
+)
 from .findings import render_findings
 
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "analyze", help="recompute the analyzer's findings and write them into the profile files",
+        "analyze",
+        help="recompute the analyzer's findings and write them into the profile files",
         description="Recompute the analyzer's findings for every profile under LOGDIR (e.g. with other "
-                    "thresholds), print them, and REWRITE EACH PROFILE FILE in place with the new findings "
-                    "(atomically; its tree, steps and samples are kept, its old findings replaced). "
-                    "--dry-run prints the findings and leaves the files untouched.")
+        "thresholds), print them, and REWRITE EACH PROFILE FILE in place with the new findings "
+        "(atomically; its tree, steps and samples are kept, its old findings replaced). "
+        "--dry-run prints the findings and leaves the files untouched.",
+    )
     p.add_argument("logdir", help="directory holding DeepContext profiles (searched recursively)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="RULE.THRESHOLD=VALUE",
-                   help="override a threshold, e.g. --set dataloader_bottleneck.min_share=0.2 (repeatable; "
-                        "on top of DEEPCONTEXT_CONFIG's analyzer mapping)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="only print the findings: no profile file is rewritten")
-    p.add_argument("--json", action="store_true",
-                   help='findings per profile as JSON on stdout; "steps" is half-open [first, end): '
-                        "[5, 8] is steps 5-7")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="RULE.THRESHOLD=VALUE",
+        help="override a threshold, e.g. --set dataloader_bottleneck.min_share=0.2 (repeatable; "
+        "on top of DEEPCONTEXT_CONFIG's analyzer mapping)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only print the findings: no profile file is rewritten",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='findings per profile as JSON on stdout; "steps" is half-open [first, end): '
+        "[5, 8] is steps 5-7",
+    )
     add_read_options(p)
     p.set_defaults(run=run)
 
@@ -77,7 +99,11 @@ def run(args: argparse.Namespace) -> int:
     except (CliError, ValueError) as exc:
         return fail(str(exc))
     if not args.json and len(files) >= MANY_FILES:
-        print(f"deepcontext: analysing {len(files):,} profiles under {args.logdir}", file=sys.stderr, flush=True)
+        print(
+            f"deepcontext: analysing {len(files):,} profiles under {args.logdir}",
+            file=sys.stderr,
+            flush=True,
+        )
     done: list[_Analysed] = []
     errors, unwritten = [], []
     try:
@@ -87,16 +113,32 @@ def run(args: argparse.Namespace) -> int:
                 continue
             if not args.dry_run and (message := _rewrite(result)):
                 unwritten.append(message)
-            done.append(_Analysed(result.source, result.run, result.rank, tuple(result.steps),
-                                  profile_label(result), result.findings))
+            done.append(
+                _Analysed(
+                    result.source,
+                    result.run,
+                    result.rank,
+                    tuple(result.steps),
+                    profile_label(result),
+                    result.findings,
+                )
+            )
     except ValueError as exc:  # an unknown threshold name
         return fail(str(exc))
     status = 0 if done and not unwritten else 1
     for message in unwritten:
         fail(message)
     if args.json:
-        doc = [{"file": p.source, "run": p.run, "rank": p.rank, "steps": list(p.steps), "findings": p.findings}
-               for p in done]
+        doc = [
+            {
+                "file": p.source,
+                "run": p.run,
+                "rank": p.rank,
+                "steps": list(p.steps),
+                "findings": p.findings,
+            }
+            for p in done
+        ]
         errors_text = [str(e) for e in errors] + unwritten
         sys.stdout.write(json.dumps({"profiles": doc, "errors": errors_text}) + "\n")
         return status
@@ -111,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
     for error in errors:
         print_about_file(console, Text("skipped ", style="red"), error.file, error.message)
     if done and not args.dry_run and not unwritten:
-        console.print(f"findings written into {len(done)} profile file{'s' if len(done) != 1 else ''}")
+        console.print(
+            f"findings written into {len(done)} profile file{'s' if len(done) != 1 else ''}"
+        )
     return status
 
 

@@ -8,9 +8,10 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any, TextIO
 from urllib.parse import unquote
-from typing import Any, Iterable, Mapping, TextIO
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -20,13 +21,18 @@ from rich.progress import Progress
 from rich.segment import Segment
 from rich.text import Text
 
+from ..record.validate import CONTROL_CHARACTERS
 from ..store.logdir import (
-    MAX_BYTES_ENV, OutwardLink, ProfileFile, find_profiles, max_profile_bytes, outward_message, read_profile,
+    MAX_BYTES_ENV,
+    OutwardLink,
+    ProfileFile,
+    find_profiles,
+    max_profile_bytes,
+    outward_message,
+    read_profile,
     shown_path,
 )
-from ..record.validate import CONTROL_CHARACTERS
 from ..store.profile import Profile, ProfileError
-
 
 #: Width of output that is not a terminal, when ``COLUMNS`` does not say:
 #: wide, so that deep call paths in a piped report are not cut.
@@ -53,7 +59,7 @@ def install_hint(extra: str) -> str:
     url = origin.get("url", "")
     if "dir_info" in origin and url.startswith("file://"):
         editable = "-e " if origin["dir_info"].get("editable") else ""
-        return f"pip install {editable}{shlex.quote(shown_path(unquote(url[len('file://'):])) + f'[{extra}]')}"
+        return f"pip install {editable}{shlex.quote(shown_path(unquote(url[len('file://') :])) + f'[{extra}]')}"
     return f"pip install 'deepcontext[{extra}]'"
 
 
@@ -88,8 +94,11 @@ class SafeConsole(Console):
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
-            Segment(visible(s.text), s.style, s.control) if s.control is None and _ACTED_ON.search(s.text) else s
-            for s in buffer)
+            Segment(visible(s.text), s.style, s.control)
+            if s.control is None and _ACTED_ON.search(s.text)
+            else s
+            for s in buffer
+        )
 
 
 def make_console(stderr: bool = False, **options: Any) -> Console:
@@ -105,7 +114,7 @@ def middle_truncate(text: str, width: int) -> str:
     if cell_len(text) <= width:
         return text
     if width <= 1:
-        return "\u2026"[:max(width, 0)]
+        return "\u2026"[: max(width, 0)]
     room = width - 1
     head = _cells_from(text, (room + 1) // 2)  # the start gets the odd cell
     tail = _cells_from(text[::-1], room - cell_len(head))[::-1]
@@ -132,7 +141,9 @@ class Hanging:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         indent = self.lead.cell_len
         width = max(options.max_width - indent, 8)
-        lines = console.render_lines(self.body, options.update(width=width), pad=False, new_lines=False)
+        lines = console.render_lines(
+            self.body, options.update(width=width), pad=False, new_lines=False
+        )
         for index, line in enumerate(lines or [[]]):
             yield from self.lead.render(console) if index == 0 else [Segment(" " * indent)]
             yield from _rstrip(line)
@@ -181,11 +192,19 @@ def _mebibytes(text: str) -> int:
 
 def add_read_options(parser: Any) -> None:
     """Options of every subcommand that reads profiles."""
-    parser.add_argument("--max-file-mb", dest="max_bytes", type=_mebibytes, default=None, metavar="MIB",
-                        help=f"skip profile files larger than this (default: {MAX_BYTES_ENV} bytes, else 512 MiB)")
+    parser.add_argument(
+        "--max-file-mb",
+        dest="max_bytes",
+        type=_mebibytes,
+        default=None,
+        metavar="MIB",
+        help=f"skip profile files larger than this (default: {MAX_BYTES_ENV} bytes, else 512 MiB)",
+    )
 
 
-def list_logdir(logdir: str, rank: int | None = None, max_bytes: int | None = None) -> tuple[list[ProfileFile], int]:
+def list_logdir(
+    logdir: str, rank: int | None = None, max_bytes: int | None = None
+) -> tuple[list[ProfileFile], int]:
     """The profile files under ``logdir`` (optionally one rank's) and the size
     cap; links out of the logdir, which are not followed, are named in a warning.
 
@@ -203,21 +222,32 @@ def list_logdir(logdir: str, rank: int | None = None, max_bytes: int | None = No
     outward: list[OutwardLink] = []
     files = [f for f in find_profiles(path, outward) if rank is None or f.rank == rank]
     if outward:
-        make_console(stderr=True).print(f"[bold yellow]warning:[/] {escape(outward_message(outward, path))}",
-                                        soft_wrap=True)
+        make_console(stderr=True).print(
+            f"[bold yellow]warning:[/] {escape(outward_message(outward, path))}", soft_wrap=True
+        )
     if not files:
         which = f" for rank {rank}" if rank is not None else ""
-        raise CliError(f"no DeepContext profiles{which} under {logdir!r} (expected <run>/plugins/deepcontext/<rank>-<host>/steps-*.pb)")
+        raise CliError(
+            f"no DeepContext profiles{which} under {logdir!r} "
+            "(expected <run>/plugins/deepcontext/<rank>-<host>/steps-*.pb)"
+        )
     return files, limit
 
 
-def read_files(files: list[ProfileFile], limit: int, quiet: bool = False,
-               where: str = "") -> tuple[list[Profile], list[ProfileError]]:
+def read_files(
+    files: list[ProfileFile], limit: int, quiet: bool = False, where: str = ""
+) -> tuple[list[Profile], list[ProfileError]]:
     """Read ``files`` with a progress bar on a terminal; bad files are returned as errors."""
     profiles, errors = [], []
     show = not quiet and len(files) > 8 and sys.stderr.isatty()
-    if not quiet and len(files) >= MANY_FILES and not show:  # a log, not a terminal: one line says what it is doing
-        print(f"deepcontext: reading {len(files):,} profiles under {where}", file=sys.stderr, flush=True)
+    if (
+        not quiet and len(files) >= MANY_FILES and not show
+    ):  # a log, not a terminal: one line says what it is doing
+        print(
+            f"deepcontext: reading {len(files):,} profiles under {where}",
+            file=sys.stderr,
+            flush=True,
+        )
     with Progress(console=Console(stderr=True), transient=True, disable=not show) as progress:
         task = progress.add_task("reading profiles", total=len(files))
         for file in files:

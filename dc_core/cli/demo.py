@@ -17,18 +17,31 @@ def workloads() -> tuple[tuple[str, tuple[tuple[str, ...], ...], str, str], ...]
     packages' demos, then the pure-Python one."""
     from ..record.adapter import adapter_packages
 
-    demos = [(p.name, p.demo.needs, p.demo.extra, p.demo.label or p.name) for p in adapter_packages() if p.demo]
+    demos = [
+        (p.name, p.demo.needs, p.demo.extra, p.demo.label or p.name)
+        for p in adapter_packages()
+        if p.demo
+    ]
     return (*demos, ("python", (), "", "pure Python"))
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("demo", help="profile a small embedded training run and print its report")
-    p.add_argument("--logdir", default="runs/deepcontext-demo",
-                   help="where to write the profile (each demo run gets its own run directory)")
+    p = subparsers.add_parser(
+        "demo", help="profile a small embedded training run and print its report"
+    )
+    p.add_argument(
+        "--logdir",
+        default="runs/deepcontext-demo",
+        help="where to write the profile (each demo run gets its own run directory)",
+    )
     found = workloads()
-    p.add_argument("--workload", choices=("auto", *(name for name, *_ in found)), default="auto",
-                   help="auto picks the richest workload whose framework is installed: "
-                        + ", else ".join(label for *_, label in found))
+    p.add_argument(
+        "--workload",
+        choices=("auto", *(name for name, *_ in found)),
+        default="auto",
+        help="auto picks the richest workload whose framework is installed: "
+        + ", else ".join(label for *_, label in found),
+    )
     p.set_defaults(run=run)
 
 
@@ -59,9 +72,8 @@ def pick(workload: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .report import run as run_report
-
     from .common import make_console
+    from .report import run as run_report
 
     console = make_console(soft_wrap=True, width=None)
     workload = pick(args.workload)
@@ -71,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # A run directory per demo, so the report shows this run, not every earlier one.
     run_name = time.strftime("demo-%Y%m%d-%H%M%S")
-    console.print(f"[bold]DeepContext demo[/]: profiling the {workload} workload into {args.logdir}")
+    console.print(
+        f"[bold]DeepContext demo[/]: profiling the {workload} workload into {args.logdir}"
+    )
     if workload == "python":
         from ..demo.workload import train
 
@@ -83,11 +97,16 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from . import build_parser
 
-    status = run_report(build_parser().parse_args(
-        ["report", str(run_directory(written[0])), "--limit", "60", "--min-percent", "1"]))
+    status = run_report(
+        build_parser().parse_args(
+            ["report", str(run_directory(written[0])), "--limit", "60", "--min-percent", "1"]
+        )
+    )
     console.print(f"\nprofiles: {', '.join(str(p) for p in written)}")
-    console.print(f"open the DeepContext tab: [bold]deepcontext view {args.logdir}[/] "
-                  f"(or tensorboard --logdir {args.logdir})")
+    console.print(
+        f"open the DeepContext tab: [bold]deepcontext view {args.logdir}[/] "
+        f"(or tensorboard --logdir {args.logdir})"
+    )
     return status
 
 

@@ -57,25 +57,55 @@ profiles of different frameworks or modes, or a metric one side lacks."""
 
 def add_parser(subparsers: Any) -> None:
     """Register ``diff`` on the ``deepcontext`` command line."""
-    p = subparsers.add_parser("diff", help="compare two profiles by call path, per step",
-                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("a", metavar="A", help="the baseline: a profile file, or a directory holding profiles")
+    p = subparsers.add_parser(
+        "diff",
+        help="compare two profiles by call path, per step",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "a", metavar="A", help="the baseline: a profile file, or a directory holding profiles"
+    )
     p.add_argument("b", metavar="B", help="the profile compared with it (file or directory)")
     for side, which in (("", "both sides"), ("a-", "A only"), ("b-", "B only")):
-        p.add_argument(f"--{side}rank", type=int, default=None, metavar="N", help=f"rank N's profile ({which})")
-        p.add_argument(f"--{side}steps", type=int, default=None, metavar="S",
-                       help=f"the window starting at step S ({which})")
-    p.add_argument("--metric", default=None,
-                   help="metric compared (default: device_time_ns when both profiles have it, else cpu_time_ns)")
-    p.add_argument("--top", type=int, default=20, metavar="N",
-                   help="list at most N changes, and N paths of each side alone (default 20; 0: all)")
-    p.add_argument("--min-share", type=float, default=0.005, metavar="F",
-                   help="list a change (or a path one side alone has) of at least F of the larger side's "
-                        "total per step (default 0.005: 0.5%%)")
-    p.add_argument("--json", action="store_true",
-                   help='machine-readable on stdout: {"a", "b", "metric", "step_delta_ns", '
-                        '"step_delta_running_ns", "changes", "only_a", "only_b"}, values per step in the metric\'s unit; each side\'s "steps" is '
-                        "half-open [first, end): [5, 8] is steps 5-7")
+        p.add_argument(
+            f"--{side}rank", type=int, default=None, metavar="N", help=f"rank N's profile ({which})"
+        )
+        p.add_argument(
+            f"--{side}steps",
+            type=int,
+            default=None,
+            metavar="S",
+            help=f"the window starting at step S ({which})",
+        )
+    p.add_argument(
+        "--metric",
+        default=None,
+        help="metric compared (default: device_time_ns when both profiles have it, else cpu_time_ns)",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=20,
+        metavar="N",
+        help="list at most N changes, and N paths of each side alone (default 20; 0: all)",
+    )
+    p.add_argument(
+        "--min-share",
+        type=float,
+        default=0.005,
+        metavar="F",
+        help="list a change (or a path one side alone has) of at least F of the larger side's "
+        "total per step (default 0.005: 0.5%%)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='machine-readable on stdout: {"a", "b", "metric", "step_delta_ns", '
+        '"step_delta_running_ns", "changes", "only_a", "only_b"}, values per step in the '
+        "metric's unit; each side's \"steps\" is "
+        "half-open [first, end): [5, 8] is steps 5-7",
+    )
     add_read_options(p)
     p.set_defaults(run=run)
 
@@ -157,14 +187,18 @@ def load(name: str, where: str, rank: int | None, start: int | None, limit: int)
         starts = sorted({f.steps[0] for f in files})
         files = [f for f in files if f.steps[0] == start]
         if not files:
-            raise CliError(f"{name}: no window starting at step {start} under {where!r}"
-                           f"{f' for rank {rank}' if rank is not None else ''}; windows start at "
-                           + ", ".join(map(str, starts)))
+            raise CliError(
+                f"{name}: no window starting at step {start} under {where!r}"
+                f"{f' for rank {rank}' if rank is not None else ''}; windows start at "
+                + ", ".join(map(str, starts))
+            )
     if len(files) > 1:
         pick = "its run's directory, " if len({f.run for f in files}) > 1 else ""
-        raise CliError(f"{name}: {where!r} holds {len(files)} profiles; pick one by {pick}--rank/--steps "
-                       f"(--{name.lower()}-rank/--{name.lower()}-steps for {name} alone) or its file: "
-                       + _choices(files))
+        raise CliError(
+            f"{name}: {where!r} holds {len(files)} profiles; pick one by {pick}--rank/--steps "
+            f"(--{name.lower()}-rank/--{name.lower()}-steps for {name} alone) or its file: "
+            + _choices(files)
+        )
     return Loaded(name, str(files[0].path), _read(files[0], limit))
 
 
@@ -172,8 +206,11 @@ def _choices(files: list[ProfileFile]) -> str:
     """The profiles a directory holds, each with what picks it: the options,
     or the run's directory when there are several runs."""
     runs = len({f.run for f in files}) > 1
-    shown = [f"{f'{f.path.parents[3]} ' if runs else ''}rank {f.rank} {steps_text(f.steps)} "
-             f"(--rank {f.rank} --steps {f.steps[0]})" for f in files[:MAX_CHOICES]]
+    shown = [
+        f"{f'{f.path.parents[3]} ' if runs else ''}rank {f.rank} {steps_text(f.steps)} "
+        f"(--rank {f.rank} --steps {f.steps[0]})"
+        for f in files[:MAX_CHOICES]
+    ]
     more = f"; and {len(files) - MAX_CHOICES} more" if len(files) > MAX_CHOICES else ""
     return "; ".join(shown) + more
 
@@ -194,20 +231,30 @@ def check_comparable(a: Loaded, b: Loaded, metric: str | None) -> str:
     """
     pa, pb = a.profile, b.profile
     if pa.framework != pb.framework:
-        raise CliError(f"{a.who()} is a {pa.framework} profile and {b.who()} a {pb.framework} one: "
-                       "diff compares profiles of one framework")
+        raise CliError(
+            f"{a.who()} is a {pa.framework} profile and {b.who()} a {pb.framework} one: "
+            "diff compares profiles of one framework"
+        )
     if pa.mode != pb.mode:
-        raise CliError(f"{a.who()} was profiled in {pa.mode} mode and {b.who()} in {pb.mode} mode: "
-                       "their trees hold different frames; profile both in one mode")
+        raise CliError(
+            f"{a.who()} was profiled in {pa.mode} mode and {b.who()} in {pb.mode} mode: "
+            "their trees hold different frames; profile both in one mode"
+        )
     have = {side.name: set(metrics_with_values(side.profile.tree)) for side in (a, b)}
     if metric is None:
-        metric = "device_time_ns" if all("device_time_ns" in h for h in have.values()) else "cpu_time_ns"
+        metric = (
+            "device_time_ns" if all("device_time_ns" in h for h in have.values()) else "cpu_time_ns"
+        )
     lacking = [side for side in (a, b) if metric not in have[side.name]]
     if lacking:
         which = " and ".join(side.who() for side in lacking)
-        has = "; ".join(f"{side.name} has: {', '.join(sorted(have[side.name])) or 'none'}" for side in lacking)
-        raise CliError(f"{which} {'have' if len(lacking) > 1 else 'has'} no {metric} values, so "
-                       f"{a.who()} and {b.who()} cannot be compared by it ({has}); choose one with --metric")
+        has = "; ".join(
+            f"{side.name} has: {', '.join(sorted(have[side.name])) or 'none'}" for side in lacking
+        )
+        raise CliError(
+            f"{which} {'have' if len(lacking) > 1 else 'has'} no {metric} values, so "
+            f"{a.who()} and {b.who()} cannot be compared by it ({has}); choose one with --metric"
+        )
     return metric
 
 
@@ -219,10 +266,18 @@ def _labels(union: Union, node: int, moved: bool = True) -> list[str]:
 
 def _side_json(side: Loaded) -> dict[str, Any]:
     p = side.profile
-    return {"file": side.file, "run": p.run, "rank": p.rank, "host": p.host, "steps": list(p.steps),
-            "step_count": step_count(p.steps, p.step_times_ns), "mean_step_ns": side.mean_step_ns,
-            "mean_running_ns": side.mean_running_ns,
-            "framework": p.framework, "mode": p.mode}
+    return {
+        "file": side.file,
+        "run": p.run,
+        "rank": p.rank,
+        "host": p.host,
+        "steps": list(p.steps),
+        "step_count": step_count(p.steps, p.step_times_ns),
+        "mean_step_ns": side.mean_step_ns,
+        "mean_running_ns": side.mean_running_ns,
+        "framework": p.framework,
+        "mode": p.mode,
+    }
 
 
 def _step_delta(a: Loaded, b: Loaded) -> int | None:
@@ -249,24 +304,47 @@ def diff_json(a: Loaded, b: Loaded, union: Union, result: Comparison, top: int) 
     changes = []
     for c in _top(result.changes, top):
         path = _labels(union, c.node, moved=False)
-        row = {"path": path, "a_ns": round(c.a_ns), "b_ns": round(c.b_ns),
-               "delta_ns": round(c.delta_ns), "spread_ns": c.spread_ns, "significant": c.significant}
+        row = {
+            "path": path,
+            "a_ns": round(c.a_ns),
+            "b_ns": round(c.b_ns),
+            "delta_ns": round(c.delta_ns),
+            "spread_ns": c.spread_ns,
+            "significant": c.significant,
+        }
         b_path = [union.b.tree.node_frame(n).label() for n in union.b.tree.path(c.b_node)]
         if b_path != path:
             row["b_path"] = b_path  # a moved line: B's own labels
         changes.append(row)
 
     def only(items, a_side: bool) -> list[dict[str, Any]]:
-        return [{"path": _labels(union, o.node, moved=False), "a_ns": round(o.ns) if a_side else 0,
-                 "b_ns": 0 if a_side else round(o.ns), "delta_ns": round(-o.ns if a_side else o.ns)}
-                for o in _top(items, top)]
+        return [
+            {
+                "path": _labels(union, o.node, moved=False),
+                "a_ns": round(o.ns) if a_side else 0,
+                "b_ns": 0 if a_side else round(o.ns),
+                "delta_ns": round(-o.ns if a_side else o.ns),
+            }
+            for o in _top(items, top)
+        ]
 
-    return {"version": DIFF_VERSION, "a": _side_json(a), "b": _side_json(b), "metric": result.metric,
-            "step_delta_ns": _step_delta(a, b), "step_delta_running_ns": _running_delta(a, b),
-            "min_ns": round(result.floor_ns),
-            "changes": changes, "only_a": only(result.only_a, True), "only_b": only(result.only_b, False),
-            "counts": {"changes": len(result.changes), "only_a": len(result.only_a),
-                       "only_b": len(result.only_b)}}
+    return {
+        "version": DIFF_VERSION,
+        "a": _side_json(a),
+        "b": _side_json(b),
+        "metric": result.metric,
+        "step_delta_ns": _step_delta(a, b),
+        "step_delta_running_ns": _running_delta(a, b),
+        "min_ns": round(result.floor_ns),
+        "changes": changes,
+        "only_a": only(result.only_a, True),
+        "only_b": only(result.only_b, False),
+        "counts": {
+            "changes": len(result.changes),
+            "only_a": len(result.only_a),
+            "only_b": len(result.only_b),
+        },
+    }
 
 
 def _signed(value: float, metric: str) -> str:
@@ -274,7 +352,9 @@ def _signed(value: float, metric: str) -> str:
     return "+" + text if value > 0 else text
 
 
-def print_diff(console: Console, a: Loaded, b: Loaded, union: Union, result: Comparison, top: int) -> None:
+def print_diff(
+    console: Console, a: Loaded, b: Loaded, union: Union, result: Comparison, top: int
+) -> None:
     """The terminal comparison: both windows, the step change, the changes
     table, then the paths one side alone has."""
     metric = result.metric
@@ -283,19 +363,43 @@ def print_diff(console: Console, a: Loaded, b: Loaded, union: Union, result: Com
         mean = side.mean_step_ns
         console.print(Text.assemble((side.name, "bold"), f"  {side.file}"), soft_wrap=True)
         run_name = f"run {p.run} \u00b7 " if p.run not in (".", "") else ""
-        console.print(Text(f"   {run_name}rank {p.rank} \u00b7 {steps_text(p.steps)} \u00b7 mean step "
-                           f"{format_value(mean, 'x_ns') if mean is not None else '-'}"), soft_wrap=True)
+        console.print(
+            Text(
+                f"   {run_name}rank {p.rank} \u00b7 {steps_text(p.steps)} \u00b7 mean step "
+                f"{format_value(mean, 'x_ns') if mean is not None else '-'}"
+            ),
+            soft_wrap=True,
+        )
     step = _step_delta(a, b)
-    console.print(Text.assemble(("step ", "bold"), (_signed(step, "x_ns") if step is not None else "-"),
-                                f" (mean step B \u2212 A) \u00b7 {metric} per step"))
+    console.print(
+        Text.assemble(
+            ("step ", "bold"),
+            (_signed(step, "x_ns") if step is not None else "-"),
+            f" (mean step B \u2212 A) \u00b7 {metric} per step",
+        )
+    )
     shown = _top(result.changes, top)
     significant = sum(c.significant for c in result.changes)
-    console.rule(Text(f"changes: {len(result.changes)} listed, {significant} significant"), align="left")
+    console.rule(
+        Text(f"changes: {len(result.changes)} listed, {significant} significant"), align="left"
+    )
     if shown:
-        rows = [(("*" if c.significant else ""), _signed(c.delta_ns, metric), format_value(c.a_ns, metric),
-                 format_value(c.b_ns, metric), format_value(c.spread_ns, metric) if c.spread_ns is not None else "?",
-                 _labels(union, c.node)) for c in shown]
-        console.print(_table(console.width, ("", "\u0394/step", "A/step", "B/step", "spread", "context"), rows))
+        rows = [
+            (
+                ("*" if c.significant else ""),
+                _signed(c.delta_ns, metric),
+                format_value(c.a_ns, metric),
+                format_value(c.b_ns, metric),
+                format_value(c.spread_ns, metric) if c.spread_ns is not None else "?",
+                _labels(union, c.node),
+            )
+            for c in shown
+        ]
+        console.print(
+            _table(
+                console.width, ("", "\u0394/step", "A/step", "B/step", "spread", "context"), rows
+            )
+        )
     if len(result.changes) > len(shown):
         console.print(f"[dim]{len(result.changes) - len(shown)} more (--top 0 lists all)[/]")
     if any(c.spread_ns is None for c in shown):
@@ -308,8 +412,13 @@ def print_diff(console: Console, a: Loaded, b: Loaded, union: Union, result: Com
             console.print(_table(console.width, (f"{name}/step", "context"), rows))
         if len(items) > len(listed):
             console.print(f"[dim]{len(items) - len(listed)} more (--top 0 lists all)[/]")
-    console.print(Text(f"listed: from {format_value(result.floor_ns, metric)} per step (--min-share) \u00b7 "
-                       "* significant: |\u0394| over both sides' spread", style="dim"))
+    console.print(
+        Text(
+            f"listed: from {format_value(result.floor_ns, metric)} per step (--min-share) \u00b7 "
+            "* significant: |\u0394| over both sides' spread",
+            style="dim",
+        )
+    )
 
 
 def _unknown_spread(a: Loaded, b: Loaded, metric: str) -> str:
@@ -321,11 +430,16 @@ def _unknown_spread(a: Loaded, b: Loaded, metric: str) -> str:
             why.setdefault("one step", []).append(side.name)
         elif p.step_range(metric) is None:
             bounded = sorted({name.partition(".")[0] for name in p.step_bounds})
-            hint = (f"only of {', '.join(bounded)}: --metric {bounded[0]}" if bounded
-                    else "written before steps were marked")
+            hint = (
+                f"only of {', '.join(bounded)}: --metric {bounded[0]}"
+                if bounded
+                else "written before steps were marked"
+            )
             why.setdefault(f"no per-step bounds of {metric} ({hint})", []).append(side.name)
-    said = "; ".join(f"{' and '.join(names)} {'have' if len(names) > 1 else 'has'} {reason}"
-                     for reason, names in why.items())
+    said = "; ".join(
+        f"{' and '.join(names)} {'have' if len(names) > 1 else 'has'} {reason}"
+        for reason, names in why.items()
+    )
     return f"spread unknown (?): {said or 'a side lacks it'}; no change is called significant"
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..export import FORMATS, PER_WINDOW, SUFFIX, exporter, window_exporter
 from ..store.logdir import ProfileFile
@@ -14,23 +16,39 @@ from .present import METRIC_PREFERENCE, default_metric
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("export", help="write profiles as Chrome trace, speedscope, pprof, Hatchet or "
-                              "Thicket JSON")
-    p.add_argument("logdir", help="directory holding DeepContext profiles (searched recursively); "
-                   "every profile found is exported to its own file (thicket: every run's window, all its "
-                   "ranks together, to one file)")
-    p.add_argument("--format", choices=FORMATS, required=True,
-                   help="chrome (chrome://tracing, Perfetto), speedscope, pprof (go tool pprof), hatchet "
-                        "(GraphFrame.from_literal) or thicket (one Hatchet literal per rank plus its metadata; "
-                        "dc_core.export.thicket.load(path) gives a thicket.Thicket)")
+    p = subparsers.add_parser(
+        "export", help="write profiles as Chrome trace, speedscope, pprof, Hatchet or Thicket JSON"
+    )
+    p.add_argument(
+        "logdir",
+        help="directory holding DeepContext profiles (searched recursively); "
+        "every profile found is exported to its own file (thicket: every run's window, all its "
+        "ranks together, to one file)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        required=True,
+        help="chrome (chrome://tracing, Perfetto), speedscope, pprof (go tool pprof), hatchet "
+        "(GraphFrame.from_literal) or thicket (one Hatchet literal per rank plus its metadata; "
+        "dc_core.export.thicket.load(path) gives a thicket.Thicket)",
+    )
     p.add_argument("--out", required=True, help="directory for the exported files")
-    p.add_argument("--metric", default=None,
-                   help="metric drawn as the flame chart's widths (chrome, speedscope), the default sample "
-                        "type (pprof) or Hatchet's and Thicket's default 'time' column: cpu_time_ns, "
-                        "device_time_ns, count, samples, alloc_bytes (default: the profile's main one, device "
-                        "time where there is any, else CPU time; thicket: one for all ranks of a window)")
-    p.add_argument("--rank", type=int, default=None, metavar="N",
-                   help="export only rank N's profiles (default: every rank's)")
+    p.add_argument(
+        "--metric",
+        default=None,
+        help="metric drawn as the flame chart's widths (chrome, speedscope), the default sample "
+        "type (pprof) or Hatchet's and Thicket's default 'time' column: cpu_time_ns, "
+        "device_time_ns, count, samples, alloc_bytes (default: the profile's main one, device "
+        "time where there is any, else CPU time; thicket: one for all ranks of a window)",
+    )
+    p.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        metavar="N",
+        help="export only rank N's profiles (default: every rank's)",
+    )
     add_read_options(p)
     p.set_defaults(run=run)
 
@@ -74,19 +92,24 @@ def run(args: argparse.Namespace) -> int:
     return 0 if readable and exported == readable else 1
 
 
-def _export_each(profiles: Sequence[Profile], fmt: str, metric: str | None, out: Path, skipped: list[str]) -> int:
+def _export_each(
+    profiles: Sequence[Profile], fmt: str, metric: str | None, out: Path, skipped: list[str]
+) -> int:
     """One file per profile; returns how many were written."""
     export = exporter(fmt)
     exported = 0
     for profile in profiles:
         name = _file_name(profile.run, profile.steps, SUFFIX[fmt], profile.rank)
         chosen = metric or default_metric(profile.tree)
-        exported += _write(out / name, lambda: export(profile, chosen), [profile], skipped)
+        exported += _write(
+            out / name, functools.partial(export, profile, chosen), [profile], skipped
+        )
     return exported
 
 
-def _export_windows(profiles: Sequence[Profile], fmt: str, metric: str | None, out: Path,
-                    skipped: list[str]) -> int:
+def _export_windows(
+    profiles: Sequence[Profile], fmt: str, metric: str | None, out: Path, skipped: list[str]
+) -> int:
     """One file per (run, window) holding its ranks; returns how many profiles were written."""
     export = window_exporter(fmt)
     windows: dict[tuple[str, tuple[int, int]], list[Profile]] = {}
@@ -98,12 +121,14 @@ def _export_windows(profiles: Sequence[Profile], fmt: str, metric: str | None, o
         # the same thing, or Thicket's statistics across ranks compare apples and pears.
         chosen = metric or min((default_metric(p.tree) for p in ranks), key=_preference)
         name = _file_name(run_name, steps, SUFFIX[fmt])
-        exported += _write(out / name, lambda: export(ranks, chosen), ranks, skipped)
+        exported += _write(out / name, functools.partial(export, ranks, chosen), ranks, skipped)
     return exported
 
 
 def _preference(metric: str) -> int:
-    return METRIC_PREFERENCE.index(metric) if metric in METRIC_PREFERENCE else len(METRIC_PREFERENCE)
+    return (
+        METRIC_PREFERENCE.index(metric) if metric in METRIC_PREFERENCE else len(METRIC_PREFERENCE)
+    )
 
 
 def _file_name(run_name: str, steps: tuple[int, int], suffix: str, rank: int | None = None) -> str:
@@ -113,13 +138,17 @@ def _file_name(run_name: str, steps: tuple[int, int], suffix: str, rank: int | N
     return f"{flat}{who}-steps{steps[0]}-{steps[1] - 1}{suffix}"
 
 
-def _write(path: Path, render: Callable[[], bytes], profiles: Sequence[Profile], skipped: list[str]) -> int:
+def _write(
+    path: Path, render: Callable[[], bytes], profiles: Sequence[Profile], skipped: list[str]
+) -> int:
     """Write ``render()`` to ``path`` and print it; on failure name each profile
     it held as skipped. Returns how many profiles were written."""
     try:
         path.write_bytes(render())
     except OSError as exc:
-        skipped.extend(f"skipped {p.source}: cannot write {path}: {exc.strerror or exc}" for p in profiles)
+        skipped.extend(
+            f"skipped {p.source}: cannot write {path}: {exc.strerror or exc}" for p in profiles
+        )
         return 0
     print(path)
     return len(profiles)

@@ -3,7 +3,8 @@ path shortened to the user's frames, and the suggestion."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
@@ -22,7 +23,11 @@ def short_path(path: list[str], keep: int = _KEEP) -> str:
     if not path:
         return ""
     head = [path[0]] if path[0] in PHASES and len(path) > 1 else []
-    middle = [p for p in path[len(head):-1] if not p.startswith(_NOT_USER) and not p.endswith(" <module>")]
+    middle = [
+        p
+        for p in path[len(head) : -1]
+        if not p.startswith(_NOT_USER) and not p.endswith(" <module>")
+    ]
     elided = len(middle) > keep
     parts = head + (["…"] if elided else []) + middle[-keep:] + [path[-1]]
     return " › ".join(parts)
@@ -51,14 +56,25 @@ def finding_text(finding: dict[str, Any]) -> Hanging:
         parts.append(hanging(Text(" at ", style="dim"), Text(where, style="green")))
     if "gain_basis" in finding:
         basis = finding.get("gain_basis") or ""
-        parts.append(hanging(Text(" saves ", style="dim"),
-                             Text(gain_text(finding), style="bold") + Text(f": {basis}" if basis else "", style="dim")))
+        parts.append(
+            hanging(
+                Text(" saves ", style="dim"),
+                Text(gain_text(finding), style="bold")
+                + Text(f": {basis}" if basis else "", style="dim"),
+            )
+        )
     if finding.get("suggestion"):
-        parts.append(hanging(Text(" \u2192 ", style="dim"), Text(finding["suggestion"], style="italic")))
-    return hanging(Text(f" {severity.upper():8}", style=SEVERITY_STYLE.get(severity, "")) + " ", Group(*parts))
+        parts.append(
+            hanging(Text(" \u2192 ", style="dim"), Text(finding["suggestion"], style="italic"))
+        )
+    return hanging(
+        Text(f" {severity.upper():8}", style=SEVERITY_STYLE.get(severity, "")) + " ", Group(*parts)
+    )
 
 
-def render_findings(findings: Iterable[dict[str, Any]], console: Console, title: str = "findings") -> None:
+def render_findings(
+    findings: Iterable[dict[str, Any]], console: Console, title: str = "findings"
+) -> None:
     """Print findings, most severe first, the biggest saving first within a
     severity (the order they are stored in)."""
     findings = list(findings)

@@ -6,8 +6,9 @@ Pure functions; no I/O."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..model import views
 from ..model.processors import merge_windows
@@ -37,16 +38,22 @@ def describe_drops(drops: Mapping[str, int]) -> list[str]:
             f"{n:,} new call paths not added: the window's tree reached its cap of max_nodes nodes "
             f"(default {ProfilerConfig.max_nodes:,}; the profile does not record the value used); their cost "
             "is counted on the deepest node already in the tree. Raise max_nodes (ProfilerConfig or "
-            "DEEPCONTEXT_CONFIG)."),
+            "DEEPCONTEXT_CONFIG)."
+        ),
         "samples": lambda n: (
             f"{n:,} CPU samples lost or shallow: the sampler fell behind its rate, or a native stack could not be "
-            "unwound (that sample is kept without its C/C++ frames); lower cpu_sampling_hz on a busy machine."),
+            "unwound (that sample is kept without its C/C++ frames); lower cpu_sampling_hz on a busy machine."
+        ),
         "monitor": lambda n: (
             f"{n:,} system-monitor readings not kept: the window reached its cap of {MONITOR_READINGS_CAP:,} "
-            "readings; raise system_interval_ms or profile fewer steps per window."),
+            "readings; raise system_interval_ms or profile fewer steps per window."
+        ),
     }
-    return [reasons[name](count) if name in reasons else f"{count:,} {name} dropped"
-            for name, count in sorted(drops.items()) if count > 0]
+    return [
+        reasons[name](count) if name in reasons else f"{count:,} {name} dropped"
+        for name, count in sorted(drops.items())
+        if count > 0
+    ]
 
 
 def default_metric(tree: Tree) -> str:
@@ -57,8 +64,13 @@ def default_metric(tree: Tree) -> str:
     return "cpu_time_ns"
 
 
-def node_json(shown: View, node: int = 0, depth: int | None = None, min_fraction: float = 0.0,
-              metric: str | None = None) -> dict[str, Any]:
+def node_json(
+    shown: View,
+    node: int = 0,
+    depth: int | None = None,
+    min_fraction: float = 0.0,
+    metric: str | None = None,
+) -> dict[str, Any]:
     """One NODE of the report of a view: frame fields, exclusive and inclusive metrics, children.
 
     Built with an explicit stack (a call chain may be any depth); serialise
@@ -74,7 +86,11 @@ def node_json(shown: View, node: int = 0, depth: int | None = None, min_fraction
     stack = [(node, 0, top)]  # (node, level, the list its JSON goes in)
     while stack:
         n, level, siblings = stack.pop()
-        kids = [] if depth is not None and level >= depth else [k for k in tree.children(n) if key[k] >= limit]
+        kids = (
+            []
+            if depth is not None and level >= depth
+            else [k for k in tree.children(n) if key[k] >= limit]
+        )
         kids.sort(key=lambda k: -key[k])
         item = {
             **frame_json(tree.node_frame(n)),
@@ -87,8 +103,13 @@ def node_json(shown: View, node: int = 0, depth: int | None = None, min_fraction
     return top[0]
 
 
-def profile_json(profile: Profile, view: str = "top-down", depth: int | None = None,
-                 min_fraction: float = 0.0, metric: str | None = None) -> dict[str, Any]:
+def profile_json(
+    profile: Profile,
+    view: str = "top-down",
+    depth: int | None = None,
+    min_fraction: float = 0.0,
+    metric: str | None = None,
+) -> dict[str, Any]:
     shown = views.view(profile.tree, view)
     return {
         "run": profile.run,
@@ -98,13 +119,17 @@ def profile_json(profile: Profile, view: str = "top-down", depth: int | None = N
         "mode": profile.mode,
         "steps": [profile.steps[0], profile.steps[1]],  # half-open: [5, 8] is steps 5–7
         "step_times_ns": list(profile.step_times_ns),
-        "one_off_first_step_ns": one_off_first_step(profile),  # 0: the first step is like the others
+        "one_off_first_step_ns": one_off_first_step(
+            profile
+        ),  # 0: the first step is like the others
         "tree": node_json(shown, 0, depth, min_fraction, metric),
         "findings": [{k: v for k, v in f.items() if k != "node"} for f in _findings(profile)],
     }
 
 
-def report_json(profiles: Iterable[Profile], errors: Iterable[ProfileError], **options: Any) -> dict[str, Any]:
+def report_json(
+    profiles: Iterable[Profile], errors: Iterable[ProfileError], **options: Any
+) -> dict[str, Any]:
     """The whole ``deepcontext report --json`` document."""
     return {
         "version": REPORT_VERSION,
@@ -124,8 +149,9 @@ class Row:
     percent: float
 
 
-def tree_rows(shown: View, metric: str, depth: int | None = None, min_fraction: float = 0.0,
-              limit: int = 200) -> list[Row]:
+def tree_rows(
+    shown: View, metric: str, depth: int | None = None, min_fraction: float = 0.0, limit: int = 200
+) -> list[Row]:
     """Rows of the report of a view: heaviest first, at most ``limit``."""
     tree = shown.tree
     incl, excl = shown.columns(metric)
@@ -136,7 +162,9 @@ def tree_rows(shown: View, metric: str, depth: int | None = None, min_fraction: 
         node, level = stack.pop()
         if incl[node] < total * min_fraction or (incl[node] == 0 and excl[node] == 0):
             continue
-        rows.append(Row(level, tree.node_frame(node), incl[node], excl[node], 100.0 * incl[node] / total))
+        rows.append(
+            Row(level, tree.node_frame(node), incl[node], excl[node], 100.0 * incl[node] / total)
+        )
         if depth is None or level + 1 < depth:
             stack.extend((k, level + 1) for k in sorted(tree.children(node), key=lambda k: incl[k]))
     return rows
@@ -163,7 +191,9 @@ def rank_step_stats(profiles: Sequence[Profile]) -> list[RankStats]:
         if not times:
             continue
         p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
-        out.append(RankStats(rank, items[0].host, len(times), statistics.median(times), p95, times[-1]))
+        out.append(
+            RankStats(rank, items[0].host, len(times), statistics.median(times), p95, times[-1])
+        )
     return out
 
 
@@ -185,15 +215,25 @@ def format_value(value: float, metric: str) -> str:
     return f"{value:.0f}"
 
 
-def rank_top_frames(profiles: Sequence[Profile], metric: str, limit: int = 8) -> tuple[list[int], list[tuple[Frame, list[int]]]]:
+def rank_top_frames(
+    profiles: Sequence[Profile], metric: str, limit: int = 8
+) -> tuple[list[int], list[tuple[Frame, list[int]]]]:
     """The heaviest operator/module/kernel frames and their inclusive ``metric``
     on each rank (windows of a rank summed): ``(ranks, [(frame, values)])``."""
     by_rank: dict[int, list[Tree]] = {}
     for p in profiles:
         by_rank.setdefault(p.rank, []).append(p.tree)
     ranks = sorted(by_rank)
-    per_rank = {r: {row.frame: row.incl.get(metric, 0) for row in flat(merge_windows(by_rank[r]))} for r in ranks}
-    frames = {f for table in per_rank.values() for f in table if f.kind in ("operator", "module", "kernel")}
+    per_rank = {
+        r: {row.frame: row.incl.get(metric, 0) for row in flat(merge_windows(by_rank[r]))}
+        for r in ranks
+    }
+    frames = {
+        f
+        for table in per_rank.values()
+        for f in table
+        if f.kind in ("operator", "module", "kernel")
+    }
     ranked = sorted(frames, key=lambda f: -max(per_rank[r].get(f, 0) for r in ranks))[:limit]
     return ranks, [(f, [per_rank[r].get(f, 0) for r in ranks]) for f in ranked]
 

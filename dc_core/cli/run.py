@@ -24,8 +24,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..launch.settings import CLAIMED_ENV, RUN_ENV, RunSettings
 from ..record.config import ENV_VAR, MODES, ProfilerConfig, env_overrides, merge, read_file
@@ -38,32 +39,64 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "run", help="profile a training script or command, unchanged",
+        "run",
+        help="profile a training script or command, unchanged",
         usage="deepcontext run [OPTIONS] (script.py | -m module | -- COMMAND) [ARGS ...]",
         description="Run a Python script, a module or any command (torchrun, a shell script) with DeepContext "
-                    "in every process it profiles: the command's own Python process and each torchrun worker. "
-                    "Lightning and Hugging Face trainers get the callback; a plain PyTorch loop's steps end at "
-                    "each optimizer update; a JAX loop's at each call of its jitted train step. When the command "
-                    "ends, the report prints. Options override DEEPCONTEXT_CONFIG and --config.")
-    p.add_argument("--steps", metavar="START:COUNT[:EVERY[:REPEAT]]",
-                   help="the windows: COUNT steps from START, again every EVERY steps, REPEAT times (0: forever)")
-    p.add_argument("--mode", choices=MODES, help="lightweight (Python and framework context) or comprehensive")
-    p.add_argument("--logdir", default="deepcontext",
-                   help="where runs go (default ./deepcontext); each invocation makes its own run directory")
+        "in every process it profiles: the command's own Python process and each torchrun worker. "
+        "Lightning and Hugging Face trainers get the callback; a plain PyTorch loop's steps end at "
+        "each optimizer update; a JAX loop's at each call of its jitted train step. When the command "
+        "ends, the report prints. Options override DEEPCONTEXT_CONFIG and --config.",
+    )
+    p.add_argument(
+        "--steps",
+        metavar="START:COUNT[:EVERY[:REPEAT]]",
+        help="the windows: COUNT steps from START, again every EVERY steps, REPEAT times (0: forever)",
+    )
+    p.add_argument(
+        "--mode", choices=MODES, help="lightweight (Python and framework context) or comprehensive"
+    )
+    p.add_argument(
+        "--logdir",
+        default="deepcontext",
+        help="where runs go (default ./deepcontext); each invocation makes its own run directory",
+    )
     p.add_argument("--config", metavar="FILE", help="a JSON or YAML file of config fields")
-    p.add_argument("--step-function", metavar="MODULE:QUALNAME",
-                   help="JAX: the function one call of which is one step (default: found from the jitted "
-                        "function the script calls repeatedly from one line)")
-    p.add_argument("--time-fallback", type=float, default=60.0, metavar="SECONDS",
-                   help="profile by time when no step boundary is found in this many seconds (default 60; "
-                        "0: never)")
-    p.add_argument("--time-window", type=float, default=10.0, metavar="SECONDS",
-                   help="length of that time range (default 10)")
+    p.add_argument(
+        "--step-function",
+        metavar="MODULE:QUALNAME",
+        help="JAX: the function one call of which is one step (default: found from the jitted "
+        "function the script calls repeatedly from one line)",
+    )
+    p.add_argument(
+        "--time-fallback",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="profile by time when no step boundary is found in this many seconds (default 60; "
+        "0: never)",
+    )
+    p.add_argument(
+        "--time-window",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="length of that time range (default 10)",
+    )
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end")
-    p.add_argument("--view", action="store_true", help="open the DeepContext tab in TensorBoard at the end")
-    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
-                   help="run a module as `python -m` does")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="script.py [ARGS], or -- COMMAND [ARGS]")
+    p.add_argument(
+        "--view", action="store_true", help="open the DeepContext tab in TensorBoard at the end"
+    )
+    p.add_argument(
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE",
+        help="run a module as `python -m` does",
+    )
+    p.add_argument(
+        "command", nargs=argparse.REMAINDER, help="script.py [ARGS], or -- COMMAND [ARGS]"
+    )
     p.set_defaults(run=run)
 
 
@@ -75,7 +108,9 @@ def parse_steps(text: str) -> dict[str, int]:
     """
     parts = text.split(":")
     if not 2 <= len(parts) <= 4 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"--steps must be START:COUNT[:EVERY[:REPEAT]] with whole numbers, got {text!r}")
+        raise ValueError(
+            f"--steps must be START:COUNT[:EVERY[:REPEAT]] with whole numbers, got {text!r}"
+        )
     return dict(zip(("start", "count", "every", "repeat"), map(int, parts)))
 
 
@@ -93,8 +128,10 @@ def command_line(args: argparse.Namespace) -> list[str]:
     if not command:
         _missing()
     if not command[0].endswith(".py") and not Path(command[0]).is_file():
-        raise ValueError(f"{command[0]!r} is not a Python script; to run another command put it after --, "
-                         f"e.g. deepcontext run -- {shlex.join(command)}")
+        raise ValueError(
+            f"{command[0]!r} is not a Python script; to run another command put it after --, "
+            f"e.g. deepcontext run -- {shlex.join(command)}"
+        )
     if not Path(command[0]).is_file():
         raise ValueError(f"script {command[0]!r} does not exist")
     return [sys.executable, *command]
@@ -183,13 +220,16 @@ def run_name(command: list[str], now: datetime.datetime | None = None) -> str:
     return f"{(now or datetime.datetime.now()).strftime('%Y-%m-%d_%H-%M-%S')}_{stem}"
 
 
-def child_environment(settings: RunSettings, fields: dict[str, Any],
-                      base: dict[str, str] | None = None) -> dict[str, str]:
+def child_environment(
+    settings: RunSettings, fields: dict[str, Any], base: dict[str, str] | None = None
+) -> dict[str, str]:
     """The command's environment: the boot directory first on ``PYTHONPATH``,
     the run's settings and config fields."""
     env = dict(os.environ if base is None else base)
     env.pop(CLAIMED_ENV, None)  # a run inside a profiled process starts its own choice
-    env["PYTHONPATH"] = os.pathsep.join([BOOT_DIR, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [BOOT_DIR, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
     env[RUN_ENV] = settings.to_env()
     env[ENV_VAR] = json.dumps(fields)
     return env
@@ -211,12 +251,19 @@ def run(args: argparse.Namespace) -> int:
         from .common import fail  # rich and the readers, loaded only to say what is wrong
 
         return fail(str(exc))
-    settings = RunSettings(logdir=fields["logdir"], run=name, step_function=args.step_function,
-                           fallback_after_s=args.time_fallback, time_window_s=args.time_window)
+    settings = RunSettings(
+        logdir=fields["logdir"],
+        run=name,
+        step_function=args.step_function,
+        fallback_after_s=args.time_fallback,
+        time_window_s=args.time_window,
+    )
     try:
         status = _run_command(command, child_environment(settings, fields))
     except OSError as exc:  # nothing ran: there is no run to sum up
-        print(f"deepcontext run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"deepcontext run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr
+        )
         return 127 if isinstance(exc, FileNotFoundError) else 126
     from .run_end import finish
 
@@ -269,7 +316,9 @@ def _dies_with(parent: int) -> Callable[[], None] | None:
     try:
         import ctypes
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
+        prctl = ctypes.CDLL(
+            None, use_errno=True
+        ).prctl  # looked up before the fork, not in the child
     except (OSError, AttributeError):
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]

@@ -55,33 +55,62 @@ def _finish(settings: RunSettings, args: argparse.Namespace, status: int) -> Non
     processes, notes = read_logs(settings.log_dir)
     files = find_profiles(run_dir) if run_dir.is_dir() else []
     console = make_console()
-    ended = "ended" if status == 0 else (f"exited with status {status}" if status > 0 else f"was killed by signal {-status}")
-    console.rule(f"DeepContext · the command {ended} · {processes} process{'es' if processes != 1 else ''} profiled")
+    ended = (
+        "ended"
+        if status == 0
+        else (f"exited with status {status}" if status > 0 else f"was killed by signal {-status}")
+    )
+    console.rule(
+        f"DeepContext · the command {ended} · {processes} process{'es' if processes != 1 else ''} profiled"
+    )
     for note in notes[:20]:
         level, _, message = note.partition(" ")
         console.print(f"[yellow]{escape(level.lower())}:[/] {escape(message)}", soft_wrap=True)
     if processes == 0:
-        console.print("[yellow]note:[/] no process of the command loaded DeepContext: is the command's Python the "
-                      f"one DeepContext is installed in ({escape(shlex.quote(_python()))}), and does it read "
-                      "PYTHONPATH (not -I or -E)?", soft_wrap=True)
+        console.print(
+            "[yellow]note:[/] no process of the command loaded DeepContext: is the command's Python the "
+            f"one DeepContext is installed in ({escape(shlex.quote(_python()))}), and does it read "
+            "PYTHONPATH (not -I or -E)?",
+            soft_wrap=True,
+        )
     if not files:
         console.print(f"no profile was written under {escape(str(run_dir))}", soft_wrap=True)
         if processes and not notes:
-            console.print("[yellow]note:[/] no step window was reached. Steps come from a Lightning or Hugging Face "
-                          "Trainer, each update of a plain PyTorch loop's first optimizer, or the jitted step of a "
-                          "JAX loop (--step-function names it); a process with none of these for --time-fallback "
-                          "seconds is profiled by time. --steps sets the window.", soft_wrap=True)
+            console.print(
+                "[yellow]note:[/] no step window was reached. Steps come from a Lightning or Hugging Face "
+                "Trainer, each update of a plain PyTorch loop's first optimizer, or the jitted step of a "
+                "JAX loop (--step-function names it); a process with none of these for --time-fallback "
+                "seconds is profiled by time. --steps sets the window.",
+                soft_wrap=True,
+            )
         return
     if not args.no_report:
-        from . import report
-        from . import build_parser
+        from . import build_parser, report
 
-        report.run(build_parser().parse_args(["report", str(run_dir), "--limit", str(REPORT_ROWS),
-                                                       "--min-percent", str(REPORT_MIN_PERCENT)]))
-    console.print(f"{len(files)} profile{'s' if len(files) != 1 else ''} in {escape(shown_path(run_dir))}; "
-                  "the whole tree, and the tab:", soft_wrap=True)
-    console.print(f"  deepcontext report {escape(shlex.quote(shown_path(run_dir)))}", soft_wrap=True)
-    console.print(f"  deepcontext view {escape(shlex.quote(shown_path(Path(settings.logdir))))}", soft_wrap=True)
+        report.run(
+            build_parser().parse_args(
+                [
+                    "report",
+                    str(run_dir),
+                    "--limit",
+                    str(REPORT_ROWS),
+                    "--min-percent",
+                    str(REPORT_MIN_PERCENT),
+                ]
+            )
+        )
+    console.print(
+        f"{len(files)} profile{'s' if len(files) != 1 else ''} in {escape(shown_path(run_dir))}; "
+        "the whole tree, and the tab:",
+        soft_wrap=True,
+    )
+    console.print(
+        f"  deepcontext report {escape(shlex.quote(shown_path(run_dir)))}", soft_wrap=True
+    )
+    console.print(
+        f"  deepcontext view {escape(shlex.quote(shown_path(Path(settings.logdir))))}",
+        soft_wrap=True,
+    )
     if args.view:
         from . import view
 

@@ -19,11 +19,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..model.rules import DEFAULTS
 from ..analyzer.trends import p_text
 from ..ensemble import PATH_SEP
 from ..ensemble.outliers import time_metric
 from ..ensemble.series import Point, Trend, series, trend_of, trends
+from ..model.rules import DEFAULTS
 from ..model.window import steps_text
 from .common import middle_truncate
 from .present import format_value
@@ -42,7 +42,9 @@ class NodeTrend:
     path: list[str]  # labels from the root's child down
     points: list[Point]
     trend: Trend
-    first_rise_step: int | None  # where a significant rise starts; None when the share does not rise
+    first_rise_step: (
+        int | None
+    )  # where a significant rise starts; None when the share does not rise
 
     @property
     def node(self) -> int:
@@ -66,10 +68,18 @@ def trend_rows(ensemble, spec: str, metric: str | None = None, top: int = 5) -> 
     """
     metric = metric or time_metric(ensemble)
     if metric not in ensemble.incl:
-        raise ValueError(f"metric {metric!r} is not in these profiles; they have: {', '.join(ensemble.incl)}")
+        raise ValueError(
+            f"metric {metric!r} is not in these profiles; they have: {', '.join(ensemble.incl)}"
+        )
     if spec.strip() == TOP:
-        found = trends(ensemble, metric, DEFAULTS["share_trend.min_share"], DEFAULTS["share_trend.alpha"],
-                       DEFAULTS["share_trend.min_rise"], int(DEFAULTS["share_trend.min_windows"]))
+        found = trends(
+            ensemble,
+            metric,
+            DEFAULTS["share_trend.min_share"],
+            DEFAULTS["share_trend.alpha"],
+            DEFAULTS["share_trend.min_rise"],
+            int(DEFAULTS["share_trend.min_windows"]),
+        )
         return [_row(ensemble, t.node, metric) for t in found[:top]]
     return [_row(ensemble, resolve(ensemble, spec), metric)]
 
@@ -79,7 +89,9 @@ def resolve(ensemble, spec: str) -> int:
     text = spec.strip()
     if text.isascii() and text.isdigit():
         if not 0 < int(text) < len(ensemble):
-            raise ValueError(f"--trend {spec!r}: no node {text} (the merged tree has nodes 1..{len(ensemble) - 1})")
+            raise ValueError(
+                f"--trend {spec!r}: no node {text} (the merged tree has nodes 1..{len(ensemble) - 1})"
+            )
         return int(text)
     node = ensemble.find(text)
     if node is None and " > " in text:
@@ -87,8 +99,10 @@ def resolve(ensemble, spec: str) -> int:
     if not node:
         close = close_matches(ensemble, text)
         hint = "; close matches:\n  " + "\n  ".join(close) if close else ""
-        raise ValueError(f"--trend {spec!r}: no such path in the merged tree (labels joined by {PATH_SEP.strip()!r}, "
-                         f"as the report prints them){hint}")
+        raise ValueError(
+            f"--trend {spec!r}: no such path in the merged tree (labels joined by {PATH_SEP.strip()!r}, "
+            f"as the report prints them){hint}"
+        )
     return node
 
 
@@ -108,11 +122,17 @@ def _row(ensemble, node: int, metric: str) -> NodeTrend:
     trend = trend_of(ensemble, node, metric)
     rising = trend.rises(DEFAULTS["share_trend.alpha"]) and trend.first_rise > 0
     path = [ensemble.node_frame(n).label() for n in ensemble.path(node)]
-    return NodeTrend(path, series(ensemble, node, metric), trend,
-                     trend.windows[trend.first_rise][0] if rising else None)
+    return NodeTrend(
+        path,
+        series(ensemble, node, metric),
+        trend,
+        trend.windows[trend.first_rise][0] if rising else None,
+    )
 
 
-def trend_json(ensemble, spec: str, metric: str | None = None, top: int = 5) -> dict[str, Any] | list[dict[str, Any]]:
+def trend_json(
+    ensemble, spec: str, metric: str | None = None, top: int = 5
+) -> dict[str, Any] | list[dict[str, Any]]:
     """`trend_rows` as JSON: one object for a node, a list of them for ``"top"``."""
     metric = metric or time_metric(ensemble)
     rows = [_json(row, metric) for row in trend_rows(ensemble, spec, metric, top)]
@@ -121,10 +141,15 @@ def trend_json(ensemble, spec: str, metric: str | None = None, top: int = 5) -> 
 
 def _json(row: NodeTrend, metric: str) -> dict[str, Any]:
     return {
-        "metric": metric, "node": {"id": row.node, "path": row.path},
-        "points": [{"steps": list(p.steps), "value": p.value, "share": p.share} for p in row.points],
+        "metric": metric,
+        "node": {"id": row.node, "path": row.path},
+        "points": [
+            {"steps": list(p.steps), "value": p.value, "share": p.share} for p in row.points
+        ],
         "mann_kendall": {"S": row.trend.s, "z": row.trend.z, "p": row.trend.p},
-        "theil_sen_slope": row.trend.slope, "rise": row.trend.rise, "first_rise_step": row.first_rise_step,
+        "theil_sen_slope": row.trend.slope,
+        "rise": row.trend.rise,
+        "first_rise_step": row.first_rise_step,
     }
 
 
@@ -151,36 +176,49 @@ def shown_windows(count: int, limit: int = MAX_TABLE_ROWS) -> list[int]:
     return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})
 
 
-def print_trend(console: Console, ensemble, spec: str, metric: str | None = None, top: int = 5) -> None:
+def print_trend(
+    console: Console, ensemble, spec: str, metric: str | None = None, top: int = 5
+) -> None:
     """The trend of ``spec`` (see `trend_rows`): per node its path, the
     statistics, a sparkline of its share and a table of its windows."""
     metric = metric or time_metric(ensemble)
     rows = trend_rows(ensemble, spec, metric, top)
     if not rows:
         need = int(DEFAULTS["share_trend.min_windows"])
-        console.print(f"no node's share of the window rises across these {len(ensemble.columns)} windows "
-                      f"({metric}; the test needs {need} windows or more)")
+        console.print(
+            f"no node's share of the window rises across these {len(ensemble.columns)} windows "
+            f"({metric}; the test needs {need} windows or more)"
+        )
         return
     for row in rows:
         _print_row(console, row, metric)
 
 
 def _print_row(console: Console, row: NodeTrend, metric: str) -> None:
-    console.rule(Text(f"trend of node {row.node} ({metric} per step, share of the window)", style="bold"))
-    console.print(Text(middle_truncate(PATH_SEP.join(row.path), max(console.width - 2, 24)), style="green"),
-                  soft_wrap=True)
+    console.rule(
+        Text(f"trend of node {row.node} ({metric} per step, share of the window)", style="bold")
+    )
+    console.print(
+        Text(middle_truncate(PATH_SEP.join(row.path), max(console.width - 2, 24)), style="green"),
+        soft_wrap=True,
+    )
     t = row.trend
     per_1000 = f"{100 * t.slope * 1000:+.3g} percentage points of the window per 1,000 steps"
-    verdict = (f"rising from step {row.first_rise_step}: {100 * t.rise:+.1f} points since (Theil\u2013Sen, {per_1000})"
-               if row.first_rise_step is not None else f"no significant rise (Theil\u2013Sen {per_1000})")
+    verdict = (
+        f"rising from step {row.first_rise_step}: {100 * t.rise:+.1f} points since (Theil\u2013Sen, {per_1000})"
+        if row.first_rise_step is not None
+        else f"no significant rise (Theil\u2013Sen {per_1000})"
+    )
     console.print(f"Mann\u2013Kendall S = {t.s}, p = {p_text(t.p)}; {verdict}")
     shares = [p.share for p in row.points]
     if shares:
         line = Text("share ")
         line.append(sparkline(shares, min(SPARK_WIDTH, max(console.width - 30, 8))), style="cyan")
         # the line spans the share's own range, which may be narrow: say it
-        line.append(f"  {100 * shares[0]:.1f}% \u2192 {100 * shares[-1]:.1f}% "
-                    f"(low {100 * min(shares):.1f}%, high {100 * max(shares):.1f}%)")
+        line.append(
+            f"  {100 * shares[0]:.1f}% \u2192 {100 * shares[-1]:.1f}% "
+            f"(low {100 * min(shares):.1f}%, high {100 * max(shares):.1f}%)"
+        )
         console.print(line)
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for head in ("window", "per step", "share"):
@@ -188,8 +226,16 @@ def _print_row(console: Console, row: NodeTrend, metric: str) -> None:
     shown = shown_windows(len(row.points))
     for i in shown:
         point = row.points[i]
-        table.add_row(escape(steps_text(point.steps)), format_value(point.value, metric), f"{100 * point.share:.2f}%")
+        table.add_row(
+            escape(steps_text(point.steps)),
+            format_value(point.value, metric),
+            f"{100 * point.share:.2f}%",
+        )
     console.print(table)
     if len(shown) < len(row.points):
-        console.print(Text(f"{len(shown)} of {len(row.points)} windows shown, evenly spaced (--json lists them all)",
-                           style="dim"))
+        console.print(
+            Text(
+                f"{len(shown)} of {len(row.points)} windows shown, evenly spaced (--json lists them all)",
+                style="dim",
+            )
+        )

@@ -11,13 +11,23 @@ from rich.text import Text
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "view", help="open the profiles in TensorBoard's DeepContext tab",
+        "view",
+        help="open the profiles in TensorBoard's DeepContext tab",
         description="Start TensorBoard on LOGDIR with the DeepContext tab (Ctrl+C to stop). A LOGDIR "
-                    "without profiles yet is named in a warning and TensorBoard starts anyway.",
+        "without profiles yet is named in a warning and TensorBoard starts anyway.",
     )
     parser.add_argument("logdir", help="directory holding <run>/plugins/deepcontext/ profiles")
-    parser.add_argument("--port", type=int, default=6006, help="port to listen on (default 6006; 0 picks a free one)")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1, this machine only)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=6006,
+        help="port to listen on (default 6006; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1, this machine only)",
+    )
     parser.set_defaults(run=run)
     return parser
 
@@ -47,10 +57,19 @@ def warn_if_empty(logdir: str) -> bool:
     if find_profiles(Path(logdir)):
         return False
     console = make_console(stderr=True)
-    console.print(f"[bold yellow]warning:[/] no DeepContext profiles under {escape(repr(logdir))} yet", soft_wrap=True)
-    console.print(hanging("         ", Text(
-        "(expected <run>/plugins/deepcontext/<rank>-<host>/steps-<first>-<last>.pb); TensorBoard starts "
-        "anyway: the DeepContext tab appears when a run has written one (reload the page)")))
+    console.print(
+        f"[bold yellow]warning:[/] no DeepContext profiles under {escape(repr(logdir))} yet",
+        soft_wrap=True,
+    )
+    console.print(
+        hanging(
+            "         ",
+            Text(
+                "(expected <run>/plugins/deepcontext/<rank>-<host>/steps-<first>-<last>.pb); TensorBoard starts "
+                "anyway: the DeepContext tab appears when a run has written one (reload the page)"
+            ),
+        )
+    )
     return True
 
 
@@ -65,5 +84,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         return fail(f"TensorBoard is not installed: {install_hint('tensorboard')}")
     board = program.TensorBoard(plugins=plugins())
-    board.configure(argv=[None, "--logdir", str(args.logdir), "--port", str(args.port), "--host", args.host])
+    board.configure(
+        argv=[None, "--logdir", str(args.logdir), "--port", str(args.port), "--host", args.host]
+    )
     return int(board.main() or 0)

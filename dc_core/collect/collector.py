@@ -18,7 +18,7 @@ from dc_core.collect import reference
 # Re-exported: the contract's constants (identical in both implementations,
 # checked by tests/collect/test_contract_constants.py), so callers need not know
 # which collector they hold.
-from dc_core.collect.reference import (
+from dc_core.collect.reference import (  # noqa: F401 (re-exported)
     FLAG_BACKWARD,
     KIND_COMPILED,
     KIND_KERNEL,

@@ -107,7 +107,9 @@ def framework_prefixes(framework: str) -> list[str]:
     Raises:
         KeyError: an unknown framework name.
     """
-    return [prefix for package in FRAMEWORK_PACKAGES[framework] for prefix in _package_prefixes(package)]
+    return [
+        prefix for package in FRAMEWORK_PACKAGES[framework] for prefix in _package_prefixes(package)
+    ]
 
 
 def skip_framework_files(collector: Any, *frameworks: str) -> None:
@@ -126,7 +128,11 @@ def _package_prefixes(package: str) -> tuple[str, ...]:
     if spec is None or not spec.submodule_search_locations:
         return ()
     # os.fspath: a lazy module's spec may list its directory as a Path
-    return tuple(prefix for directory in spec.submodule_search_locations for prefix in _machinery(os.fspath(directory)))
+    return tuple(
+        prefix
+        for directory in spec.submodule_search_locations
+        for prefix in _machinery(os.fspath(directory))
+    )
 
 
 def _machinery(directory: str) -> list[str]:
@@ -149,5 +155,8 @@ def _holds_models(directory: str) -> bool:
         subdirs = [e.path for e in os.scandir(directory) if e.is_dir()]
     except OSError:
         return False
-    return any(os.path.basename(d) in MODEL_SUBPACKAGES or any(os.path.isdir(os.path.join(d, m))
-               for m in MODEL_SUBPACKAGES) for d in subdirs)
+    return any(
+        os.path.basename(d) in MODEL_SUBPACKAGES
+        or any(os.path.isdir(os.path.join(d, m)) for m in MODEL_SUBPACKAGES)
+        for d in subdirs
+    )

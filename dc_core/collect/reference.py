@@ -26,12 +26,12 @@ import threading
 import time
 import weakref
 from array import array
+from collections.abc import Sequence
 from types import FrameType
-from typing import Sequence
 
 from dc_core.collect import sysmon
-from dc_core.collect.step_bounds import StepBounds
 from dc_core.collect.scopes import MAX_LENT, Scope, Stack, ancestor, stretch_node, take_lent
+from dc_core.collect.step_bounds import StepBounds
 from dc_core.collect.worker import Worker
 from dc_core.model.kinds import KINDS, UNITS
 
@@ -71,8 +71,11 @@ def now_ns() -> int:
 # has these frames (and whatever they call, e.g. threading) innermost; the C++
 # collector has none there, so call paths stop above the outermost of them.
 _OWN_FILES = frozenset(
-    {now_ns.__code__.co_filename, sysmon.ProcReader.sample.__code__.co_filename,
-     Worker.start.__code__.co_filename}
+    {
+        now_ns.__code__.co_filename,
+        sysmon.ProcReader.sample.__code__.co_filename,
+        Worker.start.__code__.co_filename,
+    }
 )
 
 
@@ -143,7 +146,14 @@ class Collector:
             frame = self._frame_ids.get(key)
             if frame is None:
                 frame = self._frame_ids[key] = len(self._frames["kind"])
-                values = (kind, self._string(name), self._string(file), line, self._string(detail), flags)
+                values = (
+                    kind,
+                    self._string(name),
+                    self._string(file),
+                    line,
+                    self._string(detail),
+                    flags,
+                )
                 for column, value in zip(_FRAME_COLUMNS, values):
                     self._frames[column].append(value)
             return frame
@@ -218,7 +228,9 @@ class Collector:
             found = self._mirrors.get((node, top))
             if found is None:
                 frames, here = [], node
-                while here > 0 and self._parent[here] > 0:  # up to the root's child, not including it
+                while (
+                    here > 0 and self._parent[here] > 0
+                ):  # up to the root's child, not including it
                     frames.append(self._node_frame[here])
                     here = self._parent[here]
                 found = self._mirrors[(node, top)] = self.path(top, frames[::-1])
@@ -288,23 +300,41 @@ class Collector:
             base = parent if parent >= 0 else (scopes[-1].node if scopes else 0)
             self._check("node", base, len(self._parent))
             here = sys._getframe()
-            context = self.path(base, self._python_ids(here, scopes[-1].user_depth if scopes else 0)) \
-                if capture else base
+            context = (
+                self.path(base, self._python_ids(here, scopes[-1].user_depth if scopes else 0))
+                if capture
+                else base
+            )
             node = self.path(context, frames)
             if user_depth == _INHERIT_USER_DEPTH:
                 user_depth = scopes[-1].user_depth if scopes else 0
             elif user_depth < 0:
                 user_depth = self._user_depth(here)
-            inside = bool(scopes) and ancestor(self._parent, self._depth, base, self._depth[scopes[-1].node]) \
+            inside = (
+                bool(scopes)
+                and ancestor(self._parent, self._depth, base, self._depth[scopes[-1].node])
                 == scopes[-1].node
+            )
             start = now_ns()
             if scopes:
                 self._bill_between(scopes[-1], scopes, context, inside, start)
-            scopes.append(Scope(node, start, user_depth, context, inside, last_ns=start, last_context=node,
-                                 last_inside=True))
+            scopes.append(
+                Scope(
+                    node,
+                    start,
+                    user_depth,
+                    context,
+                    inside,
+                    last_ns=start,
+                    last_context=node,
+                    last_inside=True,
+                )
+            )
             return node
 
-    def _bill_between(self, scope: Scope, stack: Stack, context: int, inside: bool, start: int) -> None:
+    def _bill_between(
+        self, scope: Scope, stack: Stack, context: int, inside: bool, start: int
+    ) -> None:
         """Bill the Python time from the last thing recorded inside ``scope`` to
         ``start``, when the next one, opened at ``context``, starts (``stretch_node``);
         what the thread lent away is billed nowhere here."""
@@ -335,14 +365,20 @@ class Collector:
             if not scopes:
                 return -1
             scope = scopes.pop()
-            self._bill_between(scope, scopes, -1, False, end)  # its last stretch, after its last call
+            self._bill_between(
+                scope, scopes, -1, False, end
+            )  # its last stretch, after its last call
             elapsed = end - scope.start_ns
             self._values[METRIC_COUNT][scope.node] += 1
             self._values[METRIC_CPU_TIME][scope.node] += elapsed - scope.nested_ns
             if scopes:
                 outer = scopes[-1]
                 outer.nested_ns += elapsed
-                outer.last_ns, outer.last_context, outer.last_inside = end, scope.context, scope.inside
+                outer.last_ns, outer.last_context, outer.last_inside = (
+                    end,
+                    scope.context,
+                    scope.inside,
+                )
             return elapsed
 
     def top(self) -> int:
@@ -423,7 +459,9 @@ class Collector:
         self.stop_monitor()
         reader = self._monitor_reader = sysmon.ProcReader()
         self._record(reader)  # like the native monitor: a reading at start ...
-        self._monitor = Worker("deepcontext-monitor", interval_ms / 1000.0, lambda: self._record(reader))
+        self._monitor = Worker(
+            "deepcontext-monitor", interval_ms / 1000.0, lambda: self._record(reader)
+        )
         self._monitor.start()
 
     def _record(self, reader: sysmon.ProcReader) -> None:

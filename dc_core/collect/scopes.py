@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 #: Spans a thread may have lent and not yet given up (``Collector.lend``).
 MAX_LENT = 64
@@ -65,13 +65,17 @@ def take_lent(stack: Stack, start: int, end: int) -> int:
     return taken
 
 
-def stretch_node(parent: Sequence[int], depth: Sequence[int], scope: Scope, context: int, inside: bool) -> int:
+def stretch_node(
+    parent: Sequence[int], depth: Sequence[int], scope: Scope, context: int, inside: bool
+) -> int:
     """Where the time between ``scope``'s last call and the next one (opened
     at ``context``) goes: the deepest node both hang from, below ``scope``;
     where they share none, the outermost frame of the call before, else of
     the call after; -1 where neither is below ``scope``."""
     floor = depth[scope.node]
-    after = scope.last_inside and scope.last_context != scope.node and depth[scope.last_context] > floor
+    after = (
+        scope.last_inside and scope.last_context != scope.node and depth[scope.last_context] > floor
+    )
     before = inside and context >= 0 and depth[context] > floor
     if after and before:
         at = common(parent, depth, scope.last_context, context)

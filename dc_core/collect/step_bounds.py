@@ -35,7 +35,10 @@ class StepBounds:
         """The bounds of ``nodes`` nodes, as a snapshot's ``step_bounds``
         (nodes made since the last mark: 0, they ran in no marked step)."""
         pad = [0] * (nodes - len(self.low))
-        return {"cpu_time_ns.min": array("q", [*self.low, *pad]), "cpu_time_ns.max": array("q", [*self.high, *pad])}
+        return {
+            "cpu_time_ns.min": array("q", [*self.low, *pad]),
+            "cpu_time_ns.max": array("q", [*self.high, *pad]),
+        }
 
     def clear(self) -> None:
         self.marked = 0

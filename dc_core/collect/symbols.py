@@ -28,8 +28,8 @@ import mmap
 import os
 import struct
 from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Sequence
 
 from ..model.tree import Frame
 
@@ -104,7 +104,9 @@ class SymbolTable:
             with open(self.names_path or self.path, "rb") as fh:
                 for offset in todo:
                     j = _containing(self.starts, self.ends, offset + self.base)
-                    self._names[offset] = None if j is None else _read_name(fh.fileno(), self.name_at[j])
+                    self._names[offset] = (
+                        None if j is None else _read_name(fh.fileno(), self.name_at[j])
+                    )
         return {o: self._names[o] for o in offsets}
 
     def in_plt(self, offset: int) -> bool:
@@ -180,13 +182,17 @@ def read_symbols(path: str) -> SymbolTable:
             elif section.name == ".eh_frame":
                 table.eh_frame_size = section["sh_size"]
             elif section["sh_type"] == "SHT_NOTE":
-                build_id = next((n["n_desc"] for n in section.iter_notes() if _is_build_id(n)), build_id)
+                build_id = next(
+                    (n["n_desc"] for n in section.iter_notes() if _is_build_id(n)), build_id
+                )
         # The static linker writes every symbol of .dynsym to .symtab as well,
         # so .dynsym is read only when there is neither .symtab nor debug file.
         symtab = _symbol_section(elf, ".symtab")
         debug = _debug_file(build_id) if symtab is None else None
         if debug is None:
-            _add_functions(elf, symtab if symtab is not None else _symbol_section(elf, ".dynsym"), columns)
+            _add_functions(
+                elf, symtab if symtab is not None else _symbol_section(elf, ".dynsym"), columns
+            )
     if debug is not None:
         with open(debug, "rb") as fh:
             elf = ELFFile(fh)
@@ -198,7 +204,11 @@ def read_symbols(path: str) -> SymbolTable:
 
 def _is_build_id(note) -> bool:
     # Other owners reuse the type number (systemtap's "stapsdt" notes are type 3 too).
-    return note["n_name"] == "GNU" and note["n_type"] == "NT_GNU_BUILD_ID" and isinstance(note["n_desc"], str)
+    return (
+        note["n_name"] == "GNU"
+        and note["n_type"] == "NT_GNU_BUILD_ID"
+        and isinstance(note["n_desc"], str)
+    )
 
 
 def _symbol_section(elf, name: str):
@@ -207,9 +217,14 @@ def _symbol_section(elf, name: str):
     if section is None or section["sh_type"] == "SHT_NOBITS" or not section["sh_size"]:
         return None
     if section["sh_size"] > MAX_SYMTAB_BYTES:
-        logger.info("DeepContext: %s of %s is %d MiB, over the %d MiB read for names; "
-                    "its frames keep library + offset names",
-                    name, elf.stream.name, section["sh_size"] >> 20, MAX_SYMTAB_BYTES >> 20)
+        logger.info(
+            "DeepContext: %s of %s is %d MiB, over the %d MiB read for names; "
+            "its frames keep library + offset names",
+            name,
+            elf.stream.name,
+            section["sh_size"] >> 20,
+            MAX_SYMTAB_BYTES >> 20,
+        )
         return None
     return section
 
@@ -268,15 +283,25 @@ def _functions(elf, section) -> Iterable[tuple[int, int, int]]:
         fmt, fields = order + "IBBHQQ", (0, 1, 3, 4, 5)  # name info other shndx value size
     else:
         fmt, fields = order + "IIIBBH", (0, 3, 5, 1, 2)  # name value size info other shndx
-    if section["sh_entsize"] == struct.calcsize(fmt) and section["sh_size"] % section["sh_entsize"] == 0:
+    if (
+        section["sh_entsize"] == struct.calcsize(fmt)
+        and section["sh_size"] % section["sh_entsize"] == 0
+    ):
         n, info, shndx, value, size = fields
         for record in struct.iter_unpack(fmt, section.data()):
-            if record[shndx] != _SHN_UNDEF and record[size] and record[info] & 0xF in _FUNCTION_TYPES:
+            if (
+                record[shndx] != _SHN_UNDEF
+                and record[size]
+                and record[info] & 0xF in _FUNCTION_TYPES
+            ):
                 yield record[n], record[value], record[size]
         return
     for symbol in section.iter_symbols():
-        if (symbol["st_shndx"] != "SHN_UNDEF" and symbol["st_size"]
-                and symbol["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")):
+        if (
+            symbol["st_shndx"] != "SHN_UNDEF"
+            and symbol["st_size"]
+            and symbol["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")
+        ):
             yield symbol["st_name"], symbol["st_value"], symbol["st_size"]
 
 
@@ -346,7 +371,9 @@ def resolve(frames: Sequence[Frame], used: Iterable[int] | None = None) -> list[
                 elif (start := table.function_start(offset)) is not None:
                     out[i] = replace(out[i], name=f"{library}+{start:#x}", line=0)
         except Exception:  # naming must never cost the window its profile
-            logger.debug("DeepContext: frames in %s keep library + offset names", path, exc_info=True)
+            logger.debug(
+                "DeepContext: frames in %s keep library + offset names", path, exc_info=True
+            )
     return out
 
 

@@ -11,7 +11,8 @@ distribution over ranks is one row read.
 An index is used only while it matches the files: their names, sizes and
 mtimes are hashed into its signature. One that does not match, or that fails
 any check on reading (a checksum over its JSON and arrays, then every index
-and shape: it is a file like any other and may be damaged), is rebuilt; a failure to write one is logged and costs only the next reader's time.
+and shape: it is a file like any other and may be damaged), is rebuilt; a failure to write
+one is logged and costs only the next reader's time.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -61,13 +62,16 @@ def index_dirs(files: Sequence[ProfileFile]) -> list[Path]:
     plugin_dir = files[0].path.parent.parent
     first, end = files[0].steps
     name = f"steps-{first}-{max(end - 1, first)}"
-    cache_root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deepcontext" / "index"
+    cache_root = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deepcontext" / "index"
+    )
     key = hashlib.sha1(str(plugin_dir.resolve()).encode()).hexdigest()[:20]
     return [plugin_dir / INDEX_DIR / name, cache_root / key / name]
 
 
-def cross_rank(files: Sequence[ProfileFile], max_bytes: int | None = None,
-               cache: bool = True) -> tuple[Ensemble, list[ProfileError]]:
+def cross_rank(
+    files: Sequence[ProfileFile], max_bytes: int | None = None, cache: bool = True
+) -> tuple[Ensemble, list[ProfileError]]:
     """The merged ranks of one (run, window), from its index when it is current.
 
     Args:
@@ -95,12 +99,17 @@ def cross_rank(files: Sequence[ProfileFile], max_bytes: int | None = None,
 def save_index(place: Path, sign: str, ensemble: Ensemble, errors: list[ProfileError]) -> bool:
     """Write the index atomically (a temporary directory renamed into place); False when it cannot be."""
     meta = {
-        "version": INDEX_VERSION, "signature": sign,
+        "version": INDEX_VERSION,
+        "signature": sign,
         "frames": [[f.kind, f.name, f.file, f.line, f.detail, f.backward] for f in ensemble.frames],
-        "parent": ensemble.parent, "frame": ensemble.frame, "units": ensemble.units,
+        "parent": ensemble.parent,
+        "frame": ensemble.frame,
+        "units": ensemble.units,
         "metrics": list(ensemble.incl),
-        "columns": [[c.run, c.rank, c.host, list(c.steps), c.path, list(c.step_times_ns), c.duration_ns]
-                    for c in ensemble.columns],
+        "columns": [
+            [c.run, c.rank, c.host, list(c.steps), c.path, list(c.step_times_ns), c.duration_ns]
+            for c in ensemble.columns
+        ],
         "errors": [[e.file, e.message] for e in errors],
     }
     try:
@@ -110,7 +119,11 @@ def save_index(place: Path, sign: str, ensemble: Ensemble, errors: list[ProfileE
             body = json.dumps(meta).encode()
             digest = hashlib.sha1(body)
             for i, metric in enumerate(ensemble.incl):
-                np.save(tmp / f"{i}.npy", np.ascontiguousarray(ensemble.incl[metric]), allow_pickle=False)
+                np.save(
+                    tmp / f"{i}.npy",
+                    np.ascontiguousarray(ensemble.incl[metric]),
+                    allow_pickle=False,
+                )
                 digest.update((tmp / f"{i}.npy").read_bytes())
             (tmp / _META).write_bytes(digest.hexdigest().encode() + b"\n" + body)
             if place.exists():  # a stale index: move it aside, then remove it
@@ -137,7 +150,11 @@ def load_index(place: Path, sign: str) -> tuple[Ensemble, list[ProfileError]] | 
         if len(raw) > MAX_META_BYTES or len(head) != 40:
             return None
         meta = json.loads(body)
-        if not isinstance(meta, dict) or meta.get("version") != INDEX_VERSION or meta.get("signature") != sign:
+        if (
+            not isinstance(meta, dict)
+            or meta.get("version") != INDEX_VERSION
+            or meta.get("signature") != sign
+        ):
             return None
         digest = hashlib.sha1(body)
         for i in range(len(meta["metrics"])):
@@ -160,13 +177,27 @@ def _from_meta(place: Path, meta: dict) -> tuple[Ensemble, list[ProfileError]]:
         frames.append(Frame(kind, name, file, int(line), detail, bool(backward)))
     parent, frame = [int(p) for p in meta["parent"]], [int(f) for f in meta["frame"]]
     n = len(parent)
-    if n == 0 or len(frame) != n or parent[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parent) if i):
+    if (
+        n == 0
+        or len(frame) != n
+        or parent[0] != -1
+        or any(not 0 <= p < i for i, p in enumerate(parent) if i)
+    ):
         raise ValueError("parents do not form a tree")
     if any(not 0 <= f < len(frames) for f in frame):
         raise ValueError("a node refers outside the frames")
-    columns = [Column(str(run), int(rank), str(host), (int(steps[0]), int(steps[1])), str(path),
-                      tuple(int(t) for t in times), int(duration))
-               for run, rank, host, steps, path, times, duration in meta["columns"]]
+    columns = [
+        Column(
+            str(run),
+            int(rank),
+            str(host),
+            (int(steps[0]), int(steps[1])),
+            str(path),
+            tuple(int(t) for t in times),
+            int(duration),
+        )
+        for run, rank, host, steps, path, times, duration in meta["columns"]
+    ]
     incl = {}
     for i, metric in enumerate(meta["metrics"]):
         matrix = np.load(place / f"{i}.npy", mmap_mode="r", allow_pickle=False)

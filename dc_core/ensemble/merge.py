@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Sequence
 
 import numpy as np
 
@@ -77,11 +77,20 @@ class Ensemble:
         units: Metric → unit.
     """
 
-    def __init__(self, frames: list[Frame], parent: list[int], frame: list[int], columns: list[Column],
-                 incl: dict[str, np.ndarray], units: dict[str, str]) -> None:
+    def __init__(
+        self,
+        frames: list[Frame],
+        parent: list[int],
+        frame: list[int],
+        columns: list[Column],
+        incl: dict[str, np.ndarray],
+        units: dict[str, str],
+    ) -> None:
         self.frames, self.parent, self.frame = frames, parent, frame
         self.columns, self.incl, self.units = columns, incl, units
-        self.topology = Tree(frames=frames, parent=parent, frame=frame)  # what and where, without metrics
+        self.topology = Tree(
+            frames=frames, parent=parent, frame=frame
+        )  # what and where, without metrics
         self._stats: dict[str, Stats] = {}
 
     def __len__(self) -> int:
@@ -107,7 +116,11 @@ class Ensemble:
 
     def find(self, labels: str | Sequence[str]) -> int | None:
         """The node whose path labels are ``labels`` (a list, or joined by `PATH_SEP`)."""
-        parts = [p.strip() for p in labels.split(PATH_SEP.strip())] if isinstance(labels, str) else list(labels)
+        parts = (
+            [p.strip() for p in labels.split(PATH_SEP.strip())]
+            if isinstance(labels, str)
+            else list(labels)
+        )
         node = 0
         for part in parts:
             node = next((k for k in self.children(node) if self.node_frame(k).label() == part), -1)
@@ -128,12 +141,16 @@ class Ensemble:
             if m is None:
                 m = np.zeros((len(self), max(len(self.columns), 1)), np.int64)
             m = np.asarray(m)
-            total = m.sum(axis=1, dtype=np.float64)  # float: a sum over thousands of ranks may pass int64
+            total = m.sum(
+                axis=1, dtype=np.float64
+            )  # float: a sum over thousands of ranks may pass int64
             mean = total / max(m.shape[1], 1)
             high = m.max(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 imbalance = np.where(high > 0, (high - mean) / np.where(high > 0, high, 1), 0.0)
-            cached = self._stats[metric] = Stats(total, mean, m.min(axis=1), high, m.argmax(axis=1), imbalance)
+            cached = self._stats[metric] = Stats(
+                total, mean, m.min(axis=1), high, m.argmax(axis=1), imbalance
+            )
         return cached
 
     def exclusive(self, metric: str) -> np.ndarray:
@@ -148,13 +165,20 @@ class Ensemble:
         (what a views/export function takes)."""
         excl = {}
         for metric in self.incl:
-            total = np.clip(self.stats(metric).sum, _INT64.min, _FLOAT_BELOW_INT64_MAX).astype(np.int64)
+            total = np.clip(self.stats(metric).sum, _INT64.min, _FLOAT_BELOW_INT64_MAX).astype(
+                np.int64
+            )
             own = total.copy()
             if len(self) > 1:
                 np.subtract.at(own, np.asarray(self.parent[1:]), total[1:])
             excl[metric] = own.tolist()
-        return Tree(frames=list(self.frames), parent=list(self.parent), frame=list(self.frame), excl=excl,
-                    units={m: self.units.get(m, UNITS.get(m, "1")) for m in excl})
+        return Tree(
+            frames=list(self.frames),
+            parent=list(self.parent),
+            frame=list(self.frame),
+            excl=excl,
+            units={m: self.units.get(m, UNITS.get(m, "1")) for m in excl},
+        )
 
 
 _INT64 = np.iinfo(np.int64)
@@ -195,7 +219,9 @@ class _Builder:
             m = self.incl[metric] = grown
         return m
 
-    def map_nodes(self, frames: Sequence[Frame], parent: Sequence[int], frame: Sequence[int]) -> np.ndarray:
+    def map_nodes(
+        self, frames: Sequence[Frame], parent: Sequence[int], frame: Sequence[int]
+    ) -> np.ndarray:
         """Merged node per node of a tree given by columns (parents first)."""
         fids = []
         for f in frames:
@@ -204,7 +230,9 @@ class _Builder:
                 fid = self.frame_ids[f] = len(self.frames)
                 self.frames.append(f)
             fids.append(fid)
-        return np.asarray(fold_paths(parent, fids, frame, self.parent, self.frame, self.child_of), np.int64)
+        return np.asarray(
+            fold_paths(parent, fids, frame, self.parent, self.frame, self.child_of), np.int64
+        )
 
     def add_profile(self, profile: Profile, source: str) -> None:
         tree = profile.tree
@@ -213,8 +241,17 @@ class _Builder:
         for metric in tree.excl:
             m = self._matrix(metric, tree.units.get(metric, UNITS.get(metric, "1")))
             np.add.at(m[:, col], nodes, _int64(tree.inclusive(metric)))
-        self.columns.append(Column(profile.run, profile.rank, profile.host, tuple(profile.steps), source,
-                                   tuple(profile.step_times_ns), profile.duration_ns))
+        self.columns.append(
+            Column(
+                profile.run,
+                profile.rank,
+                profile.host,
+                tuple(profile.steps),
+                source,
+                tuple(profile.step_times_ns),
+                profile.duration_ns,
+            )
+        )
 
     def add_ensemble(self, part: Ensemble, first_column: int) -> None:
         nodes = self.map_nodes(part.frames, part.parent, part.frame)
@@ -225,8 +262,10 @@ class _Builder:
 
     def build(self) -> Ensemble:
         n = len(self.parent)
-        incl = {metric: self._matrix(metric, self.units[metric])[:n, : len(self.columns)].copy()
-                for metric in list(self.incl)}
+        incl = {
+            metric: self._matrix(metric, self.units[metric])[:n, : len(self.columns)].copy()
+            for metric in list(self.incl)
+        }
         return Ensemble(self.frames, self.parent, self.frame, self.columns, incl, self.units)
 
 
@@ -234,7 +273,9 @@ def _source_name(source: ProfileFile | Profile) -> str:
     return str(source.path) if isinstance(source, ProfileFile) else source.source
 
 
-def _merge_serial(sources: Sequence[ProfileFile | Profile], limit: int) -> tuple[Ensemble, list[ProfileError]]:
+def _merge_serial(
+    sources: Sequence[ProfileFile | Profile], limit: int
+) -> tuple[Ensemble, list[ProfileError]]:
     builder = _Builder(len(sources))
     errors = []
     for source in sources:
@@ -247,8 +288,11 @@ def _merge_serial(sources: Sequence[ProfileFile | Profile], limit: int) -> tuple
     return builder.build(), errors
 
 
-def merge(sources: Sequence[ProfileFile | Profile], max_bytes: int | None = None,
-          workers: int | None = None) -> tuple[Ensemble, list[ProfileError]]:
+def merge(
+    sources: Sequence[ProfileFile | Profile],
+    max_bytes: int | None = None,
+    workers: int | None = None,
+) -> tuple[Ensemble, list[ProfileError]]:
     """Merge profiles (files are read one at a time) into an `Ensemble` whose
     columns follow ``sources``' order; unreadable files are returned as
     errors, the others kept.
@@ -270,7 +314,7 @@ def merge(sources: Sequence[ProfileFile | Profile], max_bytes: int | None = None
     if workers <= 1 or not files or len(sources) < 2 * workers:
         return _merge_serial(sources, limit)
     size = -(-len(sources) // workers)
-    chunks = [list(sources[i: i + size]) for i in range(0, len(sources), size)]
+    chunks = [list(sources[i : i + size]) for i in range(0, len(sources), size)]
     # Imported here: importing concurrent.futures registers an exit hook, which
     # fails once the interpreter is shutting down, where a session may still
     # write its last window (and import the analyzer, which imports this module).

@@ -56,7 +56,9 @@ class Outlier:
     z: float | None  # robust z-score; None with fewer than `ROBUST_FROM` ranks
     wait: float  # the rank's collective time per step
     node: int  # the deepest node holding most of the excess (0: none found)
-    explain: list[tuple[int, float]] = field(default_factory=list)  # node's children: (child, excess per step)
+    explain: list[tuple[int, float]] = field(
+        default_factory=list
+    )  # node's children: (child, excess per step)
 
     @property
     def ratio(self) -> float:
@@ -70,7 +72,9 @@ class Outlier:
 def collective_mask(ensemble: Ensemble) -> tuple[np.ndarray, np.ndarray]:
     """(outermost collective nodes, nodes at or under a collective)."""
     n = len(ensemble)
-    coll = np.array([is_collective(f.kind, f.name) for f in (ensemble.node_frame(i) for i in range(n))], bool)
+    coll = np.array(
+        [is_collective(f.kind, f.name) for f in (ensemble.node_frame(i) for i in range(n))], bool
+    )
     under = coll.copy()
     for i in range(1, n):
         if under[ensemble.parent[i]]:
@@ -93,7 +97,9 @@ def rank_times(ensemble: Ensemble, metric: str | None = None) -> list[RankTimes]
 
 def _rank_times(ensemble: Ensemble, metric: str) -> tuple[list[RankTimes], np.ndarray]:
     """`rank_times`, and the (nodes, ranks) work per step it was taken from."""
-    m = np.asarray(ensemble.incl.get(metric, np.zeros((len(ensemble), len(ensemble.columns)), np.int64)))
+    m = np.asarray(
+        ensemble.incl.get(metric, np.zeros((len(ensemble), len(ensemble.columns)), np.int64))
+    )
     outer, _ = collective_mask(ensemble)
     steps = np.array([c.step_count for c in ensemble.columns], float)
     done = work(ensemble, m) / steps
@@ -102,8 +108,17 @@ def _rank_times(ensemble: Ensemble, metric: str) -> tuple[list[RankTimes], np.nd
     out = []
     for j, col in enumerate(ensemble.columns):
         step = float(np.median(col.step_times_ns)) if col.step_times_ns else m[0, j] / steps[j]
-        out.append(RankTimes(j, col.rank, col.host, step, float(done[0, j]), float(wait[j]),
-                             {ensemble.node_frame(p).name: float(done[p, j]) for p in phases}))
+        out.append(
+            RankTimes(
+                j,
+                col.rank,
+                col.host,
+                step,
+                float(done[0, j]),
+                float(wait[j]),
+                {ensemble.node_frame(p).name: float(done[p, j]) for p in phases},
+            )
+        )
     return out, done
 
 
@@ -148,8 +163,14 @@ def _top_ancestor(ensemble: Ensemble) -> np.ndarray:
     return top
 
 
-def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_excess: float = 0.03,
-             ratio: float = 1.2, explain: int = 5) -> list[Outlier]:
+def outliers(
+    ensemble: Ensemble,
+    metric: str | None = None,
+    z: float = 3.5,
+    min_excess: float = 0.03,
+    ratio: float = 1.2,
+    explain: int = 5,
+) -> list[Outlier]:
     """The outlier ranks of a cross-rank ensemble, most outlying first (one
     entry per rank: its most outlying measure); see the module docstring."""
     metric = metric or time_metric(ensemble)
@@ -176,7 +197,13 @@ def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_
             else:
                 hit, score = x[j] >= ratio * med and x[j] - med >= floor, x[j] / med
             if hit and (j not in best or score > best[j][0]):
-                best[j] = (score, measure, float(x[j]), med, float(scores[j]) if scores is not None else None)
+                best[j] = (
+                    score,
+                    measure,
+                    float(x[j]),
+                    med,
+                    float(scores[j]) if scores is not None else None,
+                )
     ranked = sorted(best.items(), key=lambda kv: -kv[1][0])
     out = []
     if not ranked:
@@ -191,8 +218,20 @@ def outliers(ensemble: Ensemble, metric: str | None = None, z: float = 3.5, min_
         node = _walk_down(ensemble, excess, under, start or 0)
         kids = [k for k in ensemble.children(node) if not under[k] and excess[k] > 0]
         top = sorted(kids, key=lambda k: -excess[k])[:explain]
-        out.append(Outlier(times[j].rank, times[j].host, j, measure, value, med, score, times[j].wait, node,
-                           [(k, float(excess[k])) for k in top]))
+        out.append(
+            Outlier(
+                times[j].rank,
+                times[j].host,
+                j,
+                measure,
+                value,
+                med,
+                score,
+                times[j].wait,
+                node,
+                [(k, float(excess[k])) for k in top],
+            )
+        )
     return out
 
 

@@ -16,11 +16,10 @@ dip hides a regression) or a least-squares fit (one outlier makes one).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
-
 
 #: An ancestor is reported beside a rising descendant only if the descendants
 #: already reported explain less than this fraction of its own rise.
@@ -46,7 +45,9 @@ class Trend:
     p: float  # two-sided
     slope: float  # Theil–Sen slope of the share per step, over the windows from the rise's start on
     rise: float  # slope × the steps those windows span: the share the rise gained
-    first_rise: int  # index (in step order) of the first window above the baseline (`first_rise`); 0: none
+    first_rise: (
+        int  # index (in step order) of the first window above the baseline (`first_rise`); 0: none
+    )
     windows: tuple[tuple[int, int], ...]
     shares: tuple[float, ...]
 
@@ -140,7 +141,7 @@ def first_rise(y: Sequence[float], x: Sequence[float] | None = None) -> int:
     pre_sse = syy - sy * pre_mean
 
     def tail(v: np.ndarray) -> np.ndarray:  # sum over windows k+1.. for each split k
-        return np.cumsum(v[::-1])[::-1][1: n - 1]
+        return np.cumsum(v[::-1])[::-1][1 : n - 1]
 
     m = (n - head).astype(np.float64)
     tx, ty, txx, txy, tyy = tail(x), tail(y), tail(x * x), tail(x * y), tail(y * y)
@@ -176,7 +177,9 @@ def window_order(ensemble) -> list[int]:
     order = sorted(range(len(ensemble.columns)), key=lambda c: ensemble.columns[c].steps)
     steps = [ensemble.columns[c].steps for c in order]
     if any(a == b for a, b in zip(steps, steps[1:])):
-        raise ValueError("a trend needs the windows of one rank: several profiles hold the same steps")
+        raise ValueError(
+            "a trend needs the windows of one rank: several profiles hold the same steps"
+        )
     return order
 
 
@@ -204,8 +207,14 @@ def series(ensemble, node: int, metric: str) -> list[Point]:
     return out
 
 
-def trends(ensemble, metric: str, min_share: float = 0.02, alpha: float = 0.01,
-           min_rise: float = 0.0, min_windows: int = 8) -> list[Trend]:
+def trends(
+    ensemble,
+    metric: str,
+    min_share: float = 0.02,
+    alpha: float = 0.01,
+    min_rise: float = 0.0,
+    min_windows: int = 8,
+) -> list[Trend]:
     """Nodes whose share of the window rises across the windows, largest rise first.
 
     A node is tested when its share reaches ``min_share`` in some window,
@@ -262,7 +271,9 @@ def trend_of(ensemble, node: int, metric: str) -> Trend:
     return _trend(node, s, z, p, np.array([a for a, _ in steps], np.float64), steps, shares)
 
 
-def _trend(node: int, s: int, z: float, p: float, x: np.ndarray, steps: list, shares: np.ndarray) -> Trend:
+def _trend(
+    node: int, s: int, z: float, p: float, x: np.ndarray, steps: list, shares: np.ndarray
+) -> Trend:
     """Size the rise over the windows from its start on (the last baseline
     window and after): a regression in the last fifth of a run would
     otherwise get the flat majority's slope, about 0, from Theil–Sen."""

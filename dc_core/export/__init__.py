@@ -20,13 +20,18 @@ the CLI writes them: one file per run and window instead of one per profile.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..store.profile import Profile
 
 FORMATS = ("chrome", "speedscope", "pprof", "hatchet", "thicket")
-SUFFIX = {"chrome": ".trace.json", "speedscope": ".speedscope.json", "pprof": ".pb.gz", "hatchet": ".hatchet.json",
-          "thicket": ".thicket.json"}
+SUFFIX = {
+    "chrome": ".trace.json",
+    "speedscope": ".speedscope.json",
+    "pprof": ".pb.gz",
+    "hatchet": ".hatchet.json",
+    "thicket": ".thicket.json",
+}
 #: Formats whose file holds every rank of one (run, window).
 PER_WINDOW = ("thicket",)
 
@@ -46,6 +51,8 @@ def window_exporter(name: str) -> Callable[[Sequence[Profile], str], bytes]:
     """The ``export_window(profiles, metric) -> bytes`` function of a `PER_WINDOW` format:
     the profiles are the ranks of one run's window."""
     if name not in PER_WINDOW:
-        raise ValueError(f"format {name!r} exports one profile per file, not a window's ranks "
-                         f"(those that do: {', '.join(PER_WINDOW)})")
+        raise ValueError(
+            f"format {name!r} exports one profile per file, not a window's ranks "
+            f"(those that do: {', '.join(PER_WINDOW)})"
+        )
     return _module(name).export_window

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..store.profile import Profile
 from ..model.tree import Tree
+from ..store.profile import Profile
 from .layout import flame_edges
 
 
@@ -36,8 +36,12 @@ def export(profile: Profile, metric: str = "cpu_time_ns") -> bytes:
     """
     pid, tid = profile.rank, 0
     events: list[dict[str, Any]] = [
-        _metadata("process_name", pid, tid,
-                  f"rank {profile.rank} ({profile.host}) steps {profile.steps[0]}-{profile.steps[1] - 1}"),
+        _metadata(
+            "process_name",
+            pid,
+            tid,
+            f"rank {profile.rank} ({profile.host}) steps {profile.steps[0]}-{profile.steps[1] - 1}",
+        ),
         _metadata("thread_name", pid, tid, metric),
     ]
     events += slice_events(profile.tree, metric, pid, tid)
@@ -50,11 +54,21 @@ def slice_events(tree: Tree, metric: str, pid: int = 0, tid: int = 0) -> list[di
     events = []
     for edge in flame_edges(tree, metric):
         frame = tree.node_frame(edge.node)
-        event = {"ph": "B" if edge.opens else "E", "pid": pid, "tid": tid, "name": frame.label(),
-                 "cat": frame.kind, "ts": edge.at / scale if scale != 1 else edge.at}
+        event = {
+            "ph": "B" if edge.opens else "E",
+            "pid": pid,
+            "tid": tid,
+            "name": frame.label(),
+            "cat": frame.kind,
+            "ts": edge.at / scale if scale != 1 else edge.at,
+        }
         if not edge.opens:
-            event["args"] = {"file": frame.file, "line": frame.line, "detail": frame.detail,
-                             **{m: column[edge.node] for m, column in tree.excl.items()}}
+            event["args"] = {
+                "file": frame.file,
+                "line": frame.line,
+                "detail": frame.detail,
+                **{m: column[edge.node] for m, column in tree.excl.items()},
+            }
         events.append(event)
     return events
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.profile import Profile
 from ..model.tree import Tree
+from ..store.profile import Profile
 from .nested import dumps
 
 #: Hatchet's ``GraphFrame.default_metric``; ``"<it> (inc)"`` is its inclusive twin.
@@ -41,7 +41,12 @@ def export(profile: Profile, metric: str = "cpu_time_ns") -> bytes:
         node, siblings = stack.pop()
         frame = tree.node_frame(node)
         item = {
-            "frame": {"name": frame.label(), "type": frame.kind, "file": frame.file, "line": frame.line},
+            "frame": {
+                "name": frame.label(),
+                "type": frame.kind,
+                "file": frame.file,
+                "line": frame.line,
+            },
             "metrics": {name: column[node] for name, column in columns},
             "children": [],
         }
@@ -53,7 +58,10 @@ def export(profile: Profile, metric: str = "cpu_time_ns") -> bytes:
 def _columns(tree: Tree, metric: str) -> list[tuple[str, list[int]]]:
     """(column name, value per node): the default pair first, then each metric's pair."""
     zeros = [0] * len(tree)
-    out = [(DEFAULT_COLUMN, tree.excl.get(metric, zeros)), (f"{DEFAULT_COLUMN} (inc)", tree.inclusive(metric))]
+    out = [
+        (DEFAULT_COLUMN, tree.excl.get(metric, zeros)),
+        (f"{DEFAULT_COLUMN} (inc)", tree.inclusive(metric)),
+    ]
     for name, column in tree.excl.items():
         out += [(name, column), (f"{name} (inc)", tree.inclusive(name))]
     return out

@@ -14,8 +14,8 @@ flame chart cannot show them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..model.tree import Tree
 
@@ -61,8 +61,14 @@ def extent(tree: Tree, metric: str) -> int:
     return sum(max(incl[k], 0) for k in tree.children(0))
 
 
-def _push_children(stack: list[tuple[int, int, int]], tree: Tree, incl: list[int], node: int, start: int,
-                   room: int | None) -> None:
+def _push_children(
+    stack: list[tuple[int, int, int]],
+    tree: Tree,
+    incl: list[int],
+    node: int,
+    start: int,
+    room: int | None,
+) -> None:
     """Queue ``node``'s drawn children (first child on top), each at the end of
     the one before and no wider than what is left of ``room`` (None: unbounded)."""
     placed = []

@@ -13,10 +13,10 @@ otherwise make the file quadratic in its depth."""
 from __future__ import annotations
 
 import gzip
-from typing import Callable
+from collections.abc import Callable
 
-from ..store.profile import Profile
 from ..model.tree import Tree
+from ..store.profile import Profile
 from . import pprof_pb2
 
 _UNITS = {"ns": "nanoseconds", "bytes": "bytes", "1": "count"}
@@ -42,7 +42,9 @@ def export(profile: Profile, metric: str = "cpu_time_ns") -> bytes:
         return strings.setdefault(text, len(strings))
 
     metrics = [metric] + [m for m in tree.excl if m != metric]
-    msg = pprof_pb2.Profile(time_nanos=profile.start_unix_ns, duration_nanos=window_duration_ns(profile))
+    msg = pprof_pb2.Profile(
+        time_nanos=profile.start_unix_ns, duration_nanos=window_duration_ns(profile)
+    )
     for m in metrics:
         msg.sample_type.add(type=sid(m), unit=sid(_unit(tree, m)))
     msg.period_type.type, msg.period_type.unit = sid(metric), sid(_unit(tree, metric))
@@ -65,12 +67,19 @@ def _unit(tree: Tree, metric: str) -> str:
     return _UNITS.get(tree.units.get(metric, "1"), "count")
 
 
-def _add_samples(msg: pprof_pb2.Profile, tree: Tree, metrics: list[str], sid: Callable[[str], int]) -> None:
+def _add_samples(
+    msg: pprof_pb2.Profile, tree: Tree, metrics: list[str], sid: Callable[[str], int]
+) -> None:
     """One function and location per frame, one sample per node with a value."""
     for fid in range(1, len(tree.frames)):  # location id = frame id; frame 0 is the root
         frame = tree.frames[fid]
-        msg.function.add(id=fid, name=sid(frame.label()), system_name=sid(frame.name),
-                         filename=sid(frame.file), start_line=frame.line)
+        msg.function.add(
+            id=fid,
+            name=sid(frame.label()),
+            system_name=sid(frame.name),
+            filename=sid(frame.file),
+            start_line=frame.line,
+        )
         msg.location.add(id=fid).line.add(function_id=fid, line=frame.line)
     zeros = [0] * len(tree)
     columns = [tree.excl.get(m, zeros) for m in metrics]
@@ -80,8 +89,8 @@ def _add_samples(msg: pprof_pb2.Profile, tree: Tree, metrics: list[str], sid: Ca
         if node == 0:
             continue
         level = depth[node] = depth[tree.parent[node]] + 1
-        del path[level - 1:]
+        del path[level - 1 :]
         path.append(tree.frame[node])
         values = [col[node] for col in columns]
         if any(values):
-            msg.sample.add(location_id=path[-1:-MAX_STACK - 1:-1], value=values)
+            msg.sample.add(location_id=path[-1 : -MAX_STACK - 1 : -1], value=values)

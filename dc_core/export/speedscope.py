@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..store.profile import Profile
 from ..model.tree import Tree
+from ..store.profile import Profile
 from .layout import extent, flame_edges
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
@@ -34,18 +34,25 @@ def export(profile: Profile, metric: str = "cpu_time_ns") -> bytes:
     doc = {
         "$schema": SCHEMA_URL,
         "shared": {"frames": frames},
-        "profiles": [{
-            "type": "evented", "name": f"rank {profile.rank} steps {profile.steps[0]}-{profile.steps[1] - 1} {metric}",
-            "unit": _UNITS.get(tree.units.get(metric, ""), "none"),
-            "startValue": 0, "endValue": extent(tree, metric), "events": events,
-        }],
+        "profiles": [
+            {
+                "type": "evented",
+                "name": f"rank {profile.rank} steps {profile.steps[0]}-{profile.steps[1] - 1} {metric}",
+                "unit": _UNITS.get(tree.units.get(metric, ""), "none"),
+                "startValue": 0,
+                "endValue": extent(tree, metric),
+                "events": events,
+            }
+        ],
         "name": f"DeepContext {profile.run}",
         "exporter": "deepcontext",
     }
     return json.dumps(doc).encode()
 
 
-def _frames_and_events(tree: Tree, metric: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _frames_and_events(
+    tree: Tree, metric: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """speedscope's shared frame list (one entry per distinct frame drawn) and
     the profile's open/close events referring to it."""
     frame_index: dict[int, int] = {}

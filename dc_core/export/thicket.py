@@ -33,8 +33,9 @@ counts it as zero instead.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..model.kinds import UNITS
 from ..store.profile import Profile
@@ -64,9 +65,15 @@ def metadata(profile: Profile, metric: str) -> dict[str, Any]:
     ``groupby``, ``filter_metadata`` and pandas can use every column."""
     first, end = profile.steps
     return {
-        "run": profile.run, "rank": profile.rank, "host": profile.host,
-        "framework": profile.framework, "mode": profile.mode, "world_size": profile.world_size,
-        "steps": f"{first}-{max(first, end - 1)}", "first_step": first, "last_step": max(first, end - 1),
+        "run": profile.run,
+        "rank": profile.rank,
+        "host": profile.host,
+        "framework": profile.framework,
+        "mode": profile.mode,
+        "world_size": profile.world_size,
+        "steps": f"{first}-{max(first, end - 1)}",
+        "first_step": first,
+        "last_step": max(first, end - 1),
         "metric": metric,  # which metric the "time" columns hold
         "unit": UNITS.get(metric, "1"),
     }
@@ -98,14 +105,25 @@ def export_window(profiles: Sequence[Profile], metric: str = "cpu_time_ns") -> b
     if len(windows) > 1:
         raise ValueError(f"a Thicket file holds one run's window, got {sorted(windows)}")
     first = profiles[0]
-    head = {"format": FORMAT, "version": VERSION, "run": first.run, "steps": list(first.steps), "metric": metric}
+    head = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run": first.run,
+        "steps": list(first.steps),
+        "metric": metric,
+    }
     # Each literal is spliced in as the bytes `hatchet.export` wrote: it is
     # already JSON, and decoding it to re-encode would recurse once per level.
     parts = [dumps(head)[:-1].encode(), b', "profiles": [']
     for index, profile in enumerate(sorted(profiles, key=lambda p: (p.rank, p.host))):
         entry = dumps({"name": profile_name(profile), "metadata": metadata(profile, metric)})
-        parts += [b", " if index else b"", entry[:-1].encode(), b', "graph": ',
-                  hatchet.export(profile, metric), b"}"]
+        parts += [
+            b", " if index else b"",
+            entry[:-1].encode(),
+            b', "graph": ',
+            hatchet.export(profile, metric),
+            b"}",
+        ]
     parts.append(b"]}")
     return b"".join(parts)
 
@@ -124,16 +142,28 @@ def read(path: str | Path) -> dict[str, Any]:
     except RecursionError:  # Python's JSON reader recurses per level (and so does Hatchet's)
         raise ThicketFileError(f"{path}: a call tree too deep for Python's JSON reader") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ThicketFileError(f"{path}: not a DeepContext Thicket file (no \"format\": {FORMAT!r})")
+        raise ThicketFileError(f'{path}: not a DeepContext Thicket file (no "format": {FORMAT!r})')
     version = doc.get("version")
     if not isinstance(version, int) or version > VERSION:
-        raise ThicketFileError(f"{path}: version {version!r} is newer than this reader's {VERSION}; "
-                               "upgrade DeepContext")
+        raise ThicketFileError(
+            f"{path}: version {version!r} is newer than this reader's {VERSION}; "
+            "upgrade DeepContext"
+        )
     profiles = doc.get("profiles")
-    if not isinstance(profiles, list) or not profiles or not all(
-            isinstance(p, dict) and isinstance(p.get("graph"), list) and isinstance(p.get("metadata"), dict)
-            and isinstance(p.get("name"), str) for p in profiles):
-        raise ThicketFileError(f"{path}: \"profiles\" must be a non-empty list of {{name, metadata, graph}}")
+    if (
+        not isinstance(profiles, list)
+        or not profiles
+        or not all(
+            isinstance(p, dict)
+            and isinstance(p.get("graph"), list)
+            and isinstance(p.get("metadata"), dict)
+            and isinstance(p.get("name"), str)
+            for p in profiles
+        )
+    ):
+        raise ThicketFileError(
+            f'{path}: "profiles" must be a non-empty list of {{name, metadata, graph}}'
+        )
     return doc
 
 
@@ -156,8 +186,10 @@ def load(path: str | Path, progress: bool = False) -> Any:
         import hatchet as ht
         import thicket as th
     except ImportError as exc:
-        raise ImportError(f"loading a Thicket export needs LLNL Thicket: pip install llnl-thicket ({exc})",
-                          name=exc.name) from exc
+        raise ImportError(
+            f"loading a Thicket export needs LLNL Thicket: pip install llnl-thicket ({exc})",
+            name=exc.name,
+        ) from exc
     doc = read(path)
     thickets = []
     for entry in doc["profiles"]:

@@ -17,12 +17,14 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .imports import AfterImport
 from .settings import RunSettings
 
 logger = logging.getLogger("deepcontext")
+
 
 class Launch:
     """What the step drivers of one profiled process share.
@@ -44,7 +46,9 @@ class Launch:
         self._ours: list[Any] = []  # sessions of our drivers: not "the user's own"
         self._lock = threading.Lock()
         self._done = threading.Event()  # the process is ending
-        self._closing = threading.RLock()  # the time-range thread and the end never drive a session at once
+        self._closing = (
+            threading.RLock()
+        )  # the time-range thread and the end never drive a session at once
         self._provisional = False  # the steps are the time range's until a driver finds real ones
         self._interim: Any = None  # the time range's loop while it may still be open
         self._watching = False  # SIGTERM is watched from the first claim on
@@ -65,15 +69,20 @@ class Launch:
         caller must be where that window's hooks may come out. ``provisional``:
         the fallback's own claim, which real steps may take over."""
         with self._lock:
-            if (self.source is not None and (provisional or not self._provisional)) or os.getpid() != self.pid \
-                    or self.user_profiling():
+            if (
+                (self.source is not None and (provisional or not self._provisional))
+                or os.getpid() != self.pid
+                or self.user_profiling()
+            ):
                 return False
             self.source, self._provisional = source, provisional
         with self._closing:
             self._end_time_range()
         if not self._watching:
             self._watching = True
-            from ..record import session as session_mod  # imported with the first driver, not at startup
+            from ..record import (
+                session as session_mod,  # imported with the first driver, not at startup
+            )
 
             session_mod.watch_windows(self.watch_windows)
         return True
@@ -111,7 +120,9 @@ class Launch:
             try:
                 self._close_all()
             except Exception:  # the script's exit is never the profiler's error
-                logger.warning("DeepContext could not write every open window at exit", exc_info=True)
+                logger.warning(
+                    "DeepContext could not write every open window at exit", exc_info=True
+                )
 
     def _close_all(self) -> None:
         self._done.set()
@@ -127,7 +138,9 @@ class Launch:
         for session in active() if active is not None else ():
             session.close()
         flush_all = getattr(sys.modules.get("dc_core.store.writer"), "flush_all", None)
-        if flush_all is not None:  # windows closed before, still being written (SIGTERM ends us next)
+        if (
+            flush_all is not None
+        ):  # windows closed before, still being written (SIGTERM ends us next)
             flush_all()
 
     def _end_time_range(self) -> None:
@@ -174,11 +187,15 @@ class Launch:
         wait = self.settings.fallback_after_s
         if self._done.wait(wait):
             return
-        if not self.claim(f"a time range: no step boundary in the first {wait:g} s", provisional=True):
+        if not self.claim(
+            f"a time range: no step boundary in the first {wait:g} s", provisional=True
+        ):
             return
         try:
             with self._closing:
-                if self._done.is_set() or not self._provisional:  # the end, or real steps, came first
+                if (
+                    self._done.is_set() or not self._provisional
+                ):  # the end, or real steps, came first
                     return
                 loop = self._interim = _time_loop(self)
                 self.adopt(loop.session, loop.stop)
@@ -215,7 +232,9 @@ def _library_roots() -> tuple[str, ...]:
 
     from ..collect.ownfiles import FRAMEWORK_PACKAGES, framework_prefixes, profiler_files
 
-    roots = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots = {
+        sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
     roots |= {os.path.dirname(p) for p in profiler_files() if os.path.basename(p) == "__init__.py"}
     for framework in FRAMEWORK_PACKAGES:
         roots.update(framework_prefixes(framework))
@@ -259,7 +278,9 @@ def _log_to_run(settings: RunSettings) -> None:
     """The profiler's messages go to the run's log, which ``deepcontext run``
     prints at the end: the script's own stderr stays as it is."""
     os.makedirs(settings.log_dir, exist_ok=True)
-    handler = logging.FileHandler(os.path.join(settings.log_dir, f"{os.getpid()}.log"), encoding="utf-8")
+    handler = logging.FileHandler(
+        os.path.join(settings.log_dir, f"{os.getpid()}.log"), encoding="utf-8"
+    )
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     handler.setLevel(logging.WARNING)
     logger.addHandler(handler)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 logger = logging.getLogger("deepcontext")
 
@@ -74,7 +75,11 @@ class AfterImport(importlib.abc.MetaPathFinder):
         try:
             callback(module)
         except Exception as exc:  # a patch that fails leaves the framework as it was
-            logger.warning("DeepContext could not hook %s (%r); that part of the run is not profiled", name, exc)
+            logger.warning(
+                "DeepContext could not hook %s (%r); that part of the run is not profiled",
+                name,
+                exc,
+            )
 
 
 class _Loader(importlib.abc.Loader):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 #: The run's settings (JSON), set by ``deepcontext run`` for every process of the command.
 RUN_ENV = "DEEPCONTEXT_RUN"
@@ -21,13 +21,20 @@ RUN_ENV = "DEEPCONTEXT_RUN"
 CLAIMED_ENV = "DEEPCONTEXT_RUN_PROFILED"
 
 # Launchers that only start the workers: torchrun, and those built like it.
-_AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
-                  "accelerate.commands.accelerate_cli", "deepspeed.launcher.runner")
+_AGENT_MODULES = (
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accelerate.commands.launch",
+    "accelerate.commands.accelerate_cli",
+    "deepspeed.launcher.runner",
+)
 _AGENT_SCRIPTS = ("torchrun", "accelerate", "deepspeed")
 _WORKER_MARKS = ("--multiprocessing-fork", "from multiprocessing.", "compile_worker")
 
 
-def chosen(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> str | None:
+def chosen(
+    environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None
+) -> str | None:
     """Why this process is not profiled, or None when it is.
 
     Args:
@@ -42,7 +49,9 @@ def chosen(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None 
         return f"a child of the profiled process {environ[CLAIMED_ENV]}"
     if any(mark in arg for arg in argv[1:] for mark in _WORKER_MARKS):
         return "a multiprocessing or compile worker"
-    if _module(argv) in _AGENT_MODULES or (len(argv) > 1 and os.path.basename(argv[1]) in _AGENT_SCRIPTS):
+    if _module(argv) in _AGENT_MODULES or (
+        len(argv) > 1 and os.path.basename(argv[1]) in _AGENT_SCRIPTS
+    ):
         return "a launcher like the torchrun agent (its workers are profiled)"
     return None
 

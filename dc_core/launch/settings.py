@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Mapping
 
 from .process import CLAIMED_ENV, RUN_ENV
 
@@ -35,7 +35,7 @@ class RunSettings:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "RunSettings | None":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RunSettings | None:
         """The settings of the run this process belongs to, or None outside ``deepcontext run``.
 
         Raises:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
-
+from typing import Any
 
 logger = logging.getLogger("deepcontext")
 
@@ -55,7 +55,9 @@ def patch(launch: Any, trainer_cls: type, kind: TrainerKind) -> None:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         nonlocal seen
-        original(self, *args, **kwargs)  # the script's exceptions pass unchanged; a failed build does not count
+        original(
+            self, *args, **kwargs
+        )  # the script's exceptions pass unchanged; a failed build does not count
         if not seen:
             seen = True
             _attach(launch, self, kind)
@@ -72,8 +74,11 @@ def _attach(launch: Any, trainer: Any, kind: TrainerKind) -> None:
         elif launch.claim(kind.source):
             kind.add(trainer, _run_callback(launch, base, kind, trainer))
     except Exception as exc:  # fail-open: the trainer runs as the script built it
-        logger.warning("DeepContext could not add its callback to the %s Trainer (%r); it runs unprofiled",
-                       kind.name, exc)
+        logger.warning(
+            "DeepContext could not add its callback to the %s Trainer (%r); it runs unprofiled",
+            kind.name,
+            exc,
+        )
 
 
 def _run_callback(launch: Any, base: type, kind: TrainerKind, trainer: Any) -> Any:
@@ -82,8 +87,10 @@ def _run_callback(launch: Any, base: type, kind: TrainerKind, trainer: Any) -> A
     def begin(self: Any, *args: Any, **kwargs: Any) -> None:
         # The script may have added its own callback since the trainer was built
         # (configure_callbacks, trainer.add_callback) or opened its own session: it keeps it.
-        if self.session is None and (launch.user_profiling() or any(
-                isinstance(c, base) and c is not self for c in kind.callbacks(trainer))):
+        if self.session is None and (
+            launch.user_profiling()
+            or any(isinstance(c, base) and c is not self for c in kind.callbacks(trainer))
+        ):
             return
         getattr(base, kind.begin)(self, *args, **kwargs)
         if self.session is not None and not launch.owns(self.session):

@@ -22,8 +22,9 @@ Per step: a node's inclusive value divided by its profile's `step_count`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from .tree import Frame, Tree
 
@@ -65,8 +66,14 @@ class Side:
             its busiest, or None when unknown (`Profile.step_range`).
     """
 
-    def __init__(self, tree: Tree, steps: int = 1, children: Callable[[int], Sequence[int]] | None = None,
-                 inclusive: Callable[[str], Sequence[int]] | None = None, step_range: StepRange | None = None) -> None:
+    def __init__(
+        self,
+        tree: Tree,
+        steps: int = 1,
+        children: Callable[[int], Sequence[int]] | None = None,
+        inclusive: Callable[[str], Sequence[int]] | None = None,
+        step_range: StepRange | None = None,
+    ) -> None:
         self.tree = tree
         self.steps = max(int(steps), 1)
         self.children = children or tree.children
@@ -94,12 +101,21 @@ class Side:
         return None if bounds is None else int(bounds[1][node]) - int(bounds[0][node])
 
 
-def side_of(profile: Profile, children: Callable[[int], Sequence[int]] | None = None,
-            inclusive: Callable[[str], Sequence[int]] | None = None, step_range: StepRange | None = None) -> Side:
+def side_of(
+    profile: Profile,
+    children: Callable[[int], Sequence[int]] | None = None,
+    inclusive: Callable[[str], Sequence[int]] | None = None,
+    step_range: StepRange | None = None,
+) -> Side:
     """The `Side` of ``profile``: its tree, `step_count` and step bounds
     (`Profile.step_range` unless ``step_range`` is given); lookups as `Side`."""
-    return Side(profile.tree, step_count(profile.steps, profile.step_times_ns), children, inclusive,
-                step_range or profile.step_range)
+    return Side(
+        profile.tree,
+        step_count(profile.steps, profile.step_times_ns),
+        children,
+        inclusive,
+        step_range or profile.step_range,
+    )
 
 
 @dataclass(frozen=True)
@@ -192,12 +208,18 @@ def align_calls(a: Sequence[Call], b: Sequence[Call]) -> list[tuple[int, int]]:
     best = [[0.0] * (cols + 1) for _ in range(rows + 1)]
     for i in range(rows):
         for j in range(cols):
-            pair = best[i][j] + 1 + 2 * len(a[i].kids & b[j].kids) + (SAME_LINE if a[i].line == b[j].line else 0)
+            pair = (
+                best[i][j]
+                + 1
+                + 2 * len(a[i].kids & b[j].kids)
+                + (SAME_LINE if a[i].line == b[j].line else 0)
+            )
             best[i + 1][j + 1] = max(pair, best[i][j + 1], best[i + 1][j])
     pairs, i, j = [], rows, cols
     while i and j:  # walk back, preferring a pair where it scores the same
         if best[i][j] == best[i - 1][j - 1] + 1 + 2 * len(a[i - 1].kids & b[j - 1].kids) + (
-                SAME_LINE if a[i - 1].line == b[j - 1].line else 0):
+            SAME_LINE if a[i - 1].line == b[j - 1].line else 0
+        ):
             pairs.append((a[i - 1].node, b[j - 1].node))
             i, j = i - 1, j - 1
         elif best[i][j] == best[i - 1][j]:
@@ -305,8 +327,12 @@ class Union:
                 pairs[in_a[0]] = in_b[0]
             else:
                 big = crowd or len(in_a) * len(in_b) > MAX_ALIGN
-                pairs.update(align_calls([self._call(self.a, k, big) for k in in_a],
-                                         [self._call(self.b, k, big) for k in in_b]))
+                pairs.update(
+                    align_calls(
+                        [self._call(self.a, k, big) for k in in_a],
+                        [self._call(self.b, k, big) for k in in_b],
+                    )
+                )
 
     @staticmethod
     def _call(side: Side, node: int, bare: bool = False) -> Call:
@@ -314,7 +340,11 @@ class Union:
         `MAX_CALL_KIDS` children (none when ``bare``)."""
         tree = side.tree
         kids = () if bare else side.children(node)[:MAX_CALL_KIDS]
-        return Call(tree.node_frame(node).line, node, frozenset(loose_key(f) or f for f in map(tree.node_frame, kids)))
+        return Call(
+            tree.node_frame(node).line,
+            node,
+            frozenset(loose_key(f) or f for f in map(tree.node_frame, kids)),
+        )
 
     def _match(self, side: int, node: int) -> int:
         """The other profile's node on the call path of ``node`` (of A when
@@ -372,7 +402,10 @@ class Union:
         """Union ids from the root's first child down to ``node``."""
         if node < self.size_a:
             return self.a.tree.path(node)
-        return [a if (a := self._match(1, k)) >= 0 else self.size_a + k for k in self.b.tree.path(node - self.size_a)]
+        return [
+            a if (a := self._match(1, k)) >= 0 else self.size_a + k
+            for k in self.b.tree.path(node - self.size_a)
+        ]
 
     def children(self, node: int) -> list[int]:
         """A's children (A's ids), then B's children A lacks (B-only ids)."""
@@ -422,7 +455,11 @@ def carried(delta: float, kid_delta: float, tolerance: float) -> bool:
     """Whether a node's change is its child's: the child's change has the
     same sign, is at least half of the node's, and leaves a remainder within
     ``tolerance``. Such a node is not listed; the deeper path says it."""
-    return delta * kid_delta > 0 and abs(kid_delta) * 2 >= abs(delta) and abs(delta - kid_delta) <= tolerance
+    return (
+        delta * kid_delta > 0
+        and abs(kid_delta) * 2 >= abs(delta)
+        and abs(delta - kid_delta) <= tolerance
+    )
 
 
 def compare(union: Union, metric: str, min_share: float = 0.0) -> Comparison:

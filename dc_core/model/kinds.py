@@ -19,7 +19,16 @@ KINDS = ("root", "python", "module", "operator", "native", "kernel", "phase", "c
 CONTEXT_KINDS = ("python", "module", "compiled")
 
 #: Phase frame names, in the order reports list them.
-PHASES = ("forward", "backward", "optimizer", "eval", "dataloader", "compile", "other", "unattributed")
+PHASES = (
+    "forward",
+    "backward",
+    "optimizer",
+    "eval",
+    "dataloader",
+    "compile",
+    "other",
+    "unattributed",
+)
 
 #: Metrics, in the order views offer them: name -> (unit, display label).
 METRICS = {

@@ -21,9 +21,18 @@ _BACKWARD_SUFFIX = re.compile(r"(_?backward\d*)$")
 #: Python operator dunders → the operator they run (``x * y`` is ``mul``); the
 #: scalar conversions get names of their own: they synchronise, ``.float()`` casts.
 _DUNDERS = {
-    "truediv": "div", "rtruediv": "div", "itruediv": "div", "floordiv": "floor_divide",
-    "bool": "bool_scalar", "int": "int_scalar", "float": "float_scalar", "index": "index_scalar",
-    "getitem": "index", "setitem": "index_put", "matmul": "matmul", "rmatmul": "matmul",
+    "truediv": "div",
+    "rtruediv": "div",
+    "itruediv": "div",
+    "floordiv": "floor_divide",
+    "bool": "bool_scalar",
+    "int": "int_scalar",
+    "float": "float_scalar",
+    "index": "index_scalar",
+    "getitem": "index",
+    "setitem": "index_put",
+    "matmul": "matmul",
+    "rmatmul": "matmul",
 }
 _REFLECTED = {"add", "sub", "mul", "pow", "and", "or", "xor", "mod", "lshift", "rshift"}
 
@@ -48,15 +57,26 @@ def op_name(name: str) -> str:
     return _ALIASES.get(name, name)
 
 
-
 #: Collectives: c10d's ops (``c10d::allreduce_``) and the Python functions
 #: that call them (``torch.distributed.all_reduce``), NCCL kernels, XLA's
 #: collective HLOs (``all-reduce.3``, ``all-gather-start``) and JAX's
 #: ``psum``-family primitives. ``aten::gather``/``aten::scatter_`` are not.
 _COLLECTIVE_HLO = re.compile(
-    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start|-done)?(\.\d+)?$")
-_COLLECTIVE_PRIMITIVES = frozenset({"psum", "pmean", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
-                                    "psum_scatter", "reduce_scatter"})
+    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start|-done)?(\.\d+)?$"
+)
+_COLLECTIVE_PRIMITIVES = frozenset(
+    {
+        "psum",
+        "pmean",
+        "pmax",
+        "pmin",
+        "all_gather",
+        "all_to_all",
+        "ppermute",
+        "psum_scatter",
+        "reduce_scatter",
+    }
+)
 
 
 def is_collective(kind: str, name: str) -> bool:
@@ -64,5 +84,8 @@ def is_collective(kind: str, name: str) -> bool:
     time a rank spends communicating or waiting for the other ranks."""
     if kind not in ("operator", "kernel"):
         return False
-    return (name.startswith(("c10d::", "torch.distributed.", "nccl", "ncclDevKernel", "ncclKernel"))
-            or bool(_COLLECTIVE_HLO.match(name)) or name in _COLLECTIVE_PRIMITIVES)
+    return (
+        name.startswith(("c10d::", "torch.distributed.", "nccl", "ncclDevKernel", "ncclKernel"))
+        or bool(_COLLECTIVE_HLO.match(name))
+        or name in _COLLECTIVE_PRIMITIVES
+    )

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .tree import Frame, Tree
 
@@ -102,4 +102,6 @@ def filter_kinds(tree: Tree, drop: Iterable[str]) -> Tree:
     """Remove nodes of the given kinds, splicing their children into the parent
     (e.g. hide ``native`` frames); their metrics go to the parent."""
     drop = set(drop)
-    return _rebuild(tree, lambda out, parent, frame: parent if frame.kind in drop else out.child(parent, frame))
+    return _rebuild(
+        tree, lambda out, parent, frame: parent if frame.kind in drop else out.child(parent, frame)
+    )

@@ -9,8 +9,9 @@ recursion: a call chain may be 100,000 deep.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from .kinds import KINDS, PHASES, UNITS
 
@@ -45,8 +46,14 @@ def frame_json(frame: Frame) -> dict[str, Any]:
     """A frame's identity as JSON, the one shape of every reader: the report's
     nodes (``--json``, docs/schema.md), the cross-rank tree's, the tab's rows
     (which add their own keys, a label among them)."""
-    return {"kind": frame.kind, "name": frame.name, "detail": frame.detail, "file": frame.file,
-            "line": frame.line, "backward": frame.backward}
+    return {
+        "kind": frame.kind,
+        "name": frame.name,
+        "detail": frame.detail,
+        "file": frame.file,
+        "line": frame.line,
+        "backward": frame.backward,
+    }
 
 
 @dataclass
@@ -70,7 +77,9 @@ class Tree:
     def __post_init__(self) -> None:
         self._children: list[list[int]] | None = None
         self._incl: dict[str, list[int]] = {}
-        self._frame_ids: dict[Frame, int] | None = None  # built on first lookup: readers rarely need it
+        self._frame_ids: dict[Frame, int] | None = (
+            None  # built on first lookup: readers rarely need it
+        )
         self._child_of: dict[tuple[int, int], int] | None = None
         self._ordered: bool | None = None  # parent[i] < i for every node (cached by `topdown`)
         self._ordered_len = 0
@@ -211,9 +220,15 @@ class Tree:
         return sum(self.excl.get(metric, ()))
 
 
-def fold_paths(parent: Sequence[int], frame_ids: Sequence[int], frame: Sequence[int], out_parent: list[int],
-               out_frame: list[int], child_of: dict[tuple[int, int], int],
-               into_parent: Callable[[int], bool] | None = None) -> list[int]:
+def fold_paths(
+    parent: Sequence[int],
+    frame_ids: Sequence[int],
+    frame: Sequence[int],
+    out_parent: list[int],
+    out_frame: list[int],
+    child_of: dict[tuple[int, int], int],
+    into_parent: Callable[[int], bool] | None = None,
+) -> list[int]:
     """Map each node of a tree given by columns (parents first) to a node of
     the output columns, where one call path is one node.
 

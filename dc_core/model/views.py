@@ -15,8 +15,8 @@ and `--json` take a whole `View` from `view`, built from the same functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 from .tree import Frame, Tree
 
@@ -71,8 +71,13 @@ class FlatTotals:
         return [fid for fid in range(len(self.nodes)) if self.nodes[fid]]
 
 
-def hot_chain(start: int, children: Callable[[int], Sequence[int]], value: Callable[[int], float],
-              floor: float, depth: int = HOT_PATH_DEPTH) -> list[int]:
+def hot_chain(
+    start: int,
+    children: Callable[[int], Sequence[int]],
+    value: Callable[[int], float],
+    floor: float,
+    depth: int = HOT_PATH_DEPTH,
+) -> list[int]:
     """The hot path down the top-down view: from ``start``, the child of the
     largest ``value`` (the lower node id of a tie), then its own, while that
     value is above 0 and at least ``floor``; the nodes, ``start`` first. The
@@ -124,9 +129,15 @@ class FlatRow:
 def flat(tree: Tree) -> list[FlatRow]:
     """Flat rows, one per frame that occurs, in frame order."""
     totals = flat_totals(tree)
-    return [FlatRow(tree.frames[f], {m: c[f] for m, c in totals.excl.items()},
-                    {m: c[f] for m, c in totals.incl.items()}, totals.nodes[f])
-            for f in totals.frame_ids()]
+    return [
+        FlatRow(
+            tree.frames[f],
+            {m: c[f] for m, c in totals.excl.items()},
+            {m: c[f] for m, c in totals.incl.items()},
+            totals.nodes[f],
+        )
+        for f in totals.frame_ids()
+    ]
 
 
 @dataclass
@@ -140,16 +151,26 @@ class Callers:
     more: bool  # whether this caller has callers of its own
 
 
-def origins(tree: Tree, fid: int, mode: str, inner: Sequence[bool],
-            by_frame: Callable[[int], list[int]] | None = None) -> list[int]:
+def origins(
+    tree: Tree,
+    fid: int,
+    mode: str,
+    inner: Sequence[bool],
+    by_frame: Callable[[int], list[int]] | None = None,
+) -> list[int]:
     """Nodes whose cost a bottom-up row of frame ``fid`` sums: all of them in
     ``excl`` mode, the outermost ones of a recursion in ``incl`` mode."""
     nodes = by_frame(fid) if by_frame else [n for n in range(1, len(tree)) if tree.frame[n] == fid]
     return [n for n in nodes if not inner[n]] if mode == "incl" else nodes
 
 
-def callers(tree: Tree, path: Sequence[int], mode: str, inner: Sequence[bool],
-            by_frame: Callable[[int], list[int]] | None = None) -> list[Callers]:
+def callers(
+    tree: Tree,
+    path: Sequence[int],
+    mode: str,
+    inner: Sequence[bool],
+    by_frame: Callable[[int], list[int]] | None = None,
+) -> list[Callers]:
     """The rows under the bottom-up row ``path`` (a frame id, then its callers'
     frame ids, nearest first), unsorted."""
     if mode not in MODES:
@@ -157,7 +178,9 @@ def callers(tree: Tree, path: Sequence[int], mode: str, inner: Sequence[bool],
     parent, frame = tree.parent, tree.frame
     positions = [(o, o) for o in origins(tree, path[0], mode, inner, by_frame)]
     for fid in path[1:]:
-        positions = [(o, parent[c]) for o, c in positions if parent[c] > 0 and frame[parent[c]] == fid]
+        positions = [
+            (o, parent[c]) for o, c in positions if parent[c] > 0 and frame[parent[c]] == fid
+        ]
     return [row for row, _ in _expand(tree, positions, _columns(tree, mode))]
 
 
@@ -165,8 +188,9 @@ def _columns(tree: Tree, mode: str) -> dict[str, list[int]]:
     return {m: (tree.inclusive(m) if mode == "incl" else col) for m, col in tree.excl.items()}
 
 
-def _expand(tree: Tree, positions: list[tuple[int, int]],
-            columns: dict[str, list[int]]) -> list[tuple[Callers, list[tuple[int, int]]]]:
+def _expand(
+    tree: Tree, positions: list[tuple[int, int]], columns: dict[str, list[int]]
+) -> list[tuple[Callers, list[tuple[int, int]]]]:
     """Group ``(origin, reached node)`` pairs by the reached node's caller frame:
     one `Callers` row per caller frame, with the pairs moved up to that caller."""
     parent, frame = tree.parent, tree.frame
@@ -174,9 +198,18 @@ def _expand(tree: Tree, positions: list[tuple[int, int]],
     for o, c in positions:
         if parent[c] > 0:
             groups.setdefault(frame[parent[c]], []).append((o, parent[c]))
-    return [(Callers(fid, {m: sum(col[o] for o, _ in members) for m, col in columns.items()}, len(members),
-                     any(parent[c] > 0 for _, c in members)), members)
-            for fid, members in groups.items()]
+    return [
+        (
+            Callers(
+                fid,
+                {m: sum(col[o] for o, _ in members) for m, col in columns.items()},
+                len(members),
+                any(parent[c] > 0 for _, c in members),
+            ),
+            members,
+        )
+        for fid, members in groups.items()
+    ]
 
 
 @dataclass
@@ -231,8 +264,13 @@ def _flat_view(tree: Tree, kinds: set[str]) -> View:
     return View("flat", out, incl, excl)
 
 
-def bottom_up(tree: Tree, mode: str = "excl", kinds: Iterable[str] = (), max_callers: int = MAX_CALLERS,
-              max_nodes: int | None = None) -> Tree:
+def bottom_up(
+    tree: Tree,
+    mode: str = "excl",
+    kinds: Iterable[str] = (),
+    max_callers: int = MAX_CALLERS,
+    max_nodes: int | None = None,
+) -> Tree:
     """The whole bottom-up view as a tree: top level = frames, children = their callers.
 
     Built from `flat_totals` and `callers`, as the tab expands it a level at a
@@ -253,7 +291,9 @@ def bottom_up(tree: Tree, mode: str = "excl", kinds: Iterable[str] = (), max_cal
     for metric, unit in tree.units.items():
         out.units[metric] = unit
     columns = _columns(tree, mode)
-    queue: list[tuple[int, int, list[tuple[int, int]]]] = []  # (view node, callers so far, positions)
+    queue: list[
+        tuple[int, int, list[tuple[int, int]]]
+    ] = []  # (view node, callers so far, positions)
     for fid in totals.frame_ids():
         if wanted and tree.frames[fid].kind not in wanted:
             continue
@@ -270,7 +310,10 @@ def bottom_up(tree: Tree, mode: str = "excl", kinds: Iterable[str] = (), max_cal
             if not values or len(out) >= budget:
                 continue
             child = _place(out, node, tree.frames[row.frame], values)
-            for metric, value in values.items():  # the caller's share leaves its callee's own column
+            for (
+                metric,
+                value,
+            ) in values.items():  # the caller's share leaves its callee's own column
                 out.add(node, metric, -value)
             if row.more:
                 queue.append((child, depth + 1, moved))

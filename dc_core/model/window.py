@@ -5,7 +5,8 @@ first step. Pure functions of a window's steps and step times."""
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..store.profile import Profile
@@ -25,8 +26,9 @@ def steps_text(steps: tuple[int, int]) -> str:
     return f"step {first}" if last == first else f"steps {first}\u2013{last}"
 
 
-def window_label(steps: tuple[int, int], step_times: Sequence[int] = (),
-                 planned: tuple[int, int] | None = None) -> str:
+def window_label(
+    steps: tuple[int, int], step_times: Sequence[int] = (), planned: tuple[int, int] | None = None
+) -> str:
     """``steps 5–7``, or for a window that ended early
     ``steps 5–6 (partial: step 5 timed, of steps 5–7 planned)``.
 
@@ -41,7 +43,9 @@ def window_label(steps: tuple[int, int], step_times: Sequence[int] = (),
     if step_times and timed < total:
         # by step numbers throughout, as the range itself is written (never a count beside a number)
         timed_steps = steps_text((steps[0], steps[0] + timed))
-        text += f" (partial: {timed_steps} timed" + (f", of {steps_text(planned)} planned)" if planned else ")")
+        text += f" (partial: {timed_steps} timed" + (
+            f", of {steps_text(planned)} planned)" if planned else ")"
+        )
     return text
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .session import Session
@@ -144,10 +145,16 @@ def adapter_packages() -> tuple[AdapterPackage, ...]:
         try:
             package = point.load()
         except Exception as exc:  # a broken install of one adapter breaks no other
-            logger.warning("DeepContext skips the adapter %s (%s): %r", point.name, point.value, exc)
+            logger.warning(
+                "DeepContext skips the adapter %s (%s): %r", point.name, point.value, exc
+            )
             continue
         if not isinstance(package, AdapterPackage):
-            logger.warning("DeepContext skips the adapter %s: %s is not an AdapterPackage", point.name, point.value)
+            logger.warning(
+                "DeepContext skips the adapter %s: %s is not an AdapterPackage",
+                point.name,
+                point.value,
+            )
             continue
         found.append(package)
     return tuple(sorted(found, key=lambda p: (p.order, p.name)))

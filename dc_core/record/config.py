@@ -15,11 +15,20 @@ import json
 import os
 import stat
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from .validate import INT64_MAX, check_int, check_logdir, check_number, check_run, check_thresholds, shown
+from .validate import (
+    INT64_MAX,
+    check_int,
+    check_logdir,
+    check_number,
+    check_run,
+    check_thresholds,
+    shown,
+)
 
 ENV_VAR = "DEEPCONTEXT_CONFIG"
 MODES = ("lightweight", "comprehensive")
@@ -163,13 +172,19 @@ class ProfilerConfig:
         if not isinstance(self.steps, StepRange):
             raise ValueError(f"steps must be a StepRange, got {type(self.steps).__name__}")
         if self.time_range is not None and not isinstance(self.time_range, TimeRange):
-            raise ValueError(f"time_range must be a TimeRange, got {type(self.time_range).__name__}")
+            raise ValueError(
+                f"time_range must be a TimeRange, got {type(self.time_range).__name__}"
+            )
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {shown(self.mode)}")
         if self.collector not in COLLECTORS:
-            raise ValueError(f"collector must be one of {', '.join(COLLECTORS)}, got {shown(self.collector)}")
+            raise ValueError(
+                f"collector must be one of {', '.join(COLLECTORS)}, got {shown(self.collector)}"
+            )
         if self.capture not in CAPTURES:
-            raise ValueError(f"capture must be one of {', '.join(CAPTURES)}, got {shown(self.capture)}")
+            raise ValueError(
+                f"capture must be one of {', '.join(CAPTURES)}, got {shown(self.capture)}"
+            )
         # A positive rate below 0.01 Hz samples nothing in a window of steps, and far
         # below it the native sampler's period overflows its int64 nanoseconds.
         check_number("cpu_sampling_hz", self.cpu_sampling_hz, 0.01, 10_000.0, off=True)
@@ -179,14 +194,19 @@ class ProfilerConfig:
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {shown(getattr(self, flag))}")
         if self.record_shapes is not None and not isinstance(self.record_shapes, bool):
-            raise ValueError(f"record_shapes must be true, false or null, got {shown(self.record_shapes)}")
+            raise ValueError(
+                f"record_shapes must be true, false or null, got {shown(self.record_shapes)}"
+            )
         object.__setattr__(self, "analyzer", check_thresholds(self.analyzer))
 
     @property
     def native(self) -> bool:
         """Deprecated: whether ``collector`` is ``"native"`` (its old name)."""
-        warnings.warn("ProfilerConfig.native is deprecated: read collector ('native' or 'reference')",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "ProfilerConfig.native is deprecated: read collector ('native' or 'reference')",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.collector == "native"
 
     @property
@@ -204,8 +224,11 @@ _dataclass_init = ProfilerConfig.__init__
 @functools.wraps(_dataclass_init)
 def _init(self: ProfilerConfig, *args: Any, native: Any = _UNSET, **kwargs: Any) -> None:
     if native is not _UNSET:
-        warnings.warn("ProfilerConfig(native=...) is deprecated: use collector='native' or collector='reference'",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "ProfilerConfig(native=...) is deprecated: use collector='native' or collector='reference'",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         kwargs["collector"] = _collector_of(native, kwargs.get("collector"))
     _dataclass_init(self, *args, **kwargs)
 
@@ -221,7 +244,9 @@ def _collector_of(native: Any, collector: Any) -> Any:
         raise ValueError(f"native must be true or false, got {shown(native)}")
     wanted = "native" if native else "reference"
     if collector is not None and collector != wanted:
-        raise ValueError(f"native={native} and collector={shown(collector)} disagree; give collector only")
+        raise ValueError(
+            f"native={native} and collector={shown(collector)} disagree; give collector only"
+        )
     return wanted
 
 
@@ -234,14 +259,18 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     accepted = known | set(_RENAMED) if cls is ProfilerConfig else known
     for key in data:
         if key not in accepted:
-            raise ValueError(f"unknown config field '{prefix}{key}'; known fields: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"unknown config field '{prefix}{key}'; known fields: {', '.join(sorted(known))}"
+            )
     values = {}
     for key, value in data.items():
         nested = _NESTED.get(key) if cls is ProfilerConfig else None
         if nested is not None and isinstance(value, Mapping):
             value = _build(nested, value, f"{key}.")
         elif nested is not None and value is not None and not isinstance(value, nested):
-            raise ValueError(f"{key} must be an object with fields of {nested.__name__}, got {shown(value)}")
+            raise ValueError(
+                f"{key} must be an object with fields of {nested.__name__}, got {shown(value)}"
+            )
         values[key] = value
     return cls(**values)
 
@@ -315,7 +344,9 @@ def _parse_file(path: Path, where: str) -> Any:
             return yaml.safe_load(text)
         return json.loads(text)
     except Exception as exc:  # yaml and json raise different types (and RecursionError)
-        raise ValueError(f"{where}: cannot parse as {'YAML' if yaml_file else 'JSON'}: {exc}") from None
+        raise ValueError(
+            f"{where}: cannot parse as {'YAML' if yaml_file else 'JSON'}: {exc}"
+        ) from None
 
 
 def _read_config_file(path: Path, where: str) -> str:
@@ -338,7 +369,9 @@ def _read_config_file(path: Path, where: str) -> str:
     try:
         return data.decode("utf-8-sig")  # an editor's byte-order mark is still UTF-8
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+        raise ValueError(
+            f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
 
 
 def resolve(config: ProfilerConfig | None = None, **overrides: Any) -> ProfilerConfig:

@@ -9,8 +9,9 @@ begins and ends; this class keeps the sessions and their step counters.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .session import Session
 
@@ -37,8 +38,12 @@ class EvalWindows:
             run, count = train.config.run, train.config.steps.count
             steps = {"start": 0, "count": count, "every": None, "repeat": 1}
             # an evaluation loop's batches are the eval phase
-            session = self.sessions[loop] = self._make(run=f"{run}/{loop}" if run else loop, steps=steps,
-                                                       time_range=None, default_phase="eval")
+            session = self.sessions[loop] = self._make(
+                run=f"{run}/{loop}" if run else loop,
+                steps=steps,
+                time_range=None,
+                default_phase="eval",
+            )
         self.open = loop
         session.step_begin(self.steps.setdefault(loop, 0))
 

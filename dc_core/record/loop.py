@@ -12,11 +12,12 @@ them, hooks for the profiler's start and stop.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ContextManager, TypeVar
+from typing import Any, TypeVar
 
-from .config import ProfilerConfig
 from .adapter import Adapter
+from .config import ProfilerConfig
 from .session import Session
 
 _Loop = TypeVar("_Loop", bound="StepLoop")
@@ -46,10 +47,19 @@ class StepLoop:
         current_step: The number of the step running now.
     """
 
-    def __init__(self, adapter: Adapter | None, config: ProfilerConfig | None = None, *, framework: str,
-                 default_phase: str, **overrides: Any) -> None:
+    def __init__(
+        self,
+        adapter: Adapter | None,
+        config: ProfilerConfig | None = None,
+        *,
+        framework: str,
+        default_phase: str,
+        **overrides: Any,
+    ) -> None:
         self.adapter = adapter
-        self.session = Session(config, framework=framework, adapter=adapter, default_phase=default_phase, **overrides)
+        self.session = Session(
+            config, framework=framework, adapter=adapter, default_phase=default_phase, **overrides
+        )
         self.current_step = 0
         self._started = False
 
@@ -70,7 +80,7 @@ class StepLoop:
         session.step_end(done)
         session.step_begin(done + 1)
 
-    def phase(self, name: str) -> ContextManager[Any]:
+    def phase(self, name: str) -> AbstractContextManager[Any]:
         """Mark the work inside ``with prof.phase(name):`` as phase ``name``
         (e.g. "dataloader", "optimizer"); outside a window it does nothing."""
         return self.session.phase(name)

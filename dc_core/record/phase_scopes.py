@@ -18,7 +18,7 @@ class PhaseScope:
     def __init__(self, session: Any, name: str, below_caller: bool = False) -> None:
         self.session, self.name, self.below_caller, self.depth = session, name, below_caller, -1
 
-    def __enter__(self) -> "PhaseScope":
+    def __enter__(self) -> PhaseScope:
         self.depth = self.session._enter_phase(self.name, self.below_caller)
         return self
 
@@ -36,7 +36,7 @@ class RegionScope:
     def __init__(self, session: Any, frame: int) -> None:
         self.session, self.frame, self.depth = session, frame, -1
 
-    def __enter__(self) -> "RegionScope":
+    def __enter__(self) -> RegionScope:
         self.depth = self.session._enter_region(self.frame)
         return self
 

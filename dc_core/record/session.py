@@ -17,9 +17,10 @@ import functools
 import logging
 import os
 import time
-from threading import get_ident
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from threading import get_ident
+from typing import Any
 
 from ..collect import collector as collector_mod
 from ..collect.collector import (
@@ -31,29 +32,30 @@ from ..collect.collector import (
     ROOT_NODE,
     WHOLE_STACK,
 )
-from . import registry
-from .adapter import Adapter, WindowSkipped
-from .registry import active_sessions, open_sessions, watch_windows  # noqa: F401 (where integrations look)
-from .config import ProfilerConfig, resolve
-from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
-from .step_clock import StepClock
-from .environment import detect_host, detect_rank, environment
-from .interrupts import deferred_interrupts
+from ..collect.ownfiles import skip_profiler_files
 from ..store.logdir import profile_path
 from ..store.profile import encode, mark_pending
 from ..store.writer import ProfileWriter
-from ..collect.ownfiles import skip_profiler_files
+from . import registry
+from .adapter import Adapter, WindowSkipped
+from .config import ProfilerConfig, resolve
+from .environment import detect_host, detect_rank, environment
+from .interrupts import deferred_interrupts
+from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
+from .registry import active_sessions, open_sessions, watch_windows  # noqa: F401 (where integrations look)
 from .snapshot import profile_from_snapshot, shift_step_bounds
 from .state import OpenWindow, State, StepsSeen
+from .step_clock import StepClock
 from .windows import WindowSchedule
 
 logger = logging.getLogger("deepcontext")
+
 
 def _guarded(method: Callable) -> Callable:
     """Run a session method fail-open: profiler errors disable the session."""
 
     @functools.wraps(method)
-    def wrapper(self: "Session", *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Session, *args: Any, **kwargs: Any) -> Any:
         if self.state is not State.ON:
             return None
         try:
@@ -114,7 +116,9 @@ class Session:
         self._collector: Any = None
         self._frames: dict[tuple, int] = {}
         self._steps = StepClock(clock)  # where the window's time is
-        self.step_source = ""  # what defined the steps, when not this session (`Profile.step_source`)
+        self.step_source = (
+            ""  # what defined the steps, when not this session (`Profile.step_source`)
+        )
         registry.opened(self)
         self._prepare()
 
@@ -163,7 +167,9 @@ class Session:
         """The step begun (or ended) last in a window; -1 before the first."""
         return self._steps.step
 
-    def frame(self, kind: int, name: str, file: str = "", line: int = 0, detail: str = "", flags: int = 0) -> int:
+    def frame(
+        self, kind: int, name: str, file: str = "", line: int = 0, detail: str = "", flags: int = 0
+    ) -> int:
         """Interned frame id (cached on the Python side for the hot path)."""
         key = (kind, name, file, line, detail, flags)
         fid = self._frames.get(key)
@@ -182,7 +188,9 @@ class Session:
             seen.first = step
         seen.count += 1
         seen.last = step
-        if self.state is not State.ON or (self._window is None and not self._schedule.may_open(step)):
+        if self.state is not State.ON or (
+            self._window is None and not self._schedule.may_open(step)
+        ):
             if self._unrestored:
                 self._restore()
             return  # outside a window: the count above and one compare, nothing else
@@ -201,7 +209,12 @@ class Session:
                 self._open(window, now)
             except WindowSkipped as skipped:
                 if self._schedule.skip(window):  # the first skipped says so; the others follow it
-                    logger.warning("DeepContext skips the window of steps %d–%d: %s", window[0], window[1] - 1, skipped)
+                    logger.warning(
+                        "DeepContext skips the window of steps %d–%d: %s",
+                        window[0],
+                        window[1] - 1,
+                        skipped,
+                    )
                 return
         self._steps.begin(self.collector, self.phase_frame(self.default_phase), step)
 
@@ -254,7 +267,9 @@ class Session:
     def _enter_phase(self, name: str, below_caller: bool = False) -> int:
         depth = self.collector.depth()
         # below the caller: the user depth measured here, so captures inside start below this call
-        self.collector.enter([self.phase_frame(name)], ROOT_NODE, False, MEASURE if below_caller else WHOLE_STACK)
+        self.collector.enter(
+            [self.phase_frame(name)], ROOT_NODE, False, MEASURE if below_caller else WHOLE_STACK
+        )
         self._steps.phase_entered()
         return depth
 
@@ -263,7 +278,9 @@ class Session:
         calling Python line (for code no adapter intercepts)."""
         if self._window is None or self.disabled:
             return NO_PHASE
-        return RegionScope(self, self.frame(KIND_OPERATOR, name, flags=FLAG_BACKWARD if backward else 0))
+        return RegionScope(
+            self, self.frame(KIND_OPERATOR, name, flags=FLAG_BACKWARD if backward else 0)
+        )
 
     @_guarded
     def _enter_region(self, frame: int) -> int:
@@ -292,7 +309,9 @@ class Session:
                 except Exception as exc:
                     self.fail(exc, "close")
         finally:
-            if self._window is not None and ours:  # interrupted before the window closed: unhook all the same
+            if (
+                self._window is not None and ours
+            ):  # interrupted before the window closed: unhook all the same
                 self._window = None
                 try:
                     self._stop_collecting()
@@ -310,9 +329,15 @@ class Session:
 
     def _nothing_written(self) -> str:
         """Why a session closed without a profile: what it saw, what it waited for, where files go."""
-        where = Path(self.config.logdir) / self.config.run if self.config.run else Path(self.config.logdir)
-        return (f"DeepContext wrote no profile: {self._seen.said()}; it profiles {self._schedule.describe()}; "
-                f"profiles would go to {where}")
+        where = (
+            Path(self.config.logdir) / self.config.run
+            if self.config.run
+            else Path(self.config.logdir)
+        )
+        return (
+            f"DeepContext wrote no profile: {self._seen.said()}; it profiles {self._schedule.describe()}; "
+            f"profiles would go to {where}"
+        )
 
     # --- windows -------------------------------------------------------------
     def _open(self, window: tuple[int, int], now: int) -> None:
@@ -328,7 +353,9 @@ class Session:
             with deferred_interrupts():  # Ctrl-C waits until the hooks are all in (or all out)
                 self.adapter.install(self)
                 if self.config.cpu_sampling_hz > 0:
-                    c.start_sampler(self.config.cpu_sampling_hz, self.config.mode == "comprehensive")
+                    c.start_sampler(
+                        self.config.cpu_sampling_hz, self.config.mode == "comprehensive"
+                    )
                 if self.config.system_interval_ms > 0:
                     c.start_monitor(self.config.system_interval_ms)
         except BaseException:
@@ -380,7 +407,9 @@ class Session:
         with deferred_interrupts():
             window = self._window
             start = window.planned[0]
-            self._steps.close(self.collector)  # first: stopping the profiler's threads is not the user's time
+            self._steps.close(
+                self.collector
+            )  # first: stopping the profiler's threads is not the user's time
             try:
                 self._stop_collecting()
             finally:  # what was collected is written even when unhooking failed
@@ -421,8 +450,12 @@ class Session:
         if self.config.time_range is None:
             profile.planned_window = window.planned  # what it planned: a loop may end it early
         profile.step_source = self.step_source
-        profile.first_step = self._seen.first  # a window that holds it shows its one-off costs apart
-        path = profile_path(self.config.logdir, self.config.run, profile.rank, profile.host, profile.steps)
+        profile.first_step = (
+            self._seen.first
+        )  # a window that holds it shows its one-off costs apart
+        path = profile_path(
+            self.config.logdir, self.config.run, profile.rank, profile.host, profile.steps
+        )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -444,8 +477,11 @@ class Session:
 
     def _write_failed(self, path: Path, exc: OSError) -> None:
         # Every later window would fail the same way: stop paying for them.
-        logger.warning("DeepContext could not write its profile under %s (%s); profiling stops",
-                       self.config.logdir, exc)
+        logger.warning(
+            "DeepContext could not write its profile under %s (%s); profiling stops",
+            self.config.logdir,
+            exc,
+        )
         if self.state is State.ON:  # a failure before stays the reason
             self.state = State.OFF
 
@@ -455,7 +491,12 @@ class Session:
         if self.state is State.FAILED:
             return
         self.state = State.FAILED
-        logger.error("DeepContext disabled itself after an internal error in %s: %r", where, exc, exc_info=exc)
+        logger.error(
+            "DeepContext disabled itself after an internal error in %s: %r",
+            where,
+            exc,
+            exc_info=exc,
+        )
         try:
             with deferred_interrupts():
                 window = self._window

@@ -3,12 +3,13 @@ build the tree, turn monitor columns into series."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any
 
 from ..collect import symbols
-from ..store.profile import Profile, Series
 from ..model.kinds import KINDS, MONITOR_SERIES
 from ..model.tree import Frame, fold_paths, from_columns
+from ..store.profile import Profile, Series
 
 _SCALAR_SERIES = tuple(name for name, (_, per_device) in MONITOR_SERIES.items() if not per_device)
 _PER_DEVICE_SERIES = tuple(name for name, (_, per_device) in MONITOR_SERIES.items() if per_device)
@@ -19,7 +20,9 @@ def frames_from_snapshot(snap: Mapping[str, Any]) -> list[Frame]:
     f = snap["frames"]
     return [
         Frame(KINDS[k], strings[n], strings[fi], ln, strings[d], bool(fl & 1))
-        for k, n, fi, ln, d, fl in zip(f["kind"], f["name"], f["file"], f["line"], f["detail"], f["flags"])
+        for k, n, fi, ln, d, fl in zip(
+            f["kind"], f["name"], f["file"], f["line"], f["detail"], f["flags"]
+        )
     ]
 
 
@@ -41,7 +44,11 @@ def merge_equal_siblings(
     unique: dict[Frame, int] = {}
     frame_id = [unique.setdefault(f, len(unique)) for f in frames]
     new_parent, new_frame = [-1], [frame_id[frame[0]]]
-    fold = None if folds_into is None else lambda n: folds_into(frames[frame[parent[n]]], frames[frame[n]])
+    fold = (
+        None
+        if folds_into is None
+        else lambda n: folds_into(frames[frame[parent[n]]], frames[frame[n]])
+    )
     new_id = fold_paths(parent, frame_id, frame, new_parent, new_frame, {}, fold)
     new_metrics = {}
     for name, values in metrics.items():
@@ -89,15 +96,25 @@ def profile_from_snapshot(
     if any(symbols.is_unresolved(frames[f]) for f in used):
         frames = symbols.resolve(frames, used)
         frames, parent, frame, metrics = merge_equal_siblings(
-            frames, parent, frame, metrics, folds_into=symbols.folds_into)
-    step_bounds = {name[len(_BOUND):]: list(metrics.pop(name)) for name in bounds if name in metrics}
+            frames, parent, frame, metrics, folds_into=symbols.folds_into
+        )
+    step_bounds = {
+        name[len(_BOUND) :]: list(metrics.pop(name)) for name in bounds if name in metrics
+    }
     tree = from_columns(frames, parent, frame, metrics, snap.get("units"))
     drops = {k: int(v) for k, v in snap.get("drops", {}).items()}
-    return Profile(tree=tree, system=series_from_monitor(monitor, window_t0), drops=drops,
-                   step_bounds=step_bounds, **fields)
+    return Profile(
+        tree=tree,
+        system=series_from_monitor(monitor, window_t0),
+        drops=drops,
+        step_bounds=step_bounds,
+        **fields,
+    )
 
 
-def shift_step_bounds(snap: MutableMapping[str, Any], shifts: Mapping[int, tuple[int, int]]) -> None:
+def shift_step_bounds(
+    snap: MutableMapping[str, Any], shifts: Mapping[int, tuple[int, int]]
+) -> None:
     """Move a snapshot's ``cpu_time_ns`` step bounds by time an adapter moved
     between nodes after the steps were marked: per node, the least and the
     greatest change of one step. Each bound stays one (a lower bound of the

@@ -44,7 +44,9 @@ class StepsSeen:
         """The steps seen, in words, as the window's steps are counted: by
         their numbers, never a count beside a number."""
         if self.count == 0:
-            return "no training step was seen (call step() once per step, or use the trainer callback)"
+            return (
+                "no training step was seen (call step() once per step, or use the trainer callback)"
+            )
         if self.first == self.last:
             return f"step {self.last} was seen"
         return f"steps {self.first}–{self.last} were seen"

@@ -21,8 +21,9 @@ the analyzer needs to tell a cost every step pays from one the machine added.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from threading import get_ident
-from typing import Any, Callable
+from typing import Any
 
 from dc_core.collect import collector as collector_mod
 from dc_core.collect.collector import ROOT_NODE, WHOLE_STACK
@@ -36,15 +37,23 @@ class StepClock:
         self.clock = clock  # the session's: a time range's step ended from another thread
         self.times: list[int] = []  # per step of the window, ns
         self.waits: list[int] = []  # per step: ns its thread waited for a CPU (empty: unknown)
-        self.others_wait = -1  # ns the process's worker threads waited for a CPU in the window (-1: unknown)
+        self.others_wait = (
+            -1
+        )  # ns the process's worker threads waited for a CPU in the window (-1: unknown)
         self._others_from = -1  # ... their total when the window opened
-        self._wait_ns = -1  # the step thread's run-queue wait when its step (or the loop after it) began
+        self._wait_ns = (
+            -1
+        )  # the step thread's run-queue wait when its step (or the loop after it) began
         self.thread = 0  # the thread that drives the steps
         self.step = -1  # the step begun (or ended) last in a window
         self._start_ns = 0  # the step running began (session clock)
         self._open = False  # a step begun and not ended
-        self._between_ns: int | None = None  # a trainer's loop between two steps, since (session clock)
-        self._lent_from: dict[int, list[int]] = {}  # phases other threads run for the step: their starts
+        self._between_ns: int | None = (
+            None  # a trainer's loop between two steps, since (session clock)
+        )
+        self._lent_from: dict[
+            int, list[int]
+        ] = {}  # phases other threads run for the step: their starts
         self._updates = 0  # optimizer updates of the step running
         self._updates_per_step = 1  # ... and of the last one ended
         self._tail = False  # the step's updates are done: the rest of it is `other`
@@ -57,7 +66,9 @@ class StepClock:
     def begin(self, c: Any, phase: int, step: int) -> None:
         """Step ``step`` begins on this thread, in phase frame ``phase``."""
         self.step = step
-        between = self._close_scopes(c, self._between_ns)  # on the thread that opened them, before it changes
+        between = self._close_scopes(
+            c, self._between_ns
+        )  # on the thread that opened them, before it changes
         self.thread = get_ident()
         self._updates, self._tail = 0, False
         self._open = True
@@ -116,7 +127,13 @@ class StepClock:
         """The window closes (its loop stopped, the process ends, the profiler
         failed), maybe mid-step: the time since the last step ended, which the
         tree holds, is that step's; with no step ended, it is the one step."""
-        since = self._between_ns if self._between_ns is not None else self._start_ns if self._open else None
+        since = (
+            self._between_ns
+            if self._between_ns is not None
+            else self._start_ns
+            if self._open
+            else None
+        )
         rest = self._close_scopes(c, since)
         if since is not None:
             if self.times:
@@ -134,7 +151,11 @@ class StepClock:
         """What the window's profile says of its steps: their times, their
         threads' waits for a CPU (none unless known for every step), the workers'."""
         waits = self.waits if len(self.waits) == len(self.times) else []
-        return {"step_times_ns": self.times, "step_wait_ns": waits, "others_wait_ns": self.others_wait}
+        return {
+            "step_times_ns": self.times,
+            "step_wait_ns": waits,
+            "others_wait_ns": self.others_wait,
+        }
 
     def _add_wait(self) -> None:
         """Add the step thread's run-queue wait since the last reading to the

@@ -14,15 +14,16 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..collect.ownfiles import skip_framework_files
 from ..launch.process import RUN_ENV
 from ..store.logdir import shown_path
+from .adapter import Adapter
 from .config import ProfilerConfig
 from .eval_windows import EvalWindows
-from .adapter import Adapter
 from .session import Session
 
 
@@ -45,9 +46,16 @@ class TrainerSession:
         written: The profile files of every session closed so far.
     """
 
-    def __init__(self, config: ProfilerConfig | None, overrides: Mapping[str, Any], *,
-                 adapter: Callable[[], Adapter], framework: str = "torch", default_phase: str = "forward",
-                 machinery: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        config: ProfilerConfig | None,
+        overrides: Mapping[str, Any],
+        *,
+        adapter: Callable[[], Adapter],
+        framework: str = "torch",
+        default_phase: str = "forward",
+        machinery: tuple[str, ...] = (),
+    ) -> None:
         self.config, self.overrides = config, dict(overrides)
         self.session: Session | None = None
         self.evals = EvalWindows(self._session)
@@ -62,7 +70,10 @@ class TrainerSession:
     def user_logdir(self) -> bool:
         """Whether the user named the logdir (in the config or a keyword);
         else profiles go where the trainer keeps its scalars."""
-        return "logdir" in self.overrides or (self.config or ProfilerConfig()).logdir != ProfilerConfig.logdir
+        return (
+            "logdir" in self.overrides
+            or (self.config or ProfilerConfig()).logdir != ProfilerConfig.logdir
+        )
 
     @property
     def eval_wanted(self) -> bool:
@@ -88,16 +99,22 @@ class TrainerSession:
         if not self.user_logdir:
             self._place = dict(place())
             if "run" in self._place:
-                self._place["run"] = self.overrides.get("run", (self.config or ProfilerConfig()).run
-                                                        or self._place["run"])
+                self._place["run"] = self.overrides.get(
+                    "run", (self.config or ProfilerConfig()).run or self._place["run"]
+                )
         self._place.update(rank=rank, world_size=world_size)
         self.session = self._session()
 
     def _session(self, **extra: Any) -> Session:
         """A session at the trainer's place; ``extra`` overrides (an evaluation loop's run and steps)."""
         phase = extra.pop("default_phase", self._phase)
-        session = Session(self.config, framework=self._framework, adapter=self._adapter(),
-                          default_phase=phase, **{**self.overrides, **self._place, **extra})
+        session = Session(
+            self.config,
+            framework=self._framework,
+            adapter=self._adapter(),
+            default_phase=phase,
+            **{**self.overrides, **self._place, **extra},
+        )
         if not session.disabled:
             skip_framework_files(session.collector, *self._machinery)
         session.on_written = self._announce
@@ -106,14 +123,23 @@ class TrainerSession:
     def _announce(self, path: Path) -> None:
         """Say once, on rank 0, where the first profile went and how to read it
         (``deepcontext run`` says so itself when the command ends)."""
-        if self._announced or self.session is None or self.session.rank != 0 or os.environ.get(RUN_ENV):
+        if (
+            self._announced
+            or self.session is None
+            or self.session.rank != 0
+            or os.environ.get(RUN_ENV)
+        ):
             return
         self._announced = True
         config = self.session.config
         run_dir = Path(config.logdir) / config.run if config.run else Path(config.logdir)
         report, view = (shlex.quote(shown_path(p)) for p in (run_dir, Path(config.logdir)))
-        print(f"DeepContext wrote {shown_path(path)}: read it with `deepcontext report {report}`, "
-              f"or open the tab with `deepcontext view {view}`", file=sys.stderr, flush=True)
+        print(
+            f"DeepContext wrote {shown_path(path)}: read it with `deepcontext report {report}`, "
+            f"or open the tab with `deepcontext view {view}`",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # --- training steps ------------------------------------------------------------
     def step_begin(self, step: int) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..model.rules import DEFAULTS, RULE_IDS
 
@@ -23,11 +24,20 @@ INT64_MAX = (1 << 63) - 1
 NAME_MAX = 255
 
 
-def check_int(name: str, value: Any, minimum: int, maximum: int = INT64_MAX, off: bool = False) -> None:
+def check_int(
+    name: str, value: Any, minimum: int, maximum: int = INT64_MAX, off: bool = False
+) -> None:
     """Raise unless ``value`` is an int (a bool is not) in [minimum, maximum], or 0 when ``off``."""
     ok = isinstance(value, int) and not isinstance(value, bool)
-    _require(name, value, ok and (minimum <= value <= maximum or (off and value == 0)), "an integer",
-             minimum, maximum, off)
+    _require(
+        name,
+        value,
+        ok and (minimum <= value <= maximum or (off and value == 0)),
+        "an integer",
+        minimum,
+        maximum,
+        off,
+    )
 
 
 def check_number(
@@ -38,7 +48,9 @@ def check_number(
     NaN and infinities fail every comparison or pass every bound, so they are
     refused by name rather than left to whatever a later ``<`` makes of them."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
-    in_range = ok and (minimum <= value and (maximum is None or value <= maximum) or (off and value == 0))
+    in_range = ok and (
+        minimum <= value and (maximum is None or value <= maximum) or (off and value == 0)
+    )
     _require(name, value, in_range, "a finite number", minimum, maximum, off)
 
 
@@ -49,11 +61,17 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def _require(name: str, value: Any, ok: bool, kind: str, minimum: float, maximum: float | None, off: bool) -> None:
+def _require(
+    name: str, value: Any, ok: bool, kind: str, minimum: float, maximum: float | None, off: bool
+) -> None:
     if ok:
         return
-    accepted = f">= {_bound(minimum)}" if maximum is None else f"in [{_bound(minimum)}, {_bound(maximum)}]"
-    raise ValueError(f"{name} must be {kind}{', 0 (off) or' if off else ''} {accepted}, got {shown(value)}")
+    accepted = (
+        f">= {_bound(minimum)}" if maximum is None else f"in [{_bound(minimum)}, {_bound(maximum)}]"
+    )
+    raise ValueError(
+        f"{name} must be {kind}{', 0 (off) or' if off else ''} {accepted}, got {shown(value)}"
+    )
 
 
 def _bound(n: float) -> str:
@@ -134,7 +152,9 @@ def check_thresholds(overrides: Any) -> dict[str, float]:
     """Threshold overrides checked as the analyzer will read them: known rule,
     known threshold, a finite number (0 or 1 for ``enabled``); returned as floats."""
     if not isinstance(overrides, Mapping):
-        raise ValueError(f"analyzer must be a mapping of threshold overrides, got {shown(overrides)}")
+        raise ValueError(
+            f"analyzer must be a mapping of threshold overrides, got {shown(overrides)}"
+        )
     if not overrides:
         return {}
     checked = {}
@@ -151,10 +171,14 @@ def check_thresholds(overrides: Any) -> dict[str, float]:
         if key not in DEFAULTS:
             rules = sorted({*RULE_IDS, *(k.partition(".")[0] for k in DEFAULTS)})
             if rule not in rules:
-                raise ValueError(f"{name}: unknown analyzer rule {rule!r}; rules: {', '.join(rules)}")
+                raise ValueError(
+                    f"{name}: unknown analyzer rule {rule!r}; rules: {', '.join(rules)}"
+                )
             known = sorted(k for k in DEFAULTS if k.startswith(rule + "."))
             known += [f"{rule}.enabled"] if rule in RULE_IDS else []
-            raise ValueError(f"{name}: unknown threshold of rule {rule!r}; known: {', '.join(known)}")
+            raise ValueError(
+                f"{name}: unknown threshold of rule {rule!r}; known: {', '.join(known)}"
+            )
         # Every threshold is a share, ratio, count, time or percentage: never negative.
         check_number(name, value, 0)
         checked[key] = float(value)

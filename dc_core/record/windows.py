@@ -27,9 +27,13 @@ class WindowSchedule:
         """The windows planned, in words: ``steps 5–7, then every 100 steps``."""
         if self.time_range is not None:
             r = self.time_range
-            return f"a window {r.start_after_s:g} s after the profiler started, for {r.duration_s:g} s"
+            return (
+                f"a window {r.start_after_s:g} s after the profiler started, for {r.duration_s:g} s"
+            )
         s = self.steps
-        return f"steps {s.start}–{s.start + s.count - 1}" + (f", then every {s.every} steps" if s.every else "")
+        return f"steps {s.start}–{s.start + s.count - 1}" + (
+            f", then every {s.every} steps" if s.every else ""
+        )
 
     def may_open(self, step: int) -> bool:
         """Fast pre-check outside a window: False means certainly no window now."""

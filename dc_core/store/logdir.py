@@ -26,9 +26,9 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 
 from .profile import Profile, ProfileError, decode, encode
 
@@ -62,9 +62,13 @@ def profile_dir(logdir: str | Path, run: str | None, rank: int, host: str) -> Pa
     return base / "plugins" / PLUGIN_NAME / f"{rank}-{_SAFE.sub('_', host) or 'host'}"
 
 
-def profile_path(logdir: str | Path, run: str | None, rank: int, host: str, steps: tuple[int, int]) -> Path:
+def profile_path(
+    logdir: str | Path, run: str | None, rank: int, host: str, steps: tuple[int, int]
+) -> Path:
     """File of the window ``steps`` = (start, end_exclusive); the name holds the last step."""
-    return profile_dir(logdir, run, rank, host) / f"steps-{steps[0]}-{max(steps[1] - 1, steps[0])}.pb"
+    return (
+        profile_dir(logdir, run, rank, host) / f"steps-{steps[0]}-{max(steps[1] - 1, steps[0])}.pb"
+    )
 
 
 def write_profile(profile: Profile, logdir: str | Path, run: str | None = None) -> Path:
@@ -112,12 +116,16 @@ def _replace(data: bytes, path: Path, sync: bool) -> float:
     fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            os.fchmod(out.fileno(), mode)  # mkstemp's 0600 would hide profiles from the TensorBoard serving them
+            os.fchmod(
+                out.fileno(), mode
+            )  # mkstemp's 0600 would hide profiles from the TensorBoard serving them
             out.write(data)
             out.flush()
             if sync:
                 os.fsync(out.fileno())
-            now = os.fstat(out.fileno()).st_mtime  # the filesystem's clock, as the stale files' mtimes
+            now = os.fstat(
+                out.fileno()
+            ).st_mtime  # the filesystem's clock, as the stale files' mtimes
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -149,7 +157,9 @@ def _umask() -> int:
     return mask
 
 
-def remove_stale_temps(directory: Path, now: float, older_than_s: float = STALE_TEMP_S) -> list[Path]:
+def remove_stale_temps(
+    directory: Path, now: float, older_than_s: float = STALE_TEMP_S
+) -> list[Path]:
     """Remove our temporaries in ``directory`` whose mtime is ``older_than_s``
     before ``now``: those of writers killed mid-write. Returns what was removed;
     never raises (another writer may remove the same file first)."""
@@ -193,7 +203,9 @@ class OutwardLink:
     target: str
 
 
-def find_profiles(logdir: str | Path, outward: list[OutwardLink] | None = None) -> list[ProfileFile]:
+def find_profiles(
+    logdir: str | Path, outward: list[OutwardLink] | None = None
+) -> list[ProfileFile]:
     """Every profile under ``logdir``, searched recursively like TensorBoard
     finds runs; sorted by run, rank, first step. Directories that are not
     ``<rank>-<host>`` and names that are not ``steps-<first>-<last>.pb`` are
@@ -225,15 +237,21 @@ def find_profiles(logdir: str | Path, outward: list[OutwardLink] | None = None) 
         run = run_dir.relative_to(root).as_posix() if run_dir != root else "."
         for rank_dir in sorted(_listing(plugin_dir), key=lambda e: e.name):
             rank_text, _, host = rank_dir.name.partition("-")
-            if not (_DIGITS.match(rank_text) and _followed(rank_dir.is_dir)
-                    and inside(rank_dir.path, rank_dir.is_symlink())):
+            if not (
+                _DIGITS.match(rank_text)
+                and _followed(rank_dir.is_dir)
+                and inside(rank_dir.path, rank_dir.is_symlink())
+            ):
                 continue
             for file in _listing(Path(rank_dir.path)):
                 match = _FILE_RE.match(file.name)
                 if match and _followed(file.is_file) and inside(file.path, file.is_symlink()):
                     first, last = int(match[1]), int(match[2])
-                    profiles.append(ProfileFile(Path(file.path), run, int(rank_text), host, (first, last + 1),
-                                                real_root))
+                    profiles.append(
+                        ProfileFile(
+                            Path(file.path), run, int(rank_text), host, (first, last + 1), real_root
+                        )
+                    )
     if outward is not None:
         outward.extend(found)
     elif found:
@@ -245,6 +263,7 @@ def outward_message(links: list[OutwardLink], logdir: str | Path, shown_links: i
     """One line naming the links `find_profiles` did not follow: their count,
     then the first ``shown_links`` as ``'relative/path' -> '/target'`` (repr:
     a name may hold control characters)."""
+
     def named(link: OutwardLink) -> str:
         try:
             relative = link.path.relative_to(logdir).as_posix()
@@ -254,8 +273,10 @@ def outward_message(links: list[OutwardLink], logdir: str | Path, shown_links: i
 
     listed = ", ".join(named(link) for link in links[:shown_links])
     more = f" and {len(links) - shown_links} more" if len(links) > shown_links else ""
-    return (f"not following {len(links)} link{'s' if len(links) != 1 else ''} out of the logdir "
-            f"{str(logdir)!r}: {listed}{more}")
+    return (
+        f"not following {len(links)} link{'s' if len(links) != 1 else ''} out of the logdir "
+        f"{str(logdir)!r}: {listed}{more}"
+    )
 
 
 def _within(real: str, real_root: str) -> bool:
@@ -305,8 +326,10 @@ def max_profile_bytes(env: Mapping[str, str] = os.environ) -> int:
     if not raw:
         return DEFAULT_MAX_BYTES
     if not _DIGITS.match(raw) or int(raw) == 0:
-        raise ValueError(f"{MAX_BYTES_ENV}={raw[:40]!r}: expected a positive whole number of bytes, "
-                         f"e.g. {DEFAULT_MAX_BYTES} (512 MiB)")
+        raise ValueError(
+            f"{MAX_BYTES_ENV}={raw[:40]!r}: expected a positive whole number of bytes, "
+            f"e.g. {DEFAULT_MAX_BYTES} (512 MiB)"
+        )
     return int(raw)
 
 
@@ -334,8 +357,11 @@ def read_profile(file: ProfileFile | str | Path, max_bytes: int | None = None) -
 
 def _read_capped(path: Path, limit: int, within: str | None = None) -> bytes:
     def too_big(size: int) -> ProfileError:
-        return ProfileError(path, f"{_mib(size)} is over the {_mib(limit)} size limit for profiles "
-                                  f"(raise it with {MAX_BYTES_ENV} or --max-file-mb)")
+        return ProfileError(
+            path,
+            f"{_mib(size)} is over the {_mib(limit)} size limit for profiles "
+            f"(raise it with {MAX_BYTES_ENV} or --max-file-mb)",
+        )
 
     outside = ProfileError(path, "resolves outside the logdir; not read")
     # O_NONBLOCK: a FIFO swapped in for the file must not block the reader.
@@ -380,8 +406,9 @@ def _mib(size: int) -> str:
     return f"{size >> 20} MiB" if size % 2**20 == 0 else f"{size / 2**20:.1f} MiB"
 
 
-def load_profiles(logdir: str | Path, files: list[ProfileFile] | None = None,
-                  max_bytes: int | None = None) -> tuple[list[Profile], list[ProfileError]]:
+def load_profiles(
+    logdir: str | Path, files: list[ProfileFile] | None = None, max_bytes: int | None = None
+) -> tuple[list[Profile], list[ProfileError]]:
     """Read every profile under ``logdir``; bad files are reported, the rest kept."""
     limit = max_profile_bytes() if max_bytes is None else max_bytes
     profiles, errors = [], []

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from . import profile_pb2
 from ..model.kinds import KINDS, MONITOR_SERIES
 from ..model.tree import Frame, Tree
+from . import profile_pb2
 
 #: 2: the control facts (analysis state, overrides, planned window, step
 #: source, first step) are typed fields; version 1 kept them in ``env``.
@@ -49,7 +49,7 @@ class ProfileError(Exception):
         return (ProfileError, (self.file, self.message))
 
 
-def mark_pending(profile: "Profile", overrides: dict[str, float] | None = None) -> None:
+def mark_pending(profile: Profile, overrides: dict[str, float] | None = None) -> None:
     """Mark ``profile`` as written without its findings, to be analysed where it
     is read with ``overrides`` (so a window closes without paying for it)."""
     profile.analysis_pending = True
@@ -96,7 +96,9 @@ class Profile:
     #: profiles written before steps were marked); see `step_range`.
     step_bounds: dict[str, list[int]] = field(default_factory=dict)
     step_wait_ns: list[int] = field(default_factory=list)  # per step: runnable, waiting for a CPU
-    others_wait_ns: int = -1  # the window's other threads, runnable, waiting for a CPU (-1: unknown)
+    others_wait_ns: int = (
+        -1
+    )  # the window's other threads, runnable, waiting for a CPU (-1: unknown)
     #: Written without its findings: analysed where read (`analyzer.findings_of`).
     analysis_pending: bool = False
     #: The threshold overrides that pending analysis uses (``"<rule>.<field>"`` → value).
@@ -163,20 +165,28 @@ def encode(profile: Profile) -> bytes:
     msg.tree.frame.extend(tree.frame)
     for f in tree.frames:
         msg.tree.frames.add(
-            kind=KINDS.index(f.kind), name=sid(f.name), file=sid(f.file), line=max(f.line, 0),
-            detail=sid(f.detail), backward=f.backward,
+            kind=KINDS.index(f.kind),
+            name=sid(f.name),
+            file=sid(f.file),
+            line=max(f.line, 0),
+            detail=sid(f.detail),
+            backward=f.backward,
         )
     for name, column in tree.excl.items():
         msg.tree.metrics.add(name=name, unit=tree.units.get(name, "1"), values=column)
     for name, column in profile.step_bounds.items():
-        msg.step_bounds.add(name=name, unit=tree.units.get(name.partition(".")[0], "1"), values=column)
+        msg.step_bounds.add(
+            name=name, unit=tree.units.get(name.partition(".")[0], "1"), values=column
+        )
     msg.step_wait_ns.extend(profile.step_wait_ns)
     msg.others_wait_ns = profile.others_wait_ns + 1  # 0 on the wire: unknown
     for s in profile.system:
         msg.system.add(name=s.name, unit=s.unit, device=s.device, t_ns=s.t_ns, values=s.values)
     msg.drops.update(profile.drops)
     msg.env.update({k: str(v) for k, v in profile.env.items()})
-    msg.analysis = profile_pb2.ANALYSIS_PENDING if profile.analysis_pending else profile_pb2.ANALYSIS_DONE
+    msg.analysis = (
+        profile_pb2.ANALYSIS_PENDING if profile.analysis_pending else profile_pb2.ANALYSIS_DONE
+    )
     msg.analyzer_overrides.update(profile.analyzer_overrides)
     if profile.planned_window is not None:
         msg.planned_start, msg.planned_end = profile.planned_window
@@ -185,10 +195,14 @@ def encode(profile: Profile) -> bytes:
         msg.first_step = profile.first_step
     for finding in profile.findings:
         msg.findings.add(
-            rule=finding["rule"], severity=finding["severity"], message=finding["message"],
-            suggestion=finding.get("suggestion", ""), path=finding.get("path", []),
+            rule=finding["rule"],
+            severity=finding["severity"],
+            message=finding["message"],
+            suggestion=finding.get("suggestion", ""),
+            path=finding.get("path", []),
             evidence_json=json.dumps(finding.get("evidence", {}), sort_keys=True),
-            node=finding.get("node", -1), gain_ns=finding.get("gain_ns"),
+            node=finding.get("node", -1),
+            gain_ns=finding.get("gain_ns"),
             gain_basis=finding.get("gain_basis", ""),
         )
     msg.strings.extend(strings)  # dicts keep insertion order = index order
@@ -206,7 +220,8 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         raise ProfileError(source, "not a DeepContext profile (no schema version)")
     if msg.version > SCHEMA_VERSION:
         raise ProfileError(
-            source, f"schema version {msg.version} is newer than this DeepContext reads ({SCHEMA_VERSION}); upgrade"
+            source,
+            f"schema version {msg.version} is newer than this DeepContext reads ({SCHEMA_VERSION}); upgrade",
         )
     strings = list(msg.strings)
     t = msg.tree
@@ -220,7 +235,11 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
                 raise ValueError("a frame has an unknown kind")
             if name >= count or file >= count or detail >= count:
                 raise ValueError("a frame refers outside the string table")
-            frames.append(Frame(KINDS[kind], strings[name], strings[file], f.line, strings[detail], f.backward))
+            frames.append(
+                Frame(
+                    KINDS[kind], strings[name], strings[file], f.line, strings[detail], f.backward
+                )
+            )
         parent = list(t.parent)
         frame = list(t.frame)
         if n == 0 or len(frame) != n or parent[0] != -1:
@@ -228,8 +247,10 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         if max(frame) >= len(frames):  # uint32: never negative
             raise ValueError("a node refers outside the frames")
         if (bad := misparented(parent)) is not None:
-            raise ValueError(f"parents do not form a tree: node {bad} has parent {parent[bad]}, "
-                             "not a node before it")
+            raise ValueError(
+                f"parents do not form a tree: node {bad} has parent {parent[bad]}, "
+                "not a node before it"
+            )
         if any(len(m.values) != n for m in t.metrics):
             raise ValueError("a metric column has the wrong length")
         if any(len(m.values) != n for m in msg.step_bounds):
@@ -293,10 +314,16 @@ def _control_v1(env: dict[str, str], source: str | Path) -> dict[str, Any]:
         parsed = json.loads(overrides) if overrides else {}
         typed = {str(k): float(v) for k, v in parsed.items()}
     except (ValueError, TypeError, AttributeError):
-        logger.warning("DeepContext: %s has unreadable analyzer overrides; default thresholds used", source)
+        logger.warning(
+            "DeepContext: %s has unreadable analyzer overrides; default thresholds used", source
+        )
         typed = {}
     start, sep, end = (planned or "").partition("-")
-    window = (int(start), int(end)) if sep and start.isdigit() and end.isdigit() and int(end) > int(start) else None
+    window = (
+        (int(start), int(end))
+        if sep and start.isdigit() and end.isdigit() and int(end) > int(start)
+        else None
+    )
     return {
         "analysis_pending": analysis == "pending",
         "analyzer_overrides": typed,
@@ -335,11 +362,19 @@ def _finding(f: profile_pb2.Finding, index: int) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting beyond the parser's stack
         raise ValueError(f"finding {index} has unreadable evidence: {str(exc)[:80]}") from None
     if not isinstance(evidence, dict) or _depth(evidence) > MAX_EVIDENCE_DEPTH:
-        raise ValueError(f"finding {index} evidence is not a JSON object nested at most {MAX_EVIDENCE_DEPTH} deep")
+        raise ValueError(
+            f"finding {index} evidence is not a JSON object nested at most {MAX_EVIDENCE_DEPTH} deep"
+        )
     return {
-        "rule": f.rule, "severity": f.severity, "message": f.message, "suggestion": f.suggestion,
-        "path": list(f.path), "evidence": evidence, "node": f.node,
-        "gain_ns": f.gain_ns if f.HasField("gain_ns") else None, "gain_basis": f.gain_basis,
+        "rule": f.rule,
+        "severity": f.severity,
+        "message": f.message,
+        "suggestion": f.suggestion,
+        "path": list(f.path),
+        "evidence": evidence,
+        "node": f.node,
+        "gain_ns": f.gain_ns if f.HasField("gain_ns") else None,
+        "gain_basis": f.gain_basis,
     }
 
 
@@ -351,5 +386,7 @@ def _depth(value: Any) -> int:
         if isinstance(item, (dict, list)):
             deepest = max(deepest, level)
             if level <= MAX_EVIDENCE_DEPTH:
-                stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+                stack.extend(
+                    (v, level + 1) for v in (item.values() if isinstance(item, dict) else item)
+                )
     return deepest

@@ -23,8 +23,8 @@ import os
 import queue
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .logdir import sync_file, write_visible
 
@@ -33,7 +33,7 @@ logger = logging.getLogger("deepcontext")
 #: Written profiles waiting for their fsync at most; `submit` waits past it.
 DEPTH = 4
 
-_LIVE: "weakref.WeakSet[ProfileWriter]" = weakref.WeakSet()  # writers with a thread
+_LIVE: weakref.WeakSet[ProfileWriter] = weakref.WeakSet()  # writers with a thread
 
 
 def flush_all() -> None:
@@ -57,7 +57,9 @@ class ProfileWriter:
             the file is not there.
     """
 
-    def __init__(self, done: Callable[[Path], None], failed: Callable[[Path, OSError], None]) -> None:
+    def __init__(
+        self, done: Callable[[Path], None], failed: Callable[[Path, OSError], None]
+    ) -> None:
         self._done = done
         self._failed = failed
         self._queue: queue.Queue = queue.Queue(maxsize=DEPTH)
@@ -120,7 +122,9 @@ class ProfileWriter:
     def _sync(self, path: Path, now: float) -> None:
         try:
             sync_file(path, now)
-        except OSError as exc:  # the disk refused what the page cache held: the file may be cut short
+        except (
+            OSError
+        ) as exc:  # the disk refused what the page cache held: the file may be cut short
             path.unlink(missing_ok=True)
             self._report(self._failed, path, exc)
         else:

@@ -22,7 +22,7 @@ import io
 import json
 import threading
 from collections import OrderedDict
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 from tensorboard.backend import json_util
 
@@ -67,8 +67,15 @@ class Answers:
         retry_after_s: The ``Retry-After`` a `Busy` answer carries.
     """
 
-    def __init__(self, max_entries: int = 256, max_bytes: int = 32 << 20, slots: int = 2,
-                 wait_s: float = 5.0, follow_s: float = 60.0, retry_after_s: int = 2) -> None:
+    def __init__(
+        self,
+        max_entries: int = 256,
+        max_bytes: int = 32 << 20,
+        slots: int = 2,
+        wait_s: float = 5.0,
+        follow_s: float = 60.0,
+        retry_after_s: int = 2,
+    ) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self.wait_s, self.follow_s, self.retry_after_s = wait_s, follow_s, retry_after_s
         self._slots = threading.BoundedSemaphore(slots)
@@ -156,7 +163,9 @@ class Answers:
                 self._bytes -= len(old) + ENTRY_OVERHEAD
             self._entries[key] = value
             self._bytes += size
-            while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
+            while self._entries and (
+                len(self._entries) > self.max_entries or self._bytes > self.max_bytes
+            ):
                 _, out = self._entries.popitem(last=False)
                 self._bytes -= len(out) + ENTRY_OVERHEAD
 

@@ -41,7 +41,9 @@ def _context_ids(index: Index) -> tuple[np.ndarray, np.ndarray]:
 
 #: Per kind (in `KINDS` order, then one for a kind outside it): 0 a phase,
 #: 1 a context kind, 2 anything else.
-_ROLES = np.array([0 if k == "phase" else 1 if k in CONTEXT_KINDS else 2 for k in KINDS] + [2], dtype=np.int64)
+_ROLES = np.array(
+    [0 if k == "phase" else 1 if k in CONTEXT_KINDS else 2 for k in KINDS] + [2], dtype=np.int64
+)
 
 
 def _context_frames(index: Index, role: np.ndarray) -> np.ndarray:
@@ -51,7 +53,9 @@ def _context_frames(index: Index, role: np.ndarray) -> np.ndarray:
     cid = np.arange(len(frames), dtype=np.int64)
     backward = np.fromiter(map(attrgetter("backward"), frames), dtype=bool, count=len(frames))
     flagged = np.flatnonzero(backward & (role == 1)).tolist()
-    if not flagged:  # the usual case: context frames are not flagged, only operators run by autograd
+    if (
+        not flagged
+    ):  # the usual case: context frames are not flagged, only operators run by autograd
         return cid
     key = attrgetter("kind", "name", "file", "line", "detail")
     wanted = {key(frames[f]): f for f in flagged}
@@ -62,13 +66,18 @@ def _context_frames(index: Index, role: np.ndarray) -> np.ndarray:
     return cid
 
 
-def _context_ids_by_level(index: Index, levels: Levels, cid: np.ndarray, role: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _context_ids_by_level(
+    index: Index, levels: Levels, cid: np.ndarray, role: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Context ids (of every node: others carry their context's) a depth level at a time."""
     tree = index.tree
     n, frame, parent = len(tree), index.frame_array(), levels.parent
     ctx, phase = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     width = int(cid.max(initial=0)) + 1
-    known, ids = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)  # key -> context id, sorted by key
+    known, ids = (
+        np.empty(0, dtype=np.int64),
+        np.empty(0, dtype=np.int64),
+    )  # key -> context id, sorted by key
     for nodes in levels.levels:  # parents' ids are final before their children's are made
         up = parent[nodes]
         r = role[frame[nodes]]
@@ -95,7 +104,9 @@ def _context_ids_by_level(index: Index, levels: Levels, cid: np.ndarray, role: n
     return ctx, phase
 
 
-def _context_ids_loop(index: Index, cid: list[int], role: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def _context_ids_loop(
+    index: Index, cid: list[int], role: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """`_context_ids` one node at a time, for trees too deep for level passes."""
     tree = index.tree
     frame, parent = tree.frame, tree.parent
@@ -135,29 +146,47 @@ def phase_split(index: Index, node: int) -> dict | None:
     phases: dict[str, dict] = {}
     for member, at in zip(members, phase_of):
         name = tree.node_frame(at).name if at > 0 else "other"
-        entry = phases.setdefault(name, {"phase": name, "nodes": [], "incl": dict.fromkeys(index.metrics, 0)})
+        entry = phases.setdefault(
+            name, {"phase": name, "nodes": [], "incl": dict.fromkeys(index.metrics, 0)}
+        )
         entry["nodes"].append(member)
         for m, column in incl.items():
             entry["incl"][m] += column[member]
-    return {"context": node_row(index, context)["label"], "context_node": context, "phases": list(phases.values())}
+    return {
+        "context": node_row(index, context)["label"],
+        "context_node": context,
+        "phases": list(phases.values()),
+    }
 
 
 def node_details(index: Index, node: int, metric: str) -> dict:
     """Everything the details panel shows about ``node``."""
     tree = index.tree
-    path = [{"id": n, "label": index.label(tree.frame[n]), "kind": tree.node_frame(n).kind} for n in tree.path(node)]
+    path = [
+        {"id": n, "label": index.label(tree.frame[n]), "kind": tree.node_frame(n).kind}
+        for n in tree.path(node)
+    ]
     findings = [f for f in findings_of(index.profile) if f.get("node", -1) == node]
-    return {"node": node_row(index, node), "path": path, "split": phase_split(index, node),
-            "findings": findings, "total": total(index, metric)}
+    return {
+        "node": node_row(index, node),
+        "path": path,
+        "split": phase_split(index, node),
+        "findings": findings,
+        "total": total(index, metric),
+    }
 
 
 def search(index: Index, query: str, metric: str, limit: int = 50) -> dict:
     """Nodes whose frame label or name contains ``query`` (case-insensitive),
     heaviest first, each with the node path to reveal it in the tree."""
     needle = query.lower()
-    lowered = index.memo(("lower_labels",), lambda: [
-        f"{label}\n{frame.name}\n{frame.file}".lower() for label, frame in zip(index.labels(), index.tree.frames)
-    ])
+    lowered = index.memo(
+        ("lower_labels",),
+        lambda: [
+            f"{label}\n{frame.name}\n{frame.file}".lower()
+            for label, frame in zip(index.labels(), index.tree.frames)
+        ],
+    )
     fids = {f for f in range(1, len(lowered)) if needle in lowered[f]}
     frame = index.tree.frame
     nodes = [n for n in range(1, len(frame)) if frame[n] in fids]
@@ -169,13 +198,27 @@ def search(index: Index, query: str, metric: str, limit: int = 50) -> dict:
         budget -= len(path)
         if budget < 0 and matches:  # the rest of the matches are left out, as past ``limit``
             break
-        matches.append({"id": n, "label": index.label(frame[n]), "kind": index.tree.node_frame(n).kind,
-                        "incl": incl[n], "path": path})
-    return {"query": query, "count": len(nodes), "frames": len(fids), "matches": matches,
-            "total": total(index, metric)}
+        matches.append(
+            {
+                "id": n,
+                "label": index.label(frame[n]),
+                "kind": index.tree.node_frame(n).kind,
+                "incl": incl[n],
+                "path": path,
+            }
+        )
+    return {
+        "query": query,
+        "count": len(nodes),
+        "frames": len(fids),
+        "matches": matches,
+        "total": total(index, metric),
+    }
 
 
-def flame(index: Index, root: int, metric: str, min_fraction: float = 0.002, max_nodes: int = 3000) -> dict:
+def flame(
+    index: Index, root: int, metric: str, min_fraction: float = 0.002, max_nodes: int = 3000
+) -> dict:
     """The heaviest connected part of the subtree under ``root``: at most
     ``max_nodes`` nodes, none under ``min_fraction`` of ``root``'s value.
 
@@ -202,10 +245,24 @@ def flame(index: Index, root: int, metric: str, min_fraction: float = 0.002, max
         node, up = stack.pop()
         fields = frame_fields(index, tree.frame[node])
         label = node_row(index, node)["label"] if node == 0 else fields["label"]
-        nodes.append({"id": node, "parent": up, "incl": incl[node], "excl": excl[node], "label": label,
-                      "kind": fields["kind"], "backward": fields["backward"]})
+        nodes.append(
+            {
+                "id": node,
+                "parent": up,
+                "incl": incl[node],
+                "excl": excl[node],
+                "label": label,
+                "kind": fields["kind"],
+                "backward": fields["backward"],
+            }
+        )
         kids = sorted((k for k in index.children(node) if k in chosen), key=lambda k: (incl[k], -k))
         stack.extend((k, node) for k in kids)  # heaviest popped first
     ancestors = [{"id": n, "label": index.label(tree.frame[n])} for n in tree.path(root)[:-1]]
-    return {"root": root, "nodes": nodes, "ancestors": ancestors, "total": total(index, metric),
-            "truncated": len(chosen) >= max_nodes}
+    return {
+        "root": root,
+        "nodes": nodes,
+        "ancestors": ancestors,
+        "total": total(index, metric),
+        "truncated": len(chosen) >= max_nodes,
+    }

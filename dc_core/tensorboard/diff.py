@@ -30,13 +30,18 @@ class Union(shared.Union):
 
 def _side(index: Index) -> shared.Side:
     """The index's profile as a side, with the index's fast lookups."""
-    return shared.side_of(index.profile, children=index.children, inclusive=index.incl,
-                          step_range=lambda metric: _step_range(index, metric))
+    return shared.side_of(
+        index.profile,
+        children=index.children,
+        inclusive=index.incl,
+        step_range=lambda metric: _step_range(index, metric),
+    )
 
 
 def _step_range(index: Index, metric: str):
     """`Profile.step_range` by the index's numpy levels (boxed: `memo` takes
     None for "not built yet")."""
+
     def build():
         bounds = index.profile.step_bounds
         low, high = bounds.get(f"{metric}.min"), bounds.get(f"{metric}.max")
@@ -66,10 +71,23 @@ def _row(union: Union, node: int, metric: str) -> dict:
     frame = union.frame(node)
     a, b = union.values(metric, node)
     change = union.change(metric, node)
-    row = {"id": node, "kind": frame.kind, "label": frame.label() if node else "A vs B", "name": frame.name,
-           "file": frame.file, "line": frame.line, "backward": frame.backward, "a": a, "b": b,
-           "in_a": node < union.size_a, "in_b": change.b_node >= 0, "kids": len(union.children(node)),
-           "delta_ns": round(change.delta_ns), "spread_ns": change.spread_ns, "significant": change.significant}
+    row = {
+        "id": node,
+        "kind": frame.kind,
+        "label": frame.label() if node else "A vs B",
+        "name": frame.name,
+        "file": frame.file,
+        "line": frame.line,
+        "backward": frame.backward,
+        "a": a,
+        "b": b,
+        "in_a": node < union.size_a,
+        "in_b": change.b_node >= 0,
+        "kids": len(union.children(node)),
+        "delta_ns": round(change.delta_ns),
+        "spread_ns": change.spread_ns,
+        "significant": change.significant,
+    }
     moved = union.b_frame(node) if node and node < union.size_a else None
     if moved is not None and moved != frame:
         row["b_label"] = moved.label()
@@ -113,8 +131,12 @@ def diff_hot_path(union: Union, metric: str, threshold: float = 0.02, limit: int
         chain.append(big)
         node = big
     result = diff_children(union, chain[:-1] if len(chain) > 1 else chain, metric, limit)
-    result.update(chain=chain, root=_row(union, 0, metric),
-                  a=union.a_index.ref.as_dict(), b=union.b_index.ref.as_dict())
+    result.update(
+        chain=chain,
+        root=_row(union, 0, metric),
+        a=union.a_index.ref.as_dict(),
+        b=union.b_index.ref.as_dict(),
+    )
     return result
 
 

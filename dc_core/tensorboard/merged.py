@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Hashable, Sequence
 
 from ..ensemble import Ensemble
 from ..store.logdir import ProfileFile

@@ -31,7 +31,9 @@ def runs(store: ProfileStore) -> dict:
     listing: dict[str, dict[int, dict]] = {}
     for file in store.files():
         ranks = listing.setdefault(file.run, {})
-        entry = ranks.setdefault(file.rank, {"rank": file.rank, "host": file.host, "windows": [], "labels": {}})
+        entry = ranks.setdefault(
+            file.rank, {"rank": file.rank, "host": file.host, "windows": [], "labels": {}}
+        )
         window = format_window(file.steps)
         if window not in entry["windows"]:
             entry["windows"].append(window)
@@ -40,19 +42,24 @@ def runs(store: ProfileStore) -> dict:
         "data_version": DATA_VERSION,
         "vocabulary": kinds.vocabulary(),
         "max_nodes_per_request": MAX_NODES_PER_REQUEST,  # the page batches node lists to fit
-        "runs": [{"run": run, "ranks": [ranks[r] for r in sorted(ranks)]} for run, ranks in listing.items()],
+        "runs": [
+            {"run": run, "ranks": [ranks[r] for r in sorted(ranks)]}
+            for run, ranks in listing.items()
+        ],
         "errors": dict(store.errors),
     }
 
 
-def _downsample(t_ns: list[int], values: list[float], limit: int = MAX_SERIES_POINTS) -> tuple[list, list]:
+def _downsample(
+    t_ns: list[int], values: list[float], limit: int = MAX_SERIES_POINTS
+) -> tuple[list, list]:
     """Every k-th point, keeping the maximum of each bucket so spikes survive."""
     if len(values) <= limit:
         return list(t_ns), list(values)
     k = -(-len(values) // limit)
     ts, vs = [], []
     for i in range(0, len(values), k):
-        bucket = values[i:i + k]
+        bucket = values[i : i + k]
         j = max(range(len(bucket)), key=bucket.__getitem__)
         ts.append(t_ns[i + j])
         vs.append(bucket[j])
@@ -87,9 +94,17 @@ def system_series(p: Profile) -> list[dict]:
     for s in p.system:
         rate = s.name in CUMULATIVE
         ts, vs = _downsample(*(rates(s.t_ns, s.values) if rate else (s.t_ns, s.values)))
-        series.append({"name": s.name, "unit": f"{s.unit}/s" if rate else s.unit, "rate": rate,
-                       "device": s.device, "label": series_label(s.name, s.device),
-                       "t_s": [(t - origin) / 1e9 for t in ts], "values": vs})
+        series.append(
+            {
+                "name": s.name,
+                "unit": f"{s.unit}/s" if rate else s.unit,
+                "rate": rate,
+                "device": s.device,
+                "label": series_label(s.name, s.device),
+                "t_s": [(t - origin) / 1e9 for t in ts],
+                "values": vs,
+            }
+        )
     return series
 
 
@@ -98,25 +113,45 @@ def window(index: Index) -> dict:
     with the metrics and frame kinds its tree holds (in vocabulary order)."""
     p = index.profile
     frame, size = index.tree.frame, len(index.tree)
-    used = np.bincount(index.frame_array()[1:], minlength=len(index.tree.frames)) > 0  # below the root
-    present = {kinds.KINDS[c] for c in np.unique(index.kind_codes()[used]).tolist() if c < len(kinds.KINDS)}
+    used = (
+        np.bincount(index.frame_array()[1:], minlength=len(index.tree.frames)) > 0
+    )  # below the root
+    present = {
+        kinds.KINDS[c] for c in np.unique(index.kind_codes()[used]).tolist() if c < len(kinds.KINDS)
+    }
     findings = []
     for f in findings_of(p):
         node = f.get("node", -1)
-        findings.append({**f, "node": node if 0 <= node < size else -1,
-                         "label": index.label(frame[node]) if 0 < node < size else ""})
+        findings.append(
+            {
+                **f,
+                "node": node if 0 <= node < size else -1,
+                "label": index.label(frame[node]) if 0 < node < size else "",
+            }
+        )
     stored = {"stored_rank": p.rank} if p.rank != index.ref.rank else {}
     return {
         # the rank is the directory's, as the listing and every request name it; a file
         # moved or copied from another rank's directory says its own beside it
-        **index.ref.as_dict(), **stored, "label": window_label(index.ref.window, p.step_times_ns, p.planned_window),
-        "host": p.host, "framework": p.framework, "mode": p.mode, "world_size": p.world_size,
-        "steps": list(p.steps), "step_times_ns": list(p.step_times_ns), "duration_ns": p.duration_ns,
-        "init_ns": p.init_ns, "nodes": size, "drops": dict(p.drops), "env": dict(p.env),
+        **index.ref.as_dict(),
+        **stored,
+        "label": window_label(index.ref.window, p.step_times_ns, p.planned_window),
+        "host": p.host,
+        "framework": p.framework,
+        "mode": p.mode,
+        "world_size": p.world_size,
+        "steps": list(p.steps),
+        "step_times_ns": list(p.step_times_ns),
+        "duration_ns": p.duration_ns,
+        "init_ns": p.init_ns,
+        "nodes": size,
+        "drops": dict(p.drops),
+        "env": dict(p.env),
         "metrics": [m for m in kinds.METRICS if m in index.metrics],
         "kinds": [k for k in kinds.KINDS if k in present],
         "totals": {m: index.total(m) for m in index.metrics},
-        "system": system_series(p), "findings": findings,
+        "system": system_series(p),
+        "findings": findings,
     }
 
 
@@ -130,12 +165,18 @@ def rank_summary(profile: Profile) -> dict:
     if top:
         incl = shape.inclusive(tree)
         for node in top:
-            phases[tree.node_frame(node).name] = {m: int(column[node]) for m, column in incl.items()}
+            phases[tree.node_frame(node).name] = {
+                m: int(column[node]) for m, column in incl.items()
+            }
     steps = profile.step_times_ns
     return {
-        "rank": profile.rank, "host": profile.host, "totals": totals, "phases": phases,
+        "rank": profile.rank,
+        "host": profile.host,
+        "totals": totals,
+        "phases": phases,
         "step_mean_ns": int(statistics.fmean(steps)) if steps else 0,
-        "step_max_ns": max(steps) if steps else 0, "steps": len(steps),
+        "step_max_ns": max(steps) if steps else 0,
+        "steps": len(steps),
     }
 
 
@@ -149,15 +190,26 @@ def ranks(store: ProfileStore, run: str, window_steps: tuple[int, int], metric: 
         try:
             summary = store.summary(file, rank_summary)
             stored = {"stored_rank": summary["rank"]} if summary["rank"] != file.rank else {}
-            rows.append({**summary, "rank": file.rank, **stored})  # the directory's rank, as in /window
+            rows.append(
+                {**summary, "rank": file.rank, **stored}
+            )  # the directory's rank, as in /window
         except (ProfileError, NotFound) as exc:  # a bad file drops out of the table, the rest stays
             errors[f"{file.rank}-{file.host}"] = str(getattr(exc, "message", exc))
-    for key, pick in (("vs_median", lambda r: r["totals"].get(metric, 0)), ("step_vs_median", lambda r: r["step_mean_ns"])):
+    for key, pick in (
+        ("vs_median", lambda r: r["totals"].get(metric, 0)),
+        ("step_vs_median", lambda r: r["step_mean_ns"]),
+    ):
         values = [pick(r) for r in rows]
         median = statistics.median(values) if values else 0
         for r, v in zip(rows, values):
             r[key] = (v / median) if median else None
     phases = sorted({name for r in rows for name in r["phases"]})
-    return {"run": run, "window": format_window(window_steps), "label": steps_text(window_steps),
-            "metric": metric, "ranks": rows,
-            "phases": phases, "errors": errors}
+    return {
+        "run": run,
+        "window": format_window(window_steps),
+        "label": steps_text(window_steps),
+        "metric": metric,
+        "ranks": rows,
+        "phases": phases,
+        "errors": errors,
+    }

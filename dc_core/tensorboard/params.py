@@ -8,8 +8,8 @@ data layer.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from ..model.kinds import KINDS, METRICS
 
@@ -45,8 +45,13 @@ def format_window(window: tuple[int, int]) -> str:
     return f"{window[0]}-{window[1]}"
 
 
-def text(args: Mapping[str, str], name: str, default: str | None = None, max_len: int = MAX_TEXT,
-         controls: bool = False) -> str:
+def text(
+    args: Mapping[str, str],
+    name: str,
+    default: str | None = None,
+    max_len: int = MAX_TEXT,
+    controls: bool = False,
+) -> str:
     """Parameter ``name``; control characters are refused unless ``controls``
     (a run's name, which is only ever compared with the names `/runs` listed)."""
     value = args.get(name)
@@ -61,7 +66,9 @@ def text(args: Mapping[str, str], name: str, default: str | None = None, max_len
     return value
 
 
-def integer(args: Mapping[str, str], name: str, default: int | None = None, lo: int = 0, hi: int = 2**62) -> int:
+def integer(
+    args: Mapping[str, str], name: str, default: int | None = None, lo: int = 0, hi: int = 2**62
+) -> int:
     raw = args.get(name)
     if raw is None or raw == "":
         if default is None:
@@ -107,7 +114,9 @@ def kind_list(args: Mapping[str, str], name: str = "kinds") -> list[str]:
         return []
     kinds = raw.split(",")
     if len(kinds) > len(KINDS) or any(k not in KINDS for k in kinds):
-        raise BadRequest(f"parameter {name!r} must list frame kinds ({', '.join(KINDS)}), e.g. operator,kernel")
+        raise BadRequest(
+            f"parameter {name!r} must list frame kinds ({', '.join(KINDS)}), e.g. operator,kernel"
+        )
     return list(dict.fromkeys(kinds))
 
 
@@ -138,7 +147,12 @@ def run_name(value: str) -> str:
     if value == ".":
         return value
     parts = value.replace("\\", "/").split("/")
-    if value.startswith(("/", "\\")) or "\\" in value or ":" in value or any(p in ("", ".", "..") for p in parts):
+    if (
+        value.startswith(("/", "\\"))
+        or "\\" in value
+        or ":" in value
+        or any(p in ("", ".", "..") for p in parts)
+    ):
         raise BadRequest("parameter 'run' must name a run under the logdir")
     return value
 

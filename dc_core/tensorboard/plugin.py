@@ -12,8 +12,8 @@ listed one by one (no wildcard route).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from importlib import resources
-from typing import Callable, Mapping
 
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
@@ -54,8 +54,12 @@ class DeepContextPlugin(base_plugin.TBPlugin):
 
     plugin_name = PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, store: ProfileStore | None = None,
-                 answers: Answers | None = None) -> None:
+    def __init__(
+        self,
+        context: base_plugin.TBContext,
+        store: ProfileStore | None = None,
+        answers: Answers | None = None,
+    ) -> None:
         self.store = store or ProfileStore(context.logdir or "")
         self.answers = answers if answers is not None else Answers()  # an empty one is falsy
         self.source_roots = source.allowed_roots()
@@ -92,12 +96,22 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             "/windows": (self._windows, "run"),
         }
         apps = {path: _json_route(handler) for path, handler in light.items()}
-        apps.update({path: _json_route(self._kept(path, handler, reads)) for path, (handler, reads) in heavy.items()})
-        apps.update({f"/static/{name}": _static_route(name, kind) for name, kind in STATIC_FILES.items()})
+        apps.update(
+            {
+                path: _json_route(self._kept(path, handler, reads))
+                for path, (handler, reads) in heavy.items()
+            }
+        )
+        apps.update(
+            {f"/static/{name}": _static_route(name, kind) for name, kind in STATIC_FILES.items()}
+        )
         return apps
 
-    def _kept(self, route: str, handler: Callable, reads: str) -> Callable[[Mapping[str, str]], bytes]:
+    def _kept(
+        self, route: str, handler: Callable, reads: str
+    ) -> Callable[[Mapping[str, str]], bytes]:
         """``handler`` answered through `Answers`: gzip-compressed JSON bytes."""
+
         def answer(args: Mapping[str, str]) -> bytes:
             key = (route, self._versions(args, reads), tuple(sorted(args.items())))
             return self.answers.get(key, lambda: handler(args))
@@ -109,11 +123,15 @@ class DeepContextPlugin(base_plugin.TBPlugin):
         ``ref``, of both refs of a ``pair`` (a diff), every rank of a
         ``window`` (and the ref's file when named), every file of a ``run``."""
         if reads in ("ref", "pair"):
-            refs = [params.profile_ref(args)] + ([params.profile_ref(args, "b_")] if reads == "pair" else [])
+            refs = [params.profile_ref(args)] + (
+                [params.profile_ref(args, "b_")] if reads == "pair" else []
+            )
             return tuple(self.store.version(ref) for ref in refs)
         run = params.run_param(args)
         steps = params.window(args) if reads == "window" else None
-        return versions([f for f in self.store.files() if f.run == run and steps in (None, f.steps)])
+        return versions(
+            [f for f in self.store.files() if f.run == run and steps in (None, f.steps)]
+        )
 
     # --- handlers: parse, then call one function ------------------------
     def _index(self, args: Mapping[str, str], prefix: str = "") -> Index:
@@ -121,28 +139,55 @@ class DeepContextPlugin(base_plugin.TBPlugin):
 
     def _children(self, args):
         index = self._index(args)
-        return tables.children(index, params.node_list(args, size=len(index)), params.metric(args),
-                               params.choice(args, "sort", tables.SORTS, "incl"), _limit(args))
+        return tables.children(
+            index,
+            params.node_list(args, size=len(index)),
+            params.metric(args),
+            params.choice(args, "sort", tables.SORTS, "incl"),
+            _limit(args),
+        )
 
     def _hot_path(self, args):
         index = self._index(args)
-        return tables.hot_path(index, params.node(args, len(index)), params.metric(args),
-                               params.number(args, "threshold", 0.05, 0.0, 1.0),
-                               params.choice(args, "sort", tables.SORTS, "incl"), _limit(args))
+        return tables.hot_path(
+            index,
+            params.node(args, len(index)),
+            params.metric(args),
+            params.number(args, "threshold", 0.05, 0.0, 1.0),
+            params.choice(args, "sort", tables.SORTS, "incl"),
+            _limit(args),
+        )
 
     def _flat(self, args):
-        return tables.flat(self._index(args), params.metric(args), params.choice(args, "sort", tables.SORTS, "excl"),
-                           params.kind_list(args), _limit(args), params.integer(args, "offset", 0, hi=10**7))
+        return tables.flat(
+            self._index(args),
+            params.metric(args),
+            params.choice(args, "sort", tables.SORTS, "excl"),
+            params.kind_list(args),
+            _limit(args),
+            params.integer(args, "offset", 0, hi=10**7),
+        )
 
     def _bottom_up(self, args):
         index = self._index(args)
-        path = params.node_list(args, "path", size=len(index.tree.frames)) if args.get("path") else []
-        return tables.bottom_up(index, path, params.metric(args), params.choice(args, "mode", ("excl", "incl"), "excl"),
-                                params.choice(args, "sort", tables.SORTS, "incl"), params.kind_list(args), _limit(args))
+        path = (
+            params.node_list(args, "path", size=len(index.tree.frames)) if args.get("path") else []
+        )
+        return tables.bottom_up(
+            index,
+            path,
+            params.metric(args),
+            params.choice(args, "mode", ("excl", "incl"), "excl"),
+            params.choice(args, "sort", tables.SORTS, "incl"),
+            params.kind_list(args),
+            _limit(args),
+        )
 
     def _node(self, args):
         index = self._index(args)
-        return browse.node_details(index, params.node(args, len(index), default=None), params.metric(args))
+        return browse.node_details(
+            index, params.node(args, len(index), default=None), params.metric(args)
+        )
 
     def _source(self, args):
         index = self._index(args)
@@ -150,19 +195,31 @@ class DeepContextPlugin(base_plugin.TBPlugin):
         return source.snippet(frame.file, frame.line, self.source_roots)
 
     def _search(self, args):
-        return browse.search(self._index(args), params.text(args, "q"), params.metric(args),
-                             params.integer(args, "limit", 50, lo=1, hi=500))
+        return browse.search(
+            self._index(args),
+            params.text(args, "q"),
+            params.metric(args),
+            params.integer(args, "limit", 50, lo=1, hi=500),
+        )
 
     def _flame(self, args):
         index = self._index(args)
-        return browse.flame(index, params.node(args, len(index)), params.metric(args),
-                            params.number(args, "min", 0.002, 0.0, 1.0),
-                            params.integer(args, "max", 3000, lo=1, hi=20000))
+        return browse.flame(
+            index,
+            params.node(args, len(index)),
+            params.metric(args),
+            params.number(args, "min", 0.002, 0.0, 1.0),
+            params.integer(args, "max", 3000, lo=1, hi=20000),
+        )
 
     def _diff(self, args):
         union = diff.union_of(self._index(args), self._index(args, "b_"))
-        return diff.diff_hot_path(union, params.metric(args), params.number(args, "threshold", 0.02, 0.0, 1.0),
-                                  _limit(args))
+        return diff.diff_hot_path(
+            union,
+            params.metric(args),
+            params.number(args, "threshold", 0.02, 0.0, 1.0),
+            _limit(args),
+        )
 
     def _diff_children(self, args):
         union = diff.union_of(self._index(args), self._index(args, "b_"))
@@ -179,24 +236,41 @@ class DeepContextPlugin(base_plugin.TBPlugin):
 
     def _all_ranks(self, args):
         merged = self._cross_rank(args)
-        answer = spread.spread_hot_path(merged.ensemble, params.metric(args),
-                                        params.number(args, "threshold", 0.05, 0.0, 1.0),
-                                        params.choice(args, "sort", spread.SORTS, "mean"), _limit(args))
+        answer = spread.spread_hot_path(
+            merged.ensemble,
+            params.metric(args),
+            params.number(args, "threshold", 0.05, 0.0, 1.0),
+            params.choice(args, "sort", spread.SORTS, "mean"),
+            _limit(args),
+        )
         return {**answer, "errors": merged.errors}  # the rank files left out, by relative name
 
     def _all_ranks_children(self, args):
         e = self._cross_rank(args).ensemble
-        return spread.spread_children(e, params.node_list(args, size=len(e)), params.metric(args),
-                                      params.choice(args, "sort", spread.SORTS, "mean"), _limit(args))
+        return spread.spread_children(
+            e,
+            params.node_list(args, size=len(e)),
+            params.metric(args),
+            params.choice(args, "sort", spread.SORTS, "mean"),
+            _limit(args),
+        )
 
     def _all_ranks_node(self, args):
         e = self._cross_rank(args).ensemble
-        return spread.distribution(e, params.node(args, len(e), default=None), params.metric(args),
-                                   params.integer(args, "bins", spread.MAX_BINS, lo=1, hi=200))
+        return spread.distribution(
+            e,
+            params.node(args, len(e), default=None),
+            params.metric(args),
+            params.integer(args, "bins", spread.MAX_BINS, lo=1, hi=200),
+        )
 
     def _all_ranks_search(self, args):
-        return spread.spread_search(self._cross_rank(args).ensemble, params.text(args, "q"), params.metric(args),
-                                    params.integer(args, "limit", 50, lo=1, hi=500))
+        return spread.spread_search(
+            self._cross_rank(args).ensemble,
+            params.text(args, "q"),
+            params.metric(args),
+            params.integer(args, "limit", 50, lo=1, hi=500),
+        )
 
     def _all_ranks_locate(self, args):
         e = self._cross_rank(args).ensemble
@@ -213,8 +287,12 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             index = self._index(args)
             frames = index.tree.path_frames(params.node(args, len(index), default=None))
         ref = params.profile_ref(args)
-        return {"rank": ref.rank, **windows.windows_series(self.store.rank_windows(ref.run, ref.rank).ensemble,
-                                                            frames, params.metric(args))}
+        return {
+            "rank": ref.rank,
+            **windows.windows_series(
+                self.store.rank_windows(ref.run, ref.rank).ensemble, frames, params.metric(args)
+            ),
+        }
 
 
 def _limit(args: Mapping[str, str]) -> int:
@@ -224,6 +302,7 @@ def _limit(args: Mapping[str, str]) -> int:
 def _json_route(handler: Callable[[Mapping[str, str]], dict | bytes]) -> Callable:
     """A route answering ``handler(args)``: JSON-ready data, or bytes that
     `answers.encode` made (gzip-compressed JSON)."""
+
     @wrappers.Request.application
     def app(request: wrappers.Request) -> wrappers.Response:
         code = 200
@@ -232,8 +311,13 @@ def _json_route(handler: Callable[[Mapping[str, str]], dict | bytes]) -> Callabl
             if isinstance(body, bytes):
                 return http_util.Respond(request, body, "application/json", content_encoding="gzip")
         except Busy as exc:  # saturated: the client comes back later instead of queueing here
-            return http_util.Respond(request, {"error": str(exc)}, "application/json", code=503,
-                                     headers=[("Retry-After", str(exc.retry_after_s))])
+            return http_util.Respond(
+                request,
+                {"error": str(exc)},
+                "application/json",
+                code=503,
+                headers=[("Retry-After", str(exc.retry_after_s))],
+            )
         except params.BadRequest as exc:
             code, body = 400, {"error": str(exc)}
         except params.NotFound as exc:
@@ -242,7 +326,10 @@ def _json_route(handler: Callable[[Mapping[str, str]], dict | bytes]) -> Callabl
             code, body = 422, {"error": str(exc)}
         except Exception:  # logged here; the browser gets no traceback
             logger.exception("DeepContext plugin: %s failed", request.path)
-            code, body = 500, {"error": "internal error in the DeepContext plugin; see the TensorBoard log"}
+            code, body = (
+                500,
+                {"error": "internal error in the DeepContext plugin; see the TensorBoard log"},
+            )
         return http_util.Respond(request, body, "application/json", code=code)
 
     return app
@@ -254,7 +341,9 @@ def _static_route(name: str, content_type: str) -> Callable:
     @wrappers.Request.application
     def app(request: wrappers.Request) -> wrappers.Response:
         if not cache:
-            cache.append(resources.files(__package__).joinpath("static").joinpath(name).read_bytes())
+            cache.append(
+                resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
+            )
         return http_util.Respond(request, cache[0], content_type + "; charset=utf-8")
 
     return app

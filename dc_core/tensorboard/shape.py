@@ -10,7 +10,7 @@ then and callers take their Python path.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np  # a TensorBoard dependency
 
@@ -95,4 +95,4 @@ def _levels(parent: np.ndarray) -> list[np.ndarray] | None:
             return None
     order = np.argsort(depth.astype(np.int16), kind="stable")  # a radix sort for 16-bit keys
     bounds = np.searchsorted(depth[order], np.arange(1, int(depth.max(initial=0)) + 2))
-    return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+    return [order[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]

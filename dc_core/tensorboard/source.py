@@ -9,13 +9,15 @@ under an allowed root (the directory TensorBoard runs in, plus those listed in
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from .params import BadRequest
 
 ROOTS_ENV = "DEEPCONTEXT_SOURCE_ROOTS"
-SUFFIXES = frozenset({".py", ".pyx", ".pxd", ".pyi", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".cuh"})
+SUFFIXES = frozenset(
+    {".py", ".pyx", ".pxd", ".pyi", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".cuh"}
+)
 MAX_BYTES = 4 << 20
 CONTEXT_LINES = 8
 
@@ -56,7 +58,15 @@ def snippet(file: str, line: int, roots: Sequence[Path], context: int = CONTEXT_
             continue
         first = max(1, line - context)
         last = min(len(lines), max(line, 1) + context)
-        return {"available": True, "file": file, "line": line, "first": first,
-                "lines": lines[first - 1:last]}
-    return {"available": False, "reason": "not readable under the allowed source roots "
-            f"(the working directory, or {ROOTS_ENV})"}
+        return {
+            "available": True,
+            "file": file,
+            "line": line,
+            "first": first,
+            "lines": lines[first - 1 : last],
+        }
+    return {
+        "available": False,
+        "reason": "not readable under the allowed source roots "
+        f"(the working directory, or {ROOTS_ENV})",
+    }

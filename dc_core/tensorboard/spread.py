@@ -9,7 +9,7 @@ JSON-ready data; values are inclusive, a rank lacking a node counts 0.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np  # a TensorBoard dependency
 
@@ -36,10 +36,17 @@ def spread_row(e: Ensemble, node: int, metric: str) -> dict:
         steps = e.columns[0].steps if e.columns else (0, 0)
         label = f"{steps_text(steps)}, {len(e.columns)} ranks"
     return {
-        "id": node, **frame_json(frame), "label": label,
-        "mean": float(s.mean[node]), "max": int(s.max[node]), "min": int(s.min[node]), "sum": float(s.sum[node]),
-        "max_rank": column.rank if column else None, "max_host": column.host if column else "",
-        "imbalance": float(s.imbalance[node]), "present": int(np.count_nonzero(values)),
+        "id": node,
+        **frame_json(frame),
+        "label": label,
+        "mean": float(s.mean[node]),
+        "max": int(s.max[node]),
+        "min": int(s.min[node]),
+        "sum": float(s.sum[node]),
+        "max_rank": column.rank if column else None,
+        "max_host": column.host if column else "",
+        "imbalance": float(s.imbalance[node]),
+        "present": int(np.count_nonzero(values)),
         "kids": len(e.children(node)),
     }
 
@@ -51,7 +58,9 @@ def _sort_key(e: Ensemble, metric: str, sort: str) -> Callable[[int], tuple]:
     return lambda n: (-float(column[n]), n)
 
 
-def spread_children(e: Ensemble, nodes: Sequence[int], metric: str, sort: str = "mean", limit: int = 200) -> dict:
+def spread_children(
+    e: Ensemble, nodes: Sequence[int], metric: str, sort: str = "mean", limit: int = 200
+) -> dict:
     """Rows of the children of each of ``nodes``, ordered by ``sort`` (largest
     first): ``{"children": {node: rows}, "more": {node: n}, "total": root mean}``."""
     key = _sort_key(e, metric, sort)
@@ -64,8 +73,9 @@ def spread_children(e: Ensemble, nodes: Sequence[int], metric: str, sort: str = 
     return {"children": out, "more": more, "total": float(e.stats(metric).mean[0])}
 
 
-def spread_hot_path(e: Ensemble, metric: str, threshold: float = 0.05, sort: str = "mean",
-                    limit: int = 200) -> dict:
+def spread_hot_path(
+    e: Ensemble, metric: str, threshold: float = 0.05, sort: str = "mean", limit: int = 200
+) -> dict:
     """Follow the child with the largest mean while it holds at least
     ``threshold`` of the root's; the chain and the rows to open along it."""
     mean = e.stats(metric).mean
@@ -84,10 +94,23 @@ def spread_search(e: Ensemble, query: str, metric: str, limit: int = 50) -> dict
     nodes = [n for n in range(1, len(e)) if hit[e.frame[n]]]
     mean = e.stats(metric).mean
     nodes.sort(key=lambda n: (-float(mean[n]), n))
-    matches = [{"id": n, "label": e.node_frame(n).label(), "kind": e.node_frame(n).kind, "incl": float(mean[n]),
-                "path": e.path(n)} for n in nodes[:limit]]
-    return {"query": query, "count": len(nodes), "frames": sum(hit[1:]), "matches": matches,
-            "total": float(mean[0])}
+    matches = [
+        {
+            "id": n,
+            "label": e.node_frame(n).label(),
+            "kind": e.node_frame(n).kind,
+            "incl": float(mean[n]),
+            "path": e.path(n),
+        }
+        for n in nodes[:limit]
+    ]
+    return {
+        "query": query,
+        "count": len(nodes),
+        "frames": sum(hit[1:]),
+        "matches": matches,
+        "total": float(mean[0]),
+    }
 
 
 def distribution(e: Ensemble, node: int, metric: str, bins: int = MAX_BINS) -> dict:
@@ -103,18 +126,27 @@ def distribution(e: Ensemble, node: int, metric: str, bins: int = MAX_BINS) -> d
     else:
         edges = np.linspace(lo, hi, min(bins, count) + 1)
         counts, _ = np.histogram(values, bins=edges)
-        histogram = [{"lo": float(edges[i]), "hi": float(edges[i + 1]), "count": int(c)} for i, c in enumerate(counts)]
+        histogram = [
+            {"lo": float(edges[i]), "hi": float(edges[i + 1]), "count": int(c)}
+            for i, c in enumerate(counts)
+        ]
     path = e.path(node)
     return {
-        "node": spread_row(e, node, metric), "metric": metric,
-        "ranks": [c.rank for c in e.columns], "hosts": [c.host for c in e.columns],
-        "values": values.tolist(), "bins": histogram,
-        "path": [{"id": n, "label": e.node_frame(n).label(), "kind": e.node_frame(n).kind} for n in path],
+        "node": spread_row(e, node, metric),
+        "metric": metric,
+        "ranks": [c.rank for c in e.columns],
+        "hosts": [c.host for c in e.columns],
+        "values": values.tolist(),
+        "bins": histogram,
+        "path": [
+            {"id": n, "label": e.node_frame(n).label(), "kind": e.node_frame(n).kind} for n in path
+        ],
     }
 
 
-def follow(frames: Sequence[Frame], children: Callable[[int], list[int]],
-           frame_of: Callable[[int], Frame]) -> list[int]:
+def follow(
+    frames: Sequence[Frame], children: Callable[[int], list[int]], frame_of: Callable[[int], Frame]
+) -> list[int]:
     """Nodes from the root down along ``frames`` (a call path), as far as the
     tree has them: fewer nodes than frames when it lacks the rest."""
     path, node = [], 0
@@ -136,5 +168,9 @@ def locate(index: Index, frames: Sequence[Frame]) -> dict:
     node it has on it (``exact`` False; node 0 when none)."""
     tree = index.tree
     path = follow(frames, index.children, tree.node_frame)
-    return {"node": path[-1] if path else 0, "path": path, "exact": len(path) == len(frames),
-            **index.ref.as_dict()}
+    return {
+        "node": path[-1] if path else 0,
+        "path": path,
+        "exact": len(path) == len(frames),
+        **index.ref.as_dict(),
+    }

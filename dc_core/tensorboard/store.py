@@ -13,18 +13,25 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np  # a TensorBoard dependency
 
 from ..ensemble import cross_rank, merge
-from ..store.logdir import DEFAULT_MAX_BYTES, ProfileFile, find_profiles, max_profile_bytes, read_profile
-from ..store.profile import Profile, ProfileError
 from ..model.kinds import KINDS
 from ..model.tree import Tree
+from ..store.logdir import (
+    DEFAULT_MAX_BYTES,
+    ProfileFile,
+    find_profiles,
+    max_profile_bytes,
+    read_profile,
+)
+from ..store.profile import Profile, ProfileError
 from . import shape
 from .merged import Merged, MergedCache
 from .params import NotFound, Ref, format_window
@@ -50,7 +57,7 @@ class Children:
         self._order = order.tolist()  # slicing Python lists beats per-call numpy slicing
 
     def __call__(self, node: int) -> list[int]:
-        return self._order[self._start[node]:self._start[node + 1]]
+        return self._order[self._start[node] : self._start[node + 1]]
 
 
 class Index:
@@ -111,11 +118,17 @@ class Index:
 
     def kind_codes(self) -> np.ndarray:
         """Per frame id, the index of its kind in `dc_core.model.kinds.KINDS`."""
+
         def build() -> np.ndarray:
             codes = {kind: i for i, kind in enumerate(KINDS)}  # decoded files have no other kind;
-            kinds = map(attrgetter("kind"), self.tree.frames)  # a tree built in code may: len(KINDS)
-            return np.fromiter(map(codes.get, kinds, repeat(len(KINDS))), dtype=np.int64,
-                               count=len(self.tree.frames))
+            kinds = map(
+                attrgetter("kind"), self.tree.frames
+            )  # a tree built in code may: len(KINDS)
+            return np.fromiter(
+                map(codes.get, kinds, repeat(len(KINDS))),
+                dtype=np.int64,
+                count=len(self.tree.frames),
+            )
 
         return self.memo(("kind_codes",), build)
 
@@ -158,13 +171,21 @@ class ProfileStore:
             is logged and the built-in default used, so the tab still works.
     """
 
-    def __init__(self, logdir: str | Path, listing_ttl_s: float = 2.0, max_profiles: int = 6,
-                 clock: Callable[[], float] = time.monotonic, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        logdir: str | Path,
+        listing_ttl_s: float = 2.0,
+        max_profiles: int = 6,
+        clock: Callable[[], float] = time.monotonic,
+        max_bytes: int | None = None,
+    ) -> None:
         if max_bytes is None:
             try:
                 max_bytes = max_profile_bytes()
             except ValueError as exc:
-                logger.error("DeepContext plugin: %s; reading files up to %d bytes", exc, DEFAULT_MAX_BYTES)
+                logger.error(
+                    "DeepContext plugin: %s; reading files up to %d bytes", exc, DEFAULT_MAX_BYTES
+                )
                 max_bytes = DEFAULT_MAX_BYTES
         self.max_bytes = max_bytes
         self.logdir = Path(logdir) if logdir else None
@@ -196,7 +217,9 @@ class ProfileStore:
         for file in self.files():
             if file.run == ref.run and file.rank == ref.rank and file.steps == ref.window:
                 return file
-        raise NotFound(f"no profile for run {ref.run!r}, rank {ref.rank}, window {format_window(ref.window)}")
+        raise NotFound(
+            f"no profile for run {ref.run!r}, rank {ref.rank}, window {format_window(ref.window)}"
+        )
 
     def version(self, ref: Ref) -> tuple[str, int, int]:
         """Path, mtime and size of the file behind ``ref`` now (`NotFound`
@@ -232,18 +255,27 @@ class ProfileStore:
         raises `NotFound` when fewer than two ranks wrote it."""
         files = [f for f in self.files() if f.run == run and f.steps == window]
         if len(files) < 2:
-            raise NotFound(f"run {run!r} has {len(files)} rank(s) for window {format_window(window)}; "
-                           "the cross-rank view needs two")
-        merged = self._merged.get(("ranks", run, window), files, lambda: cross_rank(files, self.max_bytes))
+            raise NotFound(
+                f"run {run!r} has {len(files)} rank(s) for window {format_window(window)}; "
+                "the cross-rank view needs two"
+            )
+        merged = self._merged.get(
+            ("ranks", run, window), files, lambda: cross_rank(files, self.max_bytes)
+        )
         self.errors.update(merged.errors)
         if not merged.ensemble.columns:
-            raise ProfileError(*next(iter(merged.errors.items()), ("", "no rank file could be read")))
+            raise ProfileError(
+                *next(iter(merged.errors.items()), ("", "no rank file could be read"))
+            )
         return merged
 
     def rank_windows(self, run: str, rank: int) -> Merged:
         """Every window of one rank merged (`dc_core.ensemble.merge`), columns in
         step order; windows already loaded are not read again."""
-        files = sorted((f for f in self.files() if f.run == run and f.rank == rank), key=lambda f: (f.steps, f.host))
+        files = sorted(
+            (f for f in self.files() if f.run == run and f.rank == rank),
+            key=lambda f: (f.steps, f.host),
+        )
         if not files:
             raise NotFound(f"no profile for run {run!r}, rank {rank}")
 

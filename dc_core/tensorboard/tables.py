@@ -7,7 +7,7 @@ expansion needs, sorted by the selected metric and capped at ``limit``.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np  # a TensorBoard dependency
 
@@ -46,7 +46,9 @@ def _sort_key(index: Index, metric: str, sort: str):
     return lambda n: (-column[n], n)
 
 
-def children(index: Index, nodes: Iterable[int], metric: str, sort: str = "incl", limit: int = 200) -> dict:
+def children(
+    index: Index, nodes: Iterable[int], metric: str, sort: str = "incl", limit: int = 200
+) -> dict:
     """Rows of the children of each of ``nodes``: ``{"children": {node: rows}, "more": {node: n}}``."""
     key = _sort_key(index, metric, sort)
     out, more = {}, {}
@@ -63,8 +65,14 @@ def total(index: Index, metric: str) -> int:
     return index.total(metric)
 
 
-def hot_path(index: Index, start: int, metric: str, threshold: float = 0.05, sort: str = "incl",
-             limit: int = 200) -> dict:
+def hot_path(
+    index: Index,
+    start: int,
+    metric: str,
+    threshold: float = 0.05,
+    sort: str = "incl",
+    limit: int = 200,
+) -> dict:
     """Follow the heaviest child from ``start`` while it holds at least
     ``threshold`` of the window total; returns the chain and the children of
     every node to expand along it (so the table opens in one round trip)."""
@@ -87,6 +95,7 @@ def _nested(index: Index) -> list[bool]:
 def _flat_totals(index: Index) -> views.FlatTotals:
     """`views.flat_totals`, in numpy for trees `shape.Levels` can handle (the
     tests hold the two to the same numbers)."""
+
     def build() -> views.FlatTotals:
         levels = index.levels()
         if levels.levels is None:
@@ -107,12 +116,23 @@ def _flat_totals(index: Index) -> views.FlatTotals:
 
 
 def _frame_row(index: Index, fid: int, totals: views.FlatTotals, **extra) -> dict:
-    return {"id": fid, **frame_fields(index, fid), "excl": {m: c[fid] for m, c in totals.excl.items()},
-            "incl": {m: c[fid] for m, c in totals.incl.items()}, **extra}
+    return {
+        "id": fid,
+        **frame_fields(index, fid),
+        "excl": {m: c[fid] for m, c in totals.excl.items()},
+        "incl": {m: c[fid] for m, c in totals.incl.items()},
+        **extra,
+    }
 
 
-def flat(index: Index, metric: str, sort: str = "excl", kinds: Iterable[str] = (), limit: int = 200,
-         offset: int = 0) -> dict:
+def flat(
+    index: Index,
+    metric: str,
+    sort: str = "excl",
+    kinds: Iterable[str] = (),
+    limit: int = 200,
+    offset: int = 0,
+) -> dict:
     """Frames with their totals over the whole window, heaviest first."""
     totals = _flat_totals(index)
     ids = np.flatnonzero(np.asarray(totals.nodes) > 0)
@@ -121,18 +141,25 @@ def flat(index: Index, metric: str, sort: str = "excl", kinds: Iterable[str] = (
         ids = ids[np.isin(index.kind_codes()[ids], wanted)]
     if sort == "name":
         labels = index.labels()
-        page = sorted(ids.tolist(), key=lambda f: (labels[f].lower(), f))[offset:offset + limit]
+        page = sorted(ids.tolist(), key=lambda f: (labels[f].lower(), f))[offset : offset + limit]
     else:
         column = getattr(totals, sort).get(metric)
         if column is not None:  # heaviest first, ties by frame id (lexsort: last key first)
             ids = ids[np.lexsort((ids, -np.asarray(column, dtype=np.int64)[ids]))]
-        page = ids[offset:offset + limit].tolist()
+        page = ids[offset : offset + limit].tolist()
     rows = [_frame_row(index, f, totals, nodes=totals.nodes[f], kids=1) for f in page]
     return {"rows": rows, "count": len(ids), "total": total(index, metric)}
 
 
-def bottom_up(index: Index, path: list[int], metric: str, mode: str = "excl", sort: str = "incl",
-              kinds: Iterable[str] = (), limit: int = 200) -> dict:
+def bottom_up(
+    index: Index,
+    path: list[int],
+    metric: str,
+    mode: str = "excl",
+    sort: str = "incl",
+    kinds: Iterable[str] = (),
+    limit: int = 200,
+) -> dict:
     """Callers of the frame ``path[0]`` reached through ``path[1:]``.
 
     With an empty path, the top level: every frame with its own cost (``excl``
@@ -141,13 +168,29 @@ def bottom_up(index: Index, path: list[int], metric: str, mode: str = "excl", so
     """
     if not path:
         return flat(index, metric, "name" if sort == "name" else mode, kinds, limit)
-    by_frame = index.memo(("by_frame",), lambda: Children(index.frame_array(), len(index.tree.frames)))
-    rows = [{"id": row.frame, **frame_fields(index, row.frame), "excl": row.values, "incl": row.values,
-             "kids": int(row.more), "nodes": row.nodes}
-            for row in views.callers(index.tree, path, mode, _nested(index), lambda f: [n for n in by_frame(f) if n])]
+    by_frame = index.memo(
+        ("by_frame",), lambda: Children(index.frame_array(), len(index.tree.frames))
+    )
+    rows = [
+        {
+            "id": row.frame,
+            **frame_fields(index, row.frame),
+            "excl": row.values,
+            "incl": row.values,
+            "kids": int(row.more),
+            "nodes": row.nodes,
+        }
+        for row in views.callers(
+            index.tree, path, mode, _nested(index), lambda f: [n for n in by_frame(f) if n]
+        )
+    ]
     if sort == "name":
         rows.sort(key=lambda r: (r["label"].lower(), r["id"]))
     else:
         rows.sort(key=lambda r: (-r["incl"].get(metric, 0), r["id"]))
-    return {"rows": rows[:limit], "count": len(rows), "total": total(index, metric),
-            "window": format_window(index.ref.window)}
+    return {
+        "rows": rows[:limit],
+        "count": len(rows),
+        "total": total(index, metric),
+        "window": format_window(index.ref.window),
+    }

@@ -7,11 +7,11 @@ node picked in any window's tree, or in the cross-rank tree, has its series.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..ensemble import Ensemble
-from ..model.window import steps_text
 from ..model.tree import Frame
+from ..model.window import steps_text
 from .params import format_window
 from .spread import follow
 
@@ -30,7 +30,14 @@ def windows_series(e: Ensemble, frames: Sequence[Frame], metric: str) -> dict:
     rows = []
     for c in order:
         column = e.columns[c]
-        rows.append({"window": format_window(column.steps), "label": steps_text(column.steps),
-                     "steps": list(column.steps), "value": values[c], "total": totals[c],
-                     "share": values[c] / totals[c] if totals[c] else None})
+        rows.append(
+            {
+                "window": format_window(column.steps),
+                "label": steps_text(column.steps),
+                "steps": list(column.steps),
+                "value": values[c],
+                "total": totals[c],
+                "share": values[c] / totals[c] if totals[c] else None,
+            }
+        )
     return {"metric": metric, "found": found, "path": [f.label() for f in frames], "windows": rows}

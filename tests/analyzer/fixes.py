@@ -11,17 +11,16 @@ problem's own.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 import dc_torch
-from tests.analyzer.helpers import analysed
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import read_profile
 from dc_core.store.profile import Profile
-
+from tests.analyzer.helpers import analysed
 from tests.analyzer.planted import _on_one_thread
 
 WINDOW = StepRange(start=6, count=6)
@@ -37,7 +36,9 @@ def _train(logdir, step: Callable[[], None], steps: int = STEPS) -> Profile:
     return analysed(read_profile(path))
 
 
-def _sgd_step(model: nn.Module, loss_of: Callable[[], torch.Tensor], opt=None) -> Callable[[], None]:
+def _sgd_step(
+    model: nn.Module, loss_of: Callable[[], torch.Tensor], opt=None
+) -> Callable[[], None]:
     opt = opt or torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step() -> None:
@@ -105,15 +106,22 @@ def run_dataloader(logdir, fixed: bool) -> Profile:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 64))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loader = torch.utils.data.DataLoader(SlowSamples(), batch_size=8, num_workers=2 if fixed else 0,
-                                         persistent_workers=fixed, prefetch_factor=8 if fixed else None)
+    loader = torch.utils.data.DataLoader(
+        SlowSamples(),
+        batch_size=8,
+        num_workers=2 if fixed else 0,
+        persistent_workers=fixed,
+        prefetch_factor=8 if fixed else None,
+    )
     batches = iter(loader)
     work = torch.randn(256, 512)
 
     def step() -> None:
         x, y = next(batches)
         loss = nn.functional.mse_loss(model(x).mean(-1), y)
-        for _ in range(20):  # the step's own compute (~1 ms each), which workers can hide the loading behind
+        for _ in range(
+            20
+        ):  # the step's own compute (~1 ms each), which workers can hide the loading behind
             loss = loss + (work @ work.T).mean() * 0
         opt.zero_grad()
         loss.backward()

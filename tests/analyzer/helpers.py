@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dc_core.store.profile import Profile, Series
 from dc_core.model.tree import tree_from_lists
+from dc_core.store.profile import Profile, Series
 
 MS = 1_000_000
 US = 1_000
@@ -23,11 +23,15 @@ def profile(*specs, steps=(5, 8), step_times=None, system=(), uniform=True, **fi
     if uniform and "cpu_time_ns" in tree.excl and "step_bounds" not in fields:
         even = [v // n for v in tree.excl["cpu_time_ns"]]
         fields["step_bounds"] = {"cpu_time_ns.min": even, "cpu_time_ns.max": list(even)}
-    return Profile(tree=tree, steps=steps, step_times_ns=list(step_times), system=list(system), **fields)
+    return Profile(
+        tree=tree, steps=steps, step_times_ns=list(step_times), system=list(system), **fields
+    )
 
 
 def series(name: str, values, device: int = -1, interval_ns: int = 100 * MS) -> Series:
-    return Series(name, device, [i * interval_ns for i in range(len(values))], [float(v) for v in values])
+    return Series(
+        name, device, [i * interval_ns for i in range(len(values))], [float(v) for v in values]
+    )
 
 
 def rules(findings) -> list[str]:
@@ -50,5 +54,6 @@ def analysed(profile: Profile) -> Profile:
     analyze`` stores them; the read profile itself is left as it was read."""
     from dc_core.analyzer import findings_of
 
-    return dataclasses.replace(profile, findings=findings_of(profile), analysis_pending=False,
-                               analyzer_overrides={})
+    return dataclasses.replace(
+        profile, findings=findings_of(profile), analysis_pending=False, analyzer_overrides={}
+    )

@@ -5,17 +5,17 @@ findings."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 import dc_jax
-from tests.analyzer.helpers import analysed
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import read_profile
 from dc_core.store.profile import Profile
+from tests.analyzer.helpers import analysed
 
 #: Two steps first: an eager loop compiles each of its operations in the first.
 WINDOW = StepRange(start=2, count=6)

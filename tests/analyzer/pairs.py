@@ -15,9 +15,10 @@ import contextlib
 import io
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from dc_core.cli import main
 from dc_core.store.profile import Profile
@@ -67,15 +68,21 @@ def one_cpu() -> Iterator[None]:
         os.sched_setaffinity(0, allowed)
 
 
-def run_pairs(root: Path, run: Callable[[Path, bool], Profile], rule: str, pairs: int = PAIRS) -> Iterator[Pair]:
+def run_pairs(
+    root: Path, run: Callable[[Path, bool], Profile], rule: str, pairs: int = PAIRS
+) -> Iterator[Pair]:
     """Run ``run`` before and after its fix ``pairs`` times, under ``root``."""
     for n in range(pairs):
         with one_cpu():
             before, after = run(root / f"before{n}", False), run(root / f"after{n}", True)
         # after the fix a note may stay where the host starved it (the load may be all of it): no warning
-        yield Pair(before, after, [f for f in before.findings if f["rule"] == rule],
-                   [f for f in after.findings if f["rule"] == rule and f["severity"] != "info"],
-                   measured_saving(before, after))
+        yield Pair(
+            before,
+            after,
+            [f for f in before.findings if f["rule"] == rule],
+            [f for f in after.findings if f["rule"] == rule and f["severity"] != "info"],
+            measured_saving(before, after),
+        )
 
 
 def problems(framework: str) -> dict[str, tuple[Callable[[Path, bool], Profile], str, str]]:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
 import dc_torch
-from dc_core.record.config import StepRange
 from dc_core.analyzer import findings_of  # noqa: F401 (the tests' entry)
-from tests.analyzer.helpers import analysed
+from dc_core.record.config import StepRange
 from dc_core.store.logdir import read_profile
+from tests.analyzer.helpers import analysed
 
 WINDOW = StepRange(start=2, count=3)
 
@@ -51,7 +52,13 @@ def _on_one_thread(run: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def mlp(width: int = 1024) -> nn.Module:
-    return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
+    return nn.Sequential(
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+        nn.ReLU(),
+        nn.Linear(width, width),
+    )
 
 
 @_on_one_thread
@@ -154,7 +161,9 @@ def run_planted_model(logdir, steps: int = 6):
     # some CPUs), which once pushed cumprod under its 5% share; at 8 MiB they
     # hold still, and cumprod's compute-bound backward keeps at least 10% if
     # they ever cost 4x more.
-    x = torch.randn(16384, 128)  # 2x the elements of a (2048, 512) input for the norm, half its matmul
+    x = torch.randn(
+        16384, 128
+    )  # 2x the elements of a (2048, 512) input for the norm, half its matmul
     gates = torch.rand(512, 4096)
     gates[gates < 0.02] = 0  # zeros send cumprod's backward down its slow path
     gates.requires_grad_()
@@ -196,8 +205,13 @@ def _run_rank(logdir, rank: int, world_size: int, slow_rank: int, steps: int) ->
     model = mlp(512)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(256, 512)
-    with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=2, count=8), rank=rank, host="node0",
-                          world_size=world_size) as prof:
+    with dc_torch.profile(
+        logdir=str(logdir),
+        steps=StepRange(start=2, count=8),
+        rank=rank,
+        host="node0",
+        world_size=world_size,
+    ) as prof:
         for _ in range(steps):
             loss = model(x).square().mean()
             if rank == slow_rank:

@@ -3,7 +3,6 @@
 from pytest import approx
 
 from dc_core.analyzer import analyze
-
 from tests.analyzer.helpers import MS, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
@@ -11,21 +10,46 @@ TRAIN = line("train", "train.py:20")
 
 def test_hotspot_is_one_summary_of_where_the_step_goes():
     p = profile(
-        ("forward", (TRAIN,
-            (line("attention", "model.py:40"), f"aten::bmm @cpu_time_ns={60 * MS},count=30"),
-            (line("mlp", "model.py:55"), f"aten::addmm @cpu_time_ns={30 * MS},count=30"),
-            (line("tiny", "model.py:70"), f"aten::add @cpu_time_ns={1 * MS},count=30"))),
-        ("backward", (TRAIN, (line("attention", "model.py:40"), f"aten::bmm [backward] @cpu_time_ns={9 * MS},count=60"))),
+        (
+            "forward",
+            (
+                TRAIN,
+                (line("attention", "model.py:40"), f"aten::bmm @cpu_time_ns={60 * MS},count=30"),
+                (line("mlp", "model.py:55"), f"aten::addmm @cpu_time_ns={30 * MS},count=30"),
+                (line("tiny", "model.py:70"), f"aten::add @cpu_time_ns={1 * MS},count=30"),
+            ),
+        ),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    line("attention", "model.py:40"),
+                    f"aten::bmm [backward] @cpu_time_ns={9 * MS},count=60",
+                ),
+            ),
+        ),
     )
     f = only(analyze(p), "hotspot")
     lines, ops = f["evidence"]["lines"], f["evidence"]["operators"]
-    assert [x["label"] for x in lines] == ["model.py:40 attention", "model.py:55 mlp"]  # tiny is < 5 %
+    assert [x["label"] for x in lines] == [
+        "model.py:40 attention",
+        "model.py:55 mlp",
+    ]  # tiny is < 5 %
     assert f["path"] == ["forward", "train.py:20 train", "model.py:40 attention"]
-    assert lines[0]["forward_ns"] == 60 * MS and lines[0]["backward_ns"] == 9 * MS and lines[0]["time_ns"] == 69 * MS
-    assert lines[0]["share"] == 0.69 and lines[0]["per_step_ns"] == 23 * MS  # of the window's 3 steps
+    assert (
+        lines[0]["forward_ns"] == 60 * MS
+        and lines[0]["backward_ns"] == 9 * MS
+        and lines[0]["time_ns"] == 69 * MS
+    )
+    assert (
+        lines[0]["share"] == 0.69 and lines[0]["per_step_ns"] == 23 * MS
+    )  # of the window's 3 steps
     assert ops[0]["operator"] == "aten::bmm" and ops[0]["calls"] == 30
-    assert f["message"].startswith("where the step goes: model.py:40 attention 69.0%, model.py:55 mlp 30.0%; "
-                                   "operator aten::bmm 60.0%")
+    assert f["message"].startswith(
+        "where the step goes: model.py:40 attention 69.0%, model.py:55 mlp 30.0%; "
+        "operator aten::bmm 60.0%"
+    )
     assert f["severity"] == "info" and f["gain_ns"] is None and "not a fix" in f["gain_basis"]
 
 
@@ -36,14 +60,25 @@ def test_hotspot_line_shown_where_its_operators_run_with_their_phases():
     layer = line("forward", "model.py:12")
     p = profile(
         ("forward", (TRAIN, (layer, f"aten::addmm @cpu_time_ns={40 * MS}"))),
-        ("backward", (TRAIN, f"aten::sum [backward] @cpu_time_ns={MS}",
-                      (layer, f"aten::mm [backward] @cpu_time_ns={40 * MS}"))),
-        ("optimizer", (TRAIN, f"aten::mul_ @cpu_time_ns={12 * MS}", f"aten::add_ @cpu_time_ns={8 * MS}")),
+        (
+            "backward",
+            (
+                TRAIN,
+                f"aten::sum [backward] @cpu_time_ns={MS}",
+                (layer, f"aten::mm [backward] @cpu_time_ns={40 * MS}"),
+            ),
+        ),
+        (
+            "optimizer",
+            (TRAIN, f"aten::mul_ @cpu_time_ns={12 * MS}", f"aten::add_ @cpu_time_ns={8 * MS}"),
+        ),
     )
     lines = only(analyze(p), "hotspot")["evidence"]["lines"]
     (train,) = [x for x in lines if x["label"] == "train.py:20 train"]
     assert p.tree.path_frames(train["node"])[0].name == "optimizer"
-    assert train["optimizer_ns"] == 20 * MS and train["forward_ns"] == 0 and train["backward_ns"] == MS
+    assert (
+        train["optimizer_ns"] == 20 * MS and train["forward_ns"] == 0 and train["backward_ns"] == MS
+    )
     assert train["operators"] == ["aten::mul_", "aten::add_", "aten::sum"]
 
 
@@ -56,18 +91,44 @@ def test_hotspot_quiet_when_nothing_reaches_the_share():
 def test_backward_imbalance_points_at_cumprod_in_its_helper():
     helper = line("decay_weights", "model.py:31")
     p = profile(
-        ("forward", (TRAIN,
-            (helper, f"aten::cumprod @cpu_time_ns={2 * MS},count=3"),
-            (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={20 * MS},count=3"))),
-        ("backward", (TRAIN,
-            (helper, (f"aten::cumprod [backward] @cpu_time_ns={4 * MS},count=3", f"aten::mul @cpu_time_ns={14 * MS}")),
-            (line("head", "model.py:50"), f"aten::addmm [backward] @cpu_time_ns={30 * MS},count=3"))),
+        (
+            "forward",
+            (
+                TRAIN,
+                (helper, f"aten::cumprod @cpu_time_ns={2 * MS},count=3"),
+                (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={20 * MS},count=3"),
+            ),
+        ),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    helper,
+                    (
+                        f"aten::cumprod [backward] @cpu_time_ns={4 * MS},count=3",
+                        f"aten::mul @cpu_time_ns={14 * MS}",
+                    ),
+                ),
+                (
+                    line("head", "model.py:50"),
+                    f"aten::addmm [backward] @cpu_time_ns={30 * MS},count=3",
+                ),
+            ),
+        ),
     )
     f = only(analyze(p), "backward_imbalance")
     assert f["severity"] == "warning"
-    assert f["path"] == ["backward", "train.py:20 train", "model.py:31 decay_weights", "aten::cumprod [backward]"]
+    assert f["path"] == [
+        "backward",
+        "train.py:20 train",
+        "model.py:31 decay_weights",
+        "aten::cumprod [backward]",
+    ]
     # per step, of 3 steps
-    assert f["evidence"]["forward_ns"] == approx(2 * MS / 3, abs=3) and f["evidence"]["backward_ns"] == approx(6 * MS, abs=3)
+    assert f["evidence"]["forward_ns"] == approx(2 * MS / 3, abs=3) and f["evidence"][
+        "backward_ns"
+    ] == approx(6 * MS, abs=3)
     assert f["evidence"]["backward_node"] == "aten::cumprod [backward]"
     assert f["gain_ns"] == approx(6 * MS - 2 * MS / 3, abs=5)  # all above the normal 1x
     assert f["evidence"]["ratio"] == 9.0 and f["evidence"]["operator"] == "aten::cumprod"
@@ -87,8 +148,14 @@ def test_backward_imbalance_quiet_for_matmul_backward_twice_forward():
 def test_backward_imbalance_quiet_when_the_operator_is_a_tiny_share():
     helper = line("decay_weights", "model.py:31")
     p = profile(
-        ("forward", (TRAIN, (helper, f"aten::cumprod @cpu_time_ns={MS // 10}"),
-                     (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={100 * MS}"))),
+        (
+            "forward",
+            (
+                TRAIN,
+                (helper, f"aten::cumprod @cpu_time_ns={MS // 10}"),
+                (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={100 * MS}"),
+            ),
+        ),
         ("backward", (TRAIN, (helper, f"aten::cumprod [backward] @cpu_time_ns={MS}"))),
     )
     assert "backward_imbalance" not in rules(analyze(p))
@@ -100,9 +167,27 @@ def test_backward_imbalance_judges_gemms_by_their_flops():
 
     def linear(backward_flops):
         return profile(
-            ("forward", (TRAIN, (layer, f"operator:torch.nn.functional.linear @cpu_time_ns={70 * MS},flops=400"))),
-            ("backward", (TRAIN, (layer, "operator:torch.nn.functional.linear [backward]"
-                                         f" @cpu_time_ns={230 * MS},flops={backward_flops}"))),
+            (
+                "forward",
+                (
+                    TRAIN,
+                    (
+                        layer,
+                        f"operator:torch.nn.functional.linear @cpu_time_ns={70 * MS},flops=400",
+                    ),
+                ),
+            ),
+            (
+                "backward",
+                (
+                    TRAIN,
+                    (
+                        layer,
+                        "operator:torch.nn.functional.linear [backward]"
+                        f" @cpu_time_ns={230 * MS},flops={backward_flops}",
+                    ),
+                ),
+            ),
         )
 
     assert "backward_imbalance" not in rules(analyze(linear(800)))
@@ -115,8 +200,15 @@ def test_backward_imbalance_on_a_jax_profile_speaks_jax():
     layer = line("forward", "model.py:12")
     p = profile(
         ("forward", (TRAIN, (layer, f"operator:dot_general @device_time_ns={10 * MS},flops=100"))),
-        ("backward", (TRAIN, (layer, f"operator:dot_general [backward] @device_time_ns={90 * MS},flops=200"))),
-        framework="jax", env={"jax": "0.10.2", "backend": "cpu"},
+        (
+            "backward",
+            (
+                TRAIN,
+                (layer, f"operator:dot_general [backward] @device_time_ns={90 * MS},flops=200"),
+            ),
+        ),
+        framework="jax",
+        env={"jax": "0.10.2", "backend": "cpu"},
     )
     f = only(analyze(p), "backward_imbalance")
     assert f["evidence"]["metric"] == "device_time_ns" and f["evidence"]["expected_ratio"] == 2.0
@@ -129,16 +221,36 @@ def test_backward_imbalance_weighs_the_quietest_step_not_one_preempted_step():
     # (aten::sum, aten::add_ preempted); in its quietest step it is normal
     div = line("forward", "model.py:30")
     p = profile(
-        ("forward", (TRAIN, (div, f"aten::div @cpu_time_ns={3 * MS},count=3"),
-                     (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={30 * MS},count=3"))),
-        ("backward", (TRAIN, (div, f"aten::sum [backward] @cpu_time_ns={757 * MS},count=3"),
-                      (line("head", "model.py:50"), f"aten::addmm [backward] @cpu_time_ns={60 * MS},count=3"))),
+        (
+            "forward",
+            (
+                TRAIN,
+                (div, f"aten::div @cpu_time_ns={3 * MS},count=3"),
+                (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={30 * MS},count=3"),
+            ),
+        ),
+        (
+            "backward",
+            (
+                TRAIN,
+                (div, f"aten::sum [backward] @cpu_time_ns={757 * MS},count=3"),
+                (
+                    line("head", "model.py:50"),
+                    f"aten::addmm [backward] @cpu_time_ns={60 * MS},count=3",
+                ),
+            ),
+        ),
     )
-    assert "backward_imbalance" in rules(analyze(p, {"backward_imbalance.ratio": 3}))  # as sums judged it
+    assert "backward_imbalance" in rules(
+        analyze(p, {"backward_imbalance.ratio": 3})
+    )  # as sums judged it
     bounds = p.step_bounds
     sums = {n for n in range(len(p.tree)) if p.tree.node_frame(n).name == "aten::sum"}
     for n in sums:
-        bounds["cpu_time_ns.min"][n], bounds["cpu_time_ns.max"][n] = MS, 755 * MS  # 1 ms in its quietest step
+        bounds["cpu_time_ns.min"][n], bounds["cpu_time_ns.max"][n] = (
+            MS,
+            755 * MS,
+        )  # 1 ms in its quietest step
     assert "backward_imbalance" not in rules(analyze(p))
 
 
@@ -148,15 +260,34 @@ def test_backward_imbalance_leaves_communication_out():
     layer = line("forward", "model.py:12")
     fsdp = profile(
         ("forward", (TRAIN, (layer, f"operator:fsdp::all_gather_copy_in @cpu_time_ns={MS}"))),
-        ("backward", (TRAIN, (layer, f"operator:fsdp::all_gather_copy_in [backward] @cpu_time_ns={23 * MS}",
-                              f"operator:c10d::reduce_scatter_tensor_coalesced_ [backward] @cpu_time_ns={40 * MS}"))),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    layer,
+                    f"operator:fsdp::all_gather_copy_in [backward] @cpu_time_ns={23 * MS}",
+                    f"operator:c10d::reduce_scatter_tensor_coalesced_ [backward] @cpu_time_ns={40 * MS}",
+                ),
+            ),
+        ),
     )
     assert "backward_imbalance" not in rules(analyze(fsdp))
     jax = profile(
         ("forward", (TRAIN, (layer, f"operator:dot_general @device_time_ns={10 * MS},flops=100"))),
-        ("backward", (TRAIN, (layer, f"operator:dot_general [backward] @device_time_ns={20 * MS},flops=200",
-                              f"operator:psum_invariant.35 [backward] @device_time_ns={60 * MS}"))),
-        framework="jax", env={"jax": "0.10.2", "backend": "cpu"},
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    layer,
+                    f"operator:dot_general [backward] @device_time_ns={20 * MS},flops=200",
+                    f"operator:psum_invariant.35 [backward] @device_time_ns={60 * MS}",
+                ),
+            ),
+        ),
+        framework="jax",
+        env={"jax": "0.10.2", "backend": "cpu"},
     )
     assert "backward_imbalance" not in rules(analyze(jax))
 
@@ -165,10 +296,22 @@ def test_backward_imbalance_knows_pooling_and_losses_are_dearer_backward():
     # a CNN's max_pool2d and cross_entropy: 3.6x and 3.3x are their nature
     pool, loss = line("forward", "cnn.py:20"), line("loss", "train.py:30")
     p = profile(
-        ("forward", (TRAIN, (pool, f"aten::max_pool2d @cpu_time_ns={10 * MS}"),
-                     (loss, f"aten::cross_entropy_loss @cpu_time_ns={10 * MS}"))),
-        ("backward", (TRAIN, (pool, f"aten::max_pool2d [backward] @cpu_time_ns={36 * MS}"),
-                      (loss, f"aten::cross_entropy_loss [backward] @cpu_time_ns={33 * MS}"))),
+        (
+            "forward",
+            (
+                TRAIN,
+                (pool, f"aten::max_pool2d @cpu_time_ns={10 * MS}"),
+                (loss, f"aten::cross_entropy_loss @cpu_time_ns={10 * MS}"),
+            ),
+        ),
+        (
+            "backward",
+            (
+                TRAIN,
+                (pool, f"aten::max_pool2d [backward] @cpu_time_ns={36 * MS}"),
+                (loss, f"aten::cross_entropy_loss [backward] @cpu_time_ns={33 * MS}"),
+            ),
+        ),
     )
     assert "backward_imbalance" not in rules(analyze(p))
 
@@ -177,18 +320,39 @@ def test_backward_imbalance_is_a_note_where_workers_waited_as_long():
     # Lightning's demo Transformer under load: a LayerNorm's backward waited
     # 20 ms per step for an intra-op worker that had no CPU
     norm = line("forward", "model.py:40")
-    tree = (("forward", (TRAIN, (norm, f"aten::layer_norm @cpu_time_ns={MS // 10}"),
-                         (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={200 * MS}"))),
-            ("backward", (TRAIN, (norm, f"aten::layer_norm [backward] @cpu_time_ns={60 * MS}"))))
-    assert only(analyze(profile(*tree, others_wait_ns=0)), "backward_imbalance")["severity"] == "warning"
+    tree = (
+        (
+            "forward",
+            (
+                TRAIN,
+                (norm, f"aten::layer_norm @cpu_time_ns={MS // 10}"),
+                (line("head", "model.py:50"), f"aten::addmm @cpu_time_ns={200 * MS}"),
+            ),
+        ),
+        ("backward", (TRAIN, (norm, f"aten::layer_norm [backward] @cpu_time_ns={60 * MS}"))),
+    )
+    assert (
+        only(analyze(profile(*tree, others_wait_ns=0)), "backward_imbalance")["severity"]
+        == "warning"
+    )
     f = only(analyze(profile(*tree, others_wait_ns=66 * MS)), "backward_imbalance")
-    assert f["severity"] == "info" and "other threads waited 22.0 ms per step for a CPU" in f["message"]
+    assert (
+        f["severity"] == "info"
+        and "other threads waited 22.0 ms per step for a CPU" in f["message"]
+    )
 
 
 def test_backward_imbalance_needs_three_steps_to_warn():
     helper = line("decay_weights", "model.py:31")
-    spec = (("forward", (TRAIN, (helper, f"aten::cumprod @cpu_time_ns={2 * MS}"))),
-            ("backward", (TRAIN, (helper, f"aten::cumprod [backward] @cpu_time_ns={40 * MS}"))))
+    spec = (
+        ("forward", (TRAIN, (helper, f"aten::cumprod @cpu_time_ns={2 * MS}"))),
+        ("backward", (TRAIN, (helper, f"aten::cumprod [backward] @cpu_time_ns={40 * MS}"))),
+    )
     one = only(analyze(profile(*spec, steps=(5, 6))), "backward_imbalance")
-    assert one["severity"] == "info" and "1 step cannot tell a cost from machine noise" in one["message"]
-    assert only(analyze(profile(*spec, steps=(5, 8))), "backward_imbalance")["severity"] == "warning"
+    assert (
+        one["severity"] == "info"
+        and "1 step cannot tell a cost from machine noise" in one["message"]
+    )
+    assert (
+        only(analyze(profile(*spec, steps=(5, 8))), "backward_imbalance")["severity"] == "warning"
+    )

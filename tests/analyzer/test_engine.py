@@ -9,13 +9,27 @@ from dc_core import analyzer
 from dc_core.analyzer import RULE_IDS, analyze
 from dc_core.analyzer.thresholds import DEFAULTS, Thresholds
 from dc_core.store.profile import decode, encode
-
 from tests.analyzer.helpers import MS, line, profile, rules
 
 ISSUE_RULES = {
-    "hotspot", "backward_imbalance", "dtype_conversion", "layout_conversion", "small_ops", "unfused_norm",
-    "host_sync", "optimizer_unfused", "dataloader_bottleneck", "gpu_idle", "step_outlier", "low_gpu_utilization",
-    "cpu_bottleneck", "io_bottleneck", "batch_size", "memory_growth", "load_imbalance", "initialization_time",
+    "hotspot",
+    "backward_imbalance",
+    "dtype_conversion",
+    "layout_conversion",
+    "small_ops",
+    "unfused_norm",
+    "host_sync",
+    "optimizer_unfused",
+    "dataloader_bottleneck",
+    "gpu_idle",
+    "step_outlier",
+    "low_gpu_utilization",
+    "cpu_bottleneck",
+    "io_bottleneck",
+    "batch_size",
+    "memory_growth",
+    "load_imbalance",
+    "initialization_time",
     "share_trend",
 }
 
@@ -35,7 +49,9 @@ def test_every_rule_of_the_issue_exists_with_thresholds():
 def test_overrides_change_a_threshold():
     p = _loader_heavy()  # 15 / 65 = 23 %
     assert "dataloader_bottleneck" in rules(analyze(p))
-    assert "dataloader_bottleneck" not in rules(analyze(p, {"dataloader_bottleneck.min_share": 0.3}))
+    assert "dataloader_bottleneck" not in rules(
+        analyze(p, {"dataloader_bottleneck.min_share": 0.3})
+    )
     assert "dataloader_bottleneck" not in rules(analyze(p, {"dataloader_bottleneck.enabled": 0}))
 
 
@@ -81,10 +97,19 @@ def test_op_name_understands_aten_torch_and_dunder_names():
     from dc_core.model.tree import Frame
 
     names = {
-        "aten::index_put_": "index_put", "torch.Tensor.item": "item", "torch.cumprod": "cumprod",
-        "CumprodBackward0": "cumprod", "torch.Tensor.__rmul__": "mul", "torch.Tensor.__pow__": "pow",
-        "torch.Tensor.__truediv__": "div", "torch.Tensor.__bool__": "bool_scalar", "torch.Tensor.float": "float",
-        "torch.Tensor.__float__": "float_scalar", "aten::_to_copy": "_to_copy", "torch._foreach_add_": "_foreach_add",
-        "torch.nn.functional.rms_norm": "rms_norm", "torch.Tensor.__getitem__": "index",
+        "aten::index_put_": "index_put",
+        "torch.Tensor.item": "item",
+        "torch.cumprod": "cumprod",
+        "CumprodBackward0": "cumprod",
+        "torch.Tensor.__rmul__": "mul",
+        "torch.Tensor.__pow__": "pow",
+        "torch.Tensor.__truediv__": "div",
+        "torch.Tensor.__bool__": "bool_scalar",
+        "torch.Tensor.float": "float",
+        "torch.Tensor.__float__": "float_scalar",
+        "aten::_to_copy": "_to_copy",
+        "torch._foreach_add_": "_foreach_add",
+        "torch.nn.functional.rms_norm": "rms_norm",
+        "torch.Tensor.__getitem__": "index",
     }
     assert {name: op_name(Frame("operator", name)) for name in names} == names

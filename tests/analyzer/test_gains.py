@@ -18,7 +18,9 @@ def at_their_nodes(profile) -> None:
     """Each finding's path is its node's: the node the tab selects for it."""
     for f in profile.findings:
         if f["node"] > 0:
-            assert f["path"] == [profile.tree.node_frame(n).label() for n in profile.tree.path(f["node"])], f
+            assert f["path"] == [
+                profile.tree.node_frame(n).label() for n in profile.tree.path(f["node"])
+            ], f
 
 
 def judge_pairs(tmp_path, run, rule: str, where: str) -> None:
@@ -35,7 +37,9 @@ def judge_pairs(tmp_path, run, rule: str, where: str) -> None:
         at_their_nodes(pair.before), at_their_nodes(pair.after)
         ratios.append(pair.saved_ns / pair.gain_ns)
         seen.append((round(pair.saved_ns / 1e6, 2), round(pair.gain_ns / 1e6, 2)))
-    assert 1 - TOLERANCE <= median(ratios) <= 1 + TOLERANCE, seen  # (measured, estimated) ms per step
+    assert 1 - TOLERANCE <= median(ratios) <= 1 + TOLERANCE, (
+        seen
+    )  # (measured, estimated) ms per step
 
 
 TORCH = ["dtype", "optimizer", "dataloader", "item", "loop", "norm"]

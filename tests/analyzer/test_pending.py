@@ -14,7 +14,6 @@ from dc_core.cli import main
 from dc_core.record.session import Session
 from dc_core.store.logdir import read_profile
 from dc_core.store.profile import decode, encode, mark_pending
-
 from tests.analyzer.helpers import MS, line, profile
 
 
@@ -26,8 +25,14 @@ def _loader_bound(tmp_path, monkeypatch, **config) -> str:
         raise AssertionError("the analyzer ran on the training thread")
 
     monkeypatch.setattr(analyzer, "analyze", refused)
-    session = Session(logdir=str(tmp_path), run="exp", steps={"start": 0, "count": 2}, cpu_sampling_hz=0,
-                      framework="python", **config)
+    session = Session(
+        logdir=str(tmp_path),
+        run="exp",
+        steps={"start": 0, "count": 2},
+        cpu_sampling_hz=0,
+        framework="python",
+        **config,
+    )
     for step in range(2):
         session.step_begin(step)
         with session.phase("dataloader"):
@@ -58,7 +63,9 @@ def test_the_sessions_thresholds_reach_the_reader(tmp_path, monkeypatch, capsys)
     assert "dataloader_bottleneck" not in [f["rule"] for f in findings_of(read_profile(path))]
     assert main(["report", str(tmp_path), "--json"]) == 0
     (doc,) = json.loads(capsys.readouterr().out)["profiles"]
-    assert "dataloader_bottleneck" not in [f["rule"] for f in doc["findings"]]  # found without the override
+    assert "dataloader_bottleneck" not in [
+        f["rule"] for f in doc["findings"]
+    ]  # found without the override
 
 
 def test_the_report_prints_a_pending_windows_findings(tmp_path, monkeypatch, capsys):
@@ -67,10 +74,17 @@ def test_the_report_prints_a_pending_windows_findings(tmp_path, monkeypatch, cap
     assert "dataloader_bottleneck" in capsys.readouterr().out
 
 
-def test_analyze_stores_the_findings_with_the_sessions_thresholds_and_clears_the_marker(tmp_path, monkeypatch):
+def test_analyze_stores_the_findings_with_the_sessions_thresholds_and_clears_the_marker(
+    tmp_path, monkeypatch
+):
     plain = _loader_bound(tmp_path / "plain", monkeypatch)
-    quiet = _loader_bound(tmp_path / "quiet", monkeypatch, analyzer={"dataloader_bottleneck.enabled": 0})
-    assert main(["analyze", str(tmp_path / "plain")]) == 0 and main(["analyze", str(tmp_path / "quiet")]) == 0
+    quiet = _loader_bound(
+        tmp_path / "quiet", monkeypatch, analyzer={"dataloader_bottleneck.enabled": 0}
+    )
+    assert (
+        main(["analyze", str(tmp_path / "plain")]) == 0
+        and main(["analyze", str(tmp_path / "quiet")]) == 0
+    )
     stored = {name: read_profile(path) for name, path in (("plain", plain), ("quiet", quiet))}
     assert [f["rule"] for f in stored["plain"].findings] == ["dataloader_bottleneck"]
     assert stored["quiet"].findings == []
@@ -81,16 +95,22 @@ def test_analyze_stores_the_findings_with_the_sessions_thresholds_and_clears_the
 
 
 def test_damaged_overrides_fall_back_to_the_defaults_with_a_warning(caplog):
-    p = profile(("dataloader", (line("__getitem__", "d.py:5"), f"aten::randn @cpu_time_ns={40 * MS}")),
-                ("forward", (line("train", "t.py:1"), f"aten::mm @cpu_time_ns={2 * MS}")))
+    p = profile(
+        ("dataloader", (line("__getitem__", "d.py:5"), f"aten::randn @cpu_time_ns={40 * MS}")),
+        ("forward", (line("train", "t.py:1"), f"aten::mm @cpu_time_ns={2 * MS}")),
+    )
     mark_pending(p, {"dataloader_bottleneck.enabled": 0})
-    p.analyzer_overrides = {"dataloader_bottleneck.no_such_threshold": 1.0}  # a damaged or foreign file
+    p.analyzer_overrides = {
+        "dataloader_bottleneck.no_such_threshold": 1.0
+    }  # a damaged or foreign file
     back = decode(encode(p), "w.pb")
     assert "dataloader_bottleneck" in [f["rule"] for f in findings_of(back)]
     assert "w.pb has unreadable analyzer overrides" in caplog.text
 
 
-def test_an_analysis_that_fails_leaves_the_profile_readable_without_findings(tmp_path, monkeypatch, capsys, caplog):
+def test_an_analysis_that_fails_leaves_the_profile_readable_without_findings(
+    tmp_path, monkeypatch, capsys, caplog
+):
     path = _loader_bound(tmp_path, monkeypatch)
 
     def broken(*args, **kwargs):

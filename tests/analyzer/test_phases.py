@@ -1,15 +1,24 @@
 """optimizer_unfused, dataloader_bottleneck, gpu_idle on literal trees."""
 
 from dc_core.analyzer import analyze
-
 from tests.analyzer.helpers import MS, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
-FORWARD = ("forward", (TRAIN, (line("forward", "model.py:12"), f"aten::addmm @cpu_time_ns={60 * MS},count=3")))
+FORWARD = (
+    "forward",
+    (TRAIN, (line("forward", "model.py:12"), f"aten::addmm @cpu_time_ns={60 * MS},count=3")),
+)
 
 
 def test_optimizer_unfused_counts_per_parameter_ops():
-    p = profile(FORWARD, ("optimizer", f"aten::add_ @cpu_time_ns={10 * MS},count=150", f"aten::mul_ @cpu_time_ns={10 * MS},count=150"))
+    p = profile(
+        FORWARD,
+        (
+            "optimizer",
+            f"aten::add_ @cpu_time_ns={10 * MS},count=150",
+            f"aten::mul_ @cpu_time_ns={10 * MS},count=150",
+        ),
+    )
     f = only(analyze(p), "optimizer_unfused")
     assert f["path"] == ["optimizer"] and f["evidence"]["ops_per_step"] == 100.0
     assert f["evidence"]["share"] == 0.25 and "foreach=True" in f["suggestion"]
@@ -17,14 +26,24 @@ def test_optimizer_unfused_counts_per_parameter_ops():
 
 def test_optimizer_unfused_is_torch_advice_not_given_to_jax():
     """XLA compiles a JAX update into the step's program: foreach=True means nothing there."""
-    ops = ("optimizer", f"aten::add_ @cpu_time_ns={10 * MS},count=150", f"aten::mul_ @cpu_time_ns={10 * MS},count=150")
+    ops = (
+        "optimizer",
+        f"aten::add_ @cpu_time_ns={10 * MS},count=150",
+        f"aten::mul_ @cpu_time_ns={10 * MS},count=150",
+    )
     assert "optimizer_unfused" not in rules(analyze(profile(FORWARD, ops, framework="jax")))
     assert "optimizer_unfused" in rules(analyze(profile(FORWARD, ops, framework="torch")))
 
 
 def test_optimizer_unfused_quiet_with_foreach_kernels():
-    p = profile(FORWARD, ("optimizer", f"aten::_foreach_add_ @cpu_time_ns={20 * MS},count=3",
-                          f"aten::add_ @cpu_time_ns={10 * MS},count=150"))
+    p = profile(
+        FORWARD,
+        (
+            "optimizer",
+            f"aten::_foreach_add_ @cpu_time_ns={20 * MS},count=3",
+            f"aten::add_ @cpu_time_ns={10 * MS},count=150",
+        ),
+    )
     assert "optimizer_unfused" not in rules(analyze(p))
 
 
@@ -34,9 +53,17 @@ def test_optimizer_unfused_quiet_for_a_small_optimizer_share():
 
 
 def test_dataloader_bottleneck_names_getitem():
-    p = profile(FORWARD, ("dataloader", ("python:_next_data|dataloader.py:700",
-        (line("__getitem__", "data.py:18"), f"aten::randn @cpu_time_ns={36 * MS},count=96"),
-        (line("collate", "data.py:30"), f"aten::stack @cpu_time_ns={4 * MS},count=3"))))
+    p = profile(
+        FORWARD,
+        (
+            "dataloader",
+            (
+                "python:_next_data|dataloader.py:700",
+                (line("__getitem__", "data.py:18"), f"aten::randn @cpu_time_ns={36 * MS},count=96"),
+                (line("collate", "data.py:30"), f"aten::stack @cpu_time_ns={4 * MS},count=3"),
+            ),
+        ),
+    )
     f = only(analyze(p), "dataloader_bottleneck")
     assert f["path"][-1] == "data.py:18 __getitem__" and f["severity"] == "warning"
     assert f["evidence"]["share"] == 0.4 and f["evidence"]["per_step_ns"] == 40 * MS // 3
@@ -45,19 +72,40 @@ def test_dataloader_bottleneck_names_getitem():
 
 def test_dataloader_bottleneck_is_critical_past_half_and_uses_sampler_hits():
     # no operators in __getitem__ (pure Python): the sampler's hits show where
-    p = profile(FORWARD, (f"dataloader @cpu_time_ns={200 * MS}", (line("__getitem__", "data.py:18"), "python:decode|data.py:40 @samples=20")))
+    p = profile(
+        FORWARD,
+        (
+            f"dataloader @cpu_time_ns={200 * MS}",
+            (line("__getitem__", "data.py:18"), "python:decode|data.py:40 @samples=20"),
+        ),
+    )
     f = only(analyze(p), "dataloader_bottleneck")
-    assert f["severity"] == "critical" and f["path"] == ["dataloader", "data.py:18 __getitem__", "data.py:40 decode"]
+    assert f["severity"] == "critical" and f["path"] == [
+        "dataloader",
+        "data.py:18 __getitem__",
+        "data.py:40 decode",
+    ]
 
 
 def test_dataloader_bottleneck_quiet_below_ten_percent():
-    p = profile(FORWARD, ("dataloader", (line("__getitem__", "data.py:18"), f"aten::randn @cpu_time_ns={5 * MS}")))
+    p = profile(
+        FORWARD,
+        ("dataloader", (line("__getitem__", "data.py:18"), f"aten::randn @cpu_time_ns={5 * MS}")),
+    )
     assert "dataloader_bottleneck" not in rules(analyze(p))
 
 
 def test_gpu_idle_when_the_host_launches_small_kernels():
-    ops = [(f"aten::add @cpu_time_ns={30 * MS},count=3000", "kernel:vectorized_add @device_time_ns=3000000")]
-    p = profile(("forward", (TRAIN, (line("step", "model.py:8"), *ops))), step_times=[11 * MS, 11 * MS, 11 * MS])
+    ops = [
+        (
+            f"aten::add @cpu_time_ns={30 * MS},count=3000",
+            "kernel:vectorized_add @device_time_ns=3000000",
+        )
+    ]
+    p = profile(
+        ("forward", (TRAIN, (line("step", "model.py:8"), *ops))),
+        step_times=[11 * MS, 11 * MS, 11 * MS],
+    )
     f = only(analyze(p), "gpu_idle")
     assert f["evidence"]["idle"] == round(1 - 3 / 33, 4) and f["severity"] == "critical"
     assert f["path"] == ["forward", "train.py:20 train", "model.py:8 step"]

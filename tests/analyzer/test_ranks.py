@@ -3,7 +3,6 @@
 import pytest
 
 from dc_core.analyzer import analyze_ranks, attach
-
 from tests.analyzer.helpers import MS, line, only, profile, series
 
 TRAIN = line("train", "train.py:20")
@@ -11,9 +10,24 @@ TRAIN = line("train", "train.py:20")
 
 def _rank(rank, extra_ms=0, steps=(5, 8), loader_ms=10):
     p = profile(
-        ("forward", (TRAIN, (line("forward", "model.py:12"), f"aten::addmm @cpu_time_ns={60 * MS},count=3"))),
-        ("dataloader", (line("__getitem__", "data.py:18"), f"aten::randn @cpu_time_ns={(loader_ms + extra_ms) * MS},count=3")),
-        steps=steps, rank=rank, world_size=4, run="exp",
+        (
+            "forward",
+            (
+                TRAIN,
+                (line("forward", "model.py:12"), f"aten::addmm @cpu_time_ns={60 * MS},count=3"),
+            ),
+        ),
+        (
+            "dataloader",
+            (
+                line("__getitem__", "data.py:18"),
+                f"aten::randn @cpu_time_ns={(loader_ms + extra_ms) * MS},count=3",
+            ),
+        ),
+        steps=steps,
+        rank=rank,
+        world_size=4,
+        run="exp",
     )
     return p
 
@@ -21,7 +35,11 @@ def _rank(rank, extra_ms=0, steps=(5, 8), loader_ms=10):
 def test_load_imbalance_names_the_slow_rank_and_its_node():
     profiles = [_rank(0), _rank(1), _rank(2, extra_ms=60), _rank(3)]
     f = only(analyze_ranks(profiles), "load_imbalance")
-    assert f["severity"] == "warning" and f["evidence"]["rank"] == 2 and f["evidence"]["steps"] == [5, 8]
+    assert (
+        f["severity"] == "warning"
+        and f["evidence"]["rank"] == 2
+        and f["evidence"]["steps"] == [5, 8]
+    )
     assert f["evidence"]["ratio"] == round(130 / 70, 3)
     assert f["path"] == ["dataloader", "data.py:18 __getitem__", "aten::randn"]
     assert "rank 2" in f["message"]
@@ -32,16 +50,27 @@ def test_load_imbalance_names_the_slow_rank_and_its_node():
 def _worker(rank, load=1.0, extra_ms=0):
     """A rank's window: the same MLP work on every rank, its times stretched by
     ``load`` (a busy host), plus ``extra_ms`` of work only this rank does."""
+
     def op(name, time_ms, count):
         return f"{name} @cpu_time_ns={int(time_ms * load * MS)},count={count}"
 
     forward = [line("forward", "model.py:12"), op("aten::addmm", 30, 9)]
-    extra = [(line("straggler_work", "model.py:40"), op("aten::matmul", extra_ms, 12))] if extra_ms else []
+    extra = (
+        [(line("straggler_work", "model.py:40"), op("aten::matmul", extra_ms, 12))]
+        if extra_ms
+        else []
+    )
     p = profile(
         ("forward", (TRAIN, tuple(forward), *extra)),
-        ("backward", (TRAIN, (line("forward", "model.py:12"), op("aten::addmm [backward]", 60, 9)))),
+        (
+            "backward",
+            (TRAIN, (line("forward", "model.py:12"), op("aten::addmm [backward]", 60, 9))),
+        ),
         ("optimizer", (line("step", "train.py:24"), op("aten::add_", 10, 6))),
-        steps=(2, 5), rank=rank, world_size=3, run="exp",
+        steps=(2, 5),
+        rank=rank,
+        world_size=3,
+        run="exp",
     )
     return p
 
@@ -56,7 +85,12 @@ def test_regression_slow_rank_named_by_work_that_host_load_cannot_invert():
         f = only(analyze_ranks(profiles), "load_imbalance")
         assert f["severity"] == "warning" and f["evidence"]["rank"] == 1, (load, f["message"])
         assert f["evidence"]["measure"] == "work" and f["evidence"]["ratio"] == round(400 / 100, 3)
-        assert f["path"] == ["forward", "train.py:20 train", "model.py:40 straggler_work", "aten::matmul"]
+        assert f["path"] == [
+            "forward",
+            "train.py:20 train",
+            "model.py:40 straggler_work",
+            "aten::matmul",
+        ]
         assert "rank 1 does 4.00x the work" in f["message"]
         attach(profiles, [f])
         assert [len(p.findings) for p in profiles] == [0, 1, 0]
@@ -66,7 +100,11 @@ def test_load_imbalance_uniformly_slow_rank_is_named_by_step_time():
     # the same work everywhere, rank 2 takes twice as long at it (a slow device, a busy host)
     f = only(analyze_ranks([_worker(0), _worker(1), _worker(2, load=2.0)]), "load_imbalance")
     assert f["evidence"]["rank"] == 2 and f["evidence"]["measure"] == "step_time"
-    assert f["evidence"]["ratio"] == 2.0 and f["evidence"]["work_ratio_per_rank"] == {"0": 1.0, "1": 1.0, "2": 1.0}
+    assert f["evidence"]["ratio"] == 2.0 and f["evidence"]["work_ratio_per_rank"] == {
+        "0": 1.0,
+        "1": 1.0,
+        "2": 1.0,
+    }
 
 
 def test_load_imbalance_info_when_a_node_share_differs():
@@ -116,4 +154,6 @@ def test_many_ranks_name_the_outlier_rank_and_its_nodes_not_the_waiting_ranks():
     assert f["path"][:3] == ["forward", "train.py:40 train", "blocks.0.mlp"]
     assert "rank 9 is an outlier among 16 ranks" in f["message"] and "blocks.0.mlp" in f["message"]
     assert f["path"][-1] == "aten::linear"  # all of the excess is in the one operator
-    assert f["evidence"]["value_ns"] - f["evidence"]["median_ns"] == pytest.approx(500_000, rel=0.05)
+    assert f["evidence"]["value_ns"] - f["evidence"]["median_ns"] == pytest.approx(
+        500_000, rel=0.05
+    )

@@ -1,7 +1,6 @@
 """step_outlier and initialization_time."""
 
 from dc_core.analyzer import analyze
-
 from tests.analyzer.helpers import MS, only, profile, rules, series
 
 TREE = ("forward", f"aten::mm @cpu_time_ns={10 * MS}")
@@ -10,15 +9,25 @@ TREE = ("forward", f"aten::mm @cpu_time_ns={10 * MS}")
 def test_step_outlier_one_slow_step_among_ten():
     times = [100 * MS + i * MS for i in range(10)]
     times[6] = 160 * MS  # 1.6x the median: only the 3-sigma test catches it
-    cpu = [20] * 62 + [95] * 16 + [20] * 30  # samples 62..77: the slow step (615..775 ms) kept the CPUs busy
-    p = profile(TREE, steps=(10, 20), step_times=times, system=[series("cpu_percent", cpu, device=0, interval_ns=10 * MS)])
+    cpu = (
+        [20] * 62 + [95] * 16 + [20] * 30
+    )  # samples 62..77: the slow step (615..775 ms) kept the CPUs busy
+    p = profile(
+        TREE,
+        steps=(10, 20),
+        step_times=times,
+        system=[series("cpu_percent", cpu, device=0, interval_ns=10 * MS)],
+    )
     f = only(analyze(p), "step_outlier")
     assert f["evidence"]["steps"] == [16] and f["evidence"]["reasons"] == {16: ["sigma"]}
     assert f["evidence"]["times_ns"] == [160 * MS]
     assert f["evidence"]["system_during_slow_steps"]["cpu_percent[0]"]["slow"] == 95.0
     assert "cpu_percent[0]" in f["message"] and f["node"] == -1
     # one step 1.6x the others: a loaded host does that, so a note, not a warning
-    assert f["severity"] == "info" and "a single step 1.5x the median may be machine noise" in f["message"]
+    assert (
+        f["severity"] == "info"
+        and "a single step 1.5x the median may be machine noise" in f["message"]
+    )
 
 
 def test_step_outlier_twice_the_median_with_few_steps():
@@ -32,7 +41,9 @@ def test_step_outlier_twice_the_median_with_few_steps():
 def test_step_outlier_quiet_for_steady_steps_and_for_jitter():
     steady = profile(TREE, steps=(0, 12), step_times=[100 * MS + (i % 3) * MS for i in range(12)])
     assert "step_outlier" not in rules(analyze(steady))
-    tiny = profile(TREE, steps=(0, 4), step_times=[10_000, 10_000, 90_000, 10_000])  # µs-scale jitter
+    tiny = profile(
+        TREE, steps=(0, 4), step_times=[10_000, 10_000, 90_000, 10_000]
+    )  # µs-scale jitter
     assert "step_outlier" not in rules(analyze(tiny))
 
 
@@ -41,7 +52,10 @@ def test_initialization_time_when_long():
     f = only(analyze(p), "initialization_time")
     assert f["severity"] == "warning" and f["evidence"]["init_ns"] == 90 * 10**9
     assert "180 steps" in f["message"]
-    assert only(analyze(p, {"initialization_time.critical_s": 60}), "initialization_time")["severity"] == "critical"
+    assert (
+        only(analyze(p, {"initialization_time.critical_s": 60}), "initialization_time")["severity"]
+        == "critical"
+    )
 
 
 def test_initialization_time_quiet_when_short_or_unknown():
@@ -65,7 +79,10 @@ def test_regression_clean_three_step_window_mildly_slow_step_was_a_warning():
     for slow_ms in (140, 250, 1000):
         p = profile(TREE, steps=(2, 5), step_times=[100 * MS, slow_ms * MS, 101 * MS])
         assert [f["severity"] for f in analyze(p) if f["rule"] == "step_outlier"] in ([], ["info"])
-    noted = only(analyze(profile(TREE, steps=(2, 5), step_times=[100 * MS, 1000 * MS, 101 * MS])), "step_outlier")
+    noted = only(
+        analyze(profile(TREE, steps=(2, 5), step_times=[100 * MS, 1000 * MS, 101 * MS])),
+        "step_outlier",
+    )
     assert noted["severity"] == "info" and noted["evidence"]["steps"] == [3]
 
 
@@ -88,7 +105,10 @@ def test_step_outlier_repeated_excess_is_a_warning_single_blip_a_note():
     steady = [100 * MS + (i % 4) * MS for i in range(12)]
     once = list(steady)
     once[5] = 190 * MS  # 1.9x: slow by the robust sigma test only
-    assert only(analyze(profile(TREE, steps=(0, 12), step_times=once)), "step_outlier")["severity"] == "info"
+    assert (
+        only(analyze(profile(TREE, steps=(0, 12), step_times=once)), "step_outlier")["severity"]
+        == "info"
+    )
     periodic = list(once)
     periodic[11] = 185 * MS  # the same excess again: periodic work, not a blip
     f = only(analyze(profile(TREE, steps=(0, 12), step_times=periodic)), "step_outlier")
@@ -108,18 +128,26 @@ def test_step_outlier_sigma_test_is_robust_to_the_outliers_themselves():
 
 def test_step_outlier_thresholds_can_make_a_short_window_warn():
     p = profile(TREE, steps=(2, 5), step_times=[100 * MS, 1000 * MS, 101 * MS])
-    assert only(analyze(p, {"step_outlier.warn_min_steps": 3}), "step_outlier")["severity"] == "warning"
+    assert (
+        only(analyze(p, {"step_outlier.warn_min_steps": 3}), "step_outlier")["severity"]
+        == "warning"
+    )
 
 
 def test_a_slow_step_the_host_took_is_a_note_and_saves_nothing():
     times = [100 * MS, 102 * MS, 1000 * MS, 101 * MS, 99 * MS]  # as above: 10x the median...
     waits = [0, MS, 880 * MS, 0, 0]  # ...but 880 ms of it the step's thread waited for a CPU
-    f = only(analyze(profile(TREE, steps=(10, 15), step_times=times, step_wait_ns=waits)), "step_outlier")
+    f = only(
+        analyze(profile(TREE, steps=(10, 15), step_times=times, step_wait_ns=waits)), "step_outlier"
+    )
     assert f["severity"] == "info" and "the host gave 880.0 ms of it to other work" in f["message"]
     assert f["evidence"]["stolen_ns"] == {12: 880 * MS} and f["gain_ns"] == 0
 
 
 def test_a_truly_slow_step_saves_its_excess_spread_over_the_window():
     times = [100 * MS, 102 * MS, 1000 * MS, 101 * MS, 99 * MS]
-    f = only(analyze(profile(TREE, steps=(10, 15), step_times=times, step_wait_ns=[0] * 5)), "step_outlier")
+    f = only(
+        analyze(profile(TREE, steps=(10, 15), step_times=times, step_wait_ns=[0] * 5)),
+        "step_outlier",
+    )
     assert f["severity"] == "warning" and f["gain_ns"] == (1000 - 101) * MS // 5

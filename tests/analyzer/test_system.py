@@ -1,7 +1,6 @@
 """System-monitor rules: low_gpu_utilization, cpu_bottleneck, io_bottleneck, batch_size, memory_growth."""
 
 from dc_core.analyzer import analyze
-
 from tests.analyzer.helpers import MS, line, only, profile, rules, series
 
 MIB = 2**20
@@ -16,7 +15,11 @@ def _cpu(*per_core):
 def test_low_gpu_utilization_reports_percentiles():
     p = profile(TREE, system=[series("gpu_util_percent", [10, 20, 30, 40, 50, 20, 20], device=1)])
     f = only(analyze(p), "low_gpu_utilization")
-    assert f["evidence"]["device"] == 1 and f["evidence"]["p50"] == 20.0 and f["evidence"]["p95"] == 47.0
+    assert (
+        f["evidence"]["device"] == 1
+        and f["evidence"]["p50"] == 20.0
+        and f["evidence"]["p95"] == 47.0
+    )
 
 
 def test_low_gpu_utilization_quiet_when_busy_or_few_samples():
@@ -26,7 +29,9 @@ def test_low_gpu_utilization_quiet_when_busy_or_few_samples():
 
 
 def test_cpu_bottleneck_on_a_gpu_job_with_saturated_cpus():
-    p = profile(TREE, system=[*_cpu([99] * 6, [97] * 6), series("gpu_util_percent", [20] * 6, device=0)])
+    p = profile(
+        TREE, system=[*_cpu([99] * 6, [97] * 6), series("gpu_util_percent", [20] * 6, device=0)]
+    )
     f = only(analyze(p), "cpu_bottleneck")
     assert f["evidence"]["cpu"]["p95"] == 98.0 and f["evidence"]["gpu_p50"] == 20.0
     assert f["path"][-1] == "train.py:20 train"
@@ -41,7 +46,9 @@ def test_io_bottleneck_when_the_loader_waits_with_idle_cpus():
     disk = series("disk_read_bytes", [0, 50 * MIB, 100 * MIB, 150 * MIB, 200 * MIB, 250 * MIB])
     p = profile(TREE, LOADER, system=[*_cpu([10, 12, 8, 9, 11, 10], [5] * 6), disk])
     f = only(analyze(p), "io_bottleneck")
-    assert f["evidence"]["dataloader_share"] == 0.25 and f["evidence"]["busiest_core"]["p50"] == 10.0
+    assert (
+        f["evidence"]["dataloader_share"] == 0.25 and f["evidence"]["busiest_core"]["p50"] == 10.0
+    )
     assert f["evidence"]["disk_read_bytes_per_s"]["p50"] == 500 * MIB
     assert f["path"][-1] == "data.py:18 __getitem__"
 
@@ -52,14 +59,31 @@ def test_io_bottleneck_quiet_when_the_loader_computes():
 
 
 def test_batch_size_when_everything_is_under_used():
-    p = profile(TREE, system=[*_cpu([30] * 6, [20] * 6), series("mem_used_percent", [40] * 6),
-                              series("gpu_util_percent", [35] * 6, device=0)])
+    p = profile(
+        TREE,
+        system=[
+            *_cpu([30] * 6, [20] * 6),
+            series("mem_used_percent", [40] * 6),
+            series("gpu_util_percent", [35] * 6, device=0),
+        ],
+    )
     f = only(analyze(p), "batch_size")
-    assert f["severity"] == "info" and f["evidence"]["cpu"]["p95"] == 25.0 and f["evidence"]["gpu0"]["p50"] == 35.0
+    assert (
+        f["severity"] == "info"
+        and f["evidence"]["cpu"]["p95"] == 25.0
+        and f["evidence"]["gpu0"]["p50"] == 35.0
+    )
 
 
 def test_batch_size_quiet_when_one_resource_is_busy():
-    p = profile(TREE, system=[*_cpu([30] * 6), series("mem_used_percent", [40] * 6), series("gpu_util_percent", [99] * 6)])
+    p = profile(
+        TREE,
+        system=[
+            *_cpu([30] * 6),
+            series("mem_used_percent", [40] * 6),
+            series("gpu_util_percent", [99] * 6),
+        ],
+    )
     assert "batch_size" not in rules(analyze(p))
 
 
@@ -72,7 +96,9 @@ def test_memory_growth_rising_rss_in_a_window():
 
 def test_memory_growth_in_one_jax_window_is_no_warning_since_jax_profiler_holds_the_trace_in_memory():
     rss = [1000 * MIB + i * 40 * MIB for i in range(9)]
-    f = only(analyze(profile(TREE, system=[series("rss_bytes", rss)], framework="jax")), "memory_growth")
+    f = only(
+        analyze(profile(TREE, system=[series("rss_bytes", rss)], framework="jax")), "memory_growth"
+    )
     assert f["severity"] == "info" and "jax.profiler holds the window's trace" in f["message"]
 
 
@@ -80,4 +106,6 @@ def test_memory_growth_quiet_for_a_plateau_or_one_jump():
     flat = [1000 * MIB + (i % 2) * MIB for i in range(9)]
     jump = [1000 * MIB] * 4 + [1500 * MIB] * 5  # an allocator growing once is not a leak
     for values in (flat, jump):
-        assert "memory_growth" not in rules(analyze(profile(TREE, system=[series("rss_bytes", values)])))
+        assert "memory_growth" not in rules(
+            analyze(profile(TREE, system=[series("rss_bytes", values)]))
+        )

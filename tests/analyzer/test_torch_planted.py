@@ -11,9 +11,8 @@ pytest.importorskip("dc_torch.loop")
 
 from dc_core.analyzer import analyze
 from dc_core.cli import main
-from dc_core.store.logdir import read_profile
 from dc_core.model.opnames import op_name
-
+from dc_core.store.logdir import read_profile
 from tests.analyzer import planted
 from tests.analyzer.helpers import only
 
@@ -70,7 +69,10 @@ def test_planted_model_problems_are_found_where_they_are(tmp_path):
 
     casts = _at(found, "dtype_conversion", "ping_pong")
     # named as called (Tensor.float, Tensor.half) on the Python path, as ATen runs them (aten::to) natively
-    assert casts["evidence"]["operators"] in (["torch.Tensor.float", "torch.Tensor.half"], ["aten::to"])
+    assert casts["evidence"]["operators"] in (
+        ["torch.Tensor.float", "torch.Tensor.half"],
+        ["aten::to"],
+    )
     assert casts["evidence"]["per_step"] == 24  # 12 casts forward, and each one's backward copy
 
     norm = _at(found, "unfused_norm", "norm (RMSNorm)")
@@ -81,7 +83,9 @@ def test_planted_model_problems_are_found_where_they_are(tmp_path):
     syncs = [f for f in found if f["rule"] == "host_sync"]
     if "cuda" in p.env:  # a machine with a GPU (the model still runs on the CPU)
         (sync,) = syncs
-        assert sync["path"][-1] in ("torch.Tensor.item", "aten::item") and sync["path"][-2].endswith("run_planted_model")
+        assert sync["path"][-1] in ("torch.Tensor.item", "aten::item") and sync["path"][
+            -2
+        ].endswith("run_planted_model")
         assert sync["evidence"]["per_step"] == 1.0 and sync["severity"] == "info"
     else:
         assert "torch" in p.env and syncs == []
@@ -100,7 +104,10 @@ def test_slow_rank_is_named_with_its_extra_work(tmp_path, capsys):
     assert [len(f) for f in imbalance] == [0, 1, 0], steps_ms
     f = imbalance[1][0]
     # ~8x the work planted; named by work, which a loaded host cannot invert
-    assert f["evidence"]["rank"] == 1 and f["evidence"]["measure"] == "work", (f["message"], steps_ms)
+    assert f["evidence"]["rank"] == 1 and f["evidence"]["measure"] == "work", (
+        f["message"],
+        steps_ms,
+    )
     assert f["evidence"]["ratio"] >= 2, (f["message"], steps_ms)
     assert _path_has(f, "straggler_work")
     assert "rank 1" in capsys.readouterr().out
@@ -126,8 +133,11 @@ def test_a_device_move_and_a_same_dtype_copy_are_not_dtype_conversions(tmp_path)
             prof.step()
     moves = read_profile(prof.written[0])
     assert [f for f in planted.findings_of(moves) if f["rule"] == "dtype_conversion"] == []
-    detail = {moves.tree.node_frame(n).detail for n in range(len(moves.tree))
-              if op_name(moves.tree.node_frame(n).name) == "to"}
+    detail = {
+        moves.tree.node_frame(n).detail
+        for n in range(len(moves.tree))
+        if op_name(moves.tree.node_frame(n).name) == "to"
+    }
     assert detail == {"device"}, detail
     with dc_torch.profile(logdir=str(tmp_path / "casts"), steps={"start": 0, "count": 3}) as prof:
         for _ in range(3):

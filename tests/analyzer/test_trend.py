@@ -6,7 +6,6 @@ import pytest
 
 from dc_core.analyzer import analyze_ranks, attach
 from dc_core.store.profile import decode, encode
-
 from tests.analyzer.helpers import MS, line, only, profile, rules
 
 LOADER = ["dataloader", "data.py:18 __getitem__", "aten::randn"]
@@ -16,17 +15,31 @@ def _window(i, rng, rank=0, rise_from=None, noise=0.05):
     """Window ``i`` (steps 100i..100i+9) of ``rank``: aten::randn under the loader
     takes 5 % of the window, 3 points more per window from ``rise_from`` on, at
     the expense of aten::mm; every value gets ``noise`` (relative)."""
-    planted = 0.05 + (0.03 * (i - rise_from + 1) if rise_from is not None and i >= rise_from else 0.0)
+    planted = 0.05 + (
+        0.03 * (i - rise_from + 1) if rise_from is not None and i >= rise_from else 0.0
+    )
 
     def op(name, share):
         return f"{name} @cpu_time_ns={int(share * 100 * MS * (1 + rng.gauss(0, noise)))},count=10"
 
     return profile(
-        ("forward", (line("train", "train.py:20"), (line("forward", "model.py:12"), op("aten::mm", 0.6 - planted),
-                                                   op("aten::add", 0.1), op("aten::relu", 0.05)))),
+        (
+            "forward",
+            (
+                line("train", "train.py:20"),
+                (
+                    line("forward", "model.py:12"),
+                    op("aten::mm", 0.6 - planted),
+                    op("aten::add", 0.1),
+                    op("aten::relu", 0.05),
+                ),
+            ),
+        ),
         ("dataloader", (line("__getitem__", "data.py:18"), op("aten::randn", planted))),
         ("optimizer", op("aten::add_", 0.2)),
-        steps=(100 * i, 100 * i + 10), rank=rank, run="exp",
+        steps=(100 * i, 100 * i + 10),
+        rank=rank,
+        run="exp",
     )
 
 
@@ -44,15 +57,29 @@ def test_rising_node_is_named_with_its_first_rising_step(seed):
     f = only(analyze_ranks(profiles), "share_trend")
     e = f["evidence"]
     assert f["severity"] == "warning" and f["path"] == LOADER
-    assert (e["run"], e["rank"], e["steps"]) == ("exp", 0, [1100, 1110])  # stored in the rank's last window
+    assert (e["run"], e["rank"], e["steps"]) == (
+        "exp",
+        0,
+        [1100, 1110],
+    )  # stored in the rank's last window
     last = profiles[11]
     assert [last.tree.node_frame(n).label() for n in last.tree.path(f["node"])] == LOADER
     assert e["first_rise_step"] == 500 and e["windows"][0] == [0, 10] and len(e["shares"]) == 12
-    assert e["p"] < 0.01 and e["S"] > 0 and e["theil_sen_slope"] > 0 and e["metric"] == "cpu_time_ns"
-    assert e["shares"][0] == pytest.approx(0.05, abs=0.01) and e["shares"][-1] == pytest.approx(0.26, abs=0.03)
+    assert (
+        e["p"] < 0.01 and e["S"] > 0 and e["theil_sen_slope"] > 0 and e["metric"] == "cpu_time_ns"
+    )
+    assert e["shares"][0] == pytest.approx(0.05, abs=0.01) and e["shares"][-1] == pytest.approx(
+        0.26, abs=0.03
+    )
     first, end = f"{100 * e['shares'][0]:.1f}%", f"{100 * e['shares'][-1]:.1f}%"
-    assert f"aten::randn takes a rising share of the window on rank 0: {first} in the first window" in f["message"]
-    assert f"{end} in the last (steps 1100\u20131109)" in f["message"] and "rising from step 500" in f["message"]
+    assert (
+        f"aten::randn takes a rising share of the window on rank 0: {first} in the first window"
+        in f["message"]
+    )
+    assert (
+        f"{end} in the last (steps 1100\u20131109)" in f["message"]
+        and "rising from step 500" in f["message"]
+    )
     assert "--trend" in f["suggestion"]
 
 
@@ -62,7 +89,10 @@ def test_finding_is_stored_in_the_last_window_and_survives_the_file():
     attach(profiles, findings)
     assert [len(p.findings) for p in profiles] == [0] * 11 + [1] + [0] * 12
     back = decode(encode(profiles[11]))
-    assert back.findings[0]["evidence"] == findings[0]["evidence"] and back.findings[0]["path"] == LOADER
+    assert (
+        back.findings[0]["evidence"] == findings[0]["evidence"]
+        and back.findings[0]["path"] == LOADER
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -8,7 +8,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,7 +24,6 @@ from dc_core.analyzer import findings_of
 from dc_core.store.logdir import load_profiles, read_profile
 from dc_hf import DeepContextCallback as HFCallback
 from dc_lightning import DeepContextCallback as LightningCallback
-
 from tests.analyzer import fixes
 from tests.hf.test_callback import train as train_gpt2
 from tests.lightning.workload import DemoTransformerModule, loader, trainer
@@ -37,7 +36,10 @@ WINDOW = {"start": 2, "count": 6}
 @contextlib.contextmanager
 def busy_cores() -> Iterator[None]:
     """A process spinning on each core while the block runs."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
     try:
         yield
     finally:
@@ -64,10 +66,15 @@ def _only_profile(logdir):
 
 def test_lightnings_demo_transformer_gets_no_warning(tmp_path):
     callback = LightningCallback(steps=WINDOW)
-    trainer(max_steps=WINDOW["start"] + WINDOW["count"] + 1, default_root_dir=str(tmp_path),
-            callbacks=[callback]).fit(DemoTransformerModule(), loader(batches=12))
+    trainer(
+        max_steps=WINDOW["start"] + WINDOW["count"] + 1,
+        default_root_dir=str(tmp_path),
+        callbacks=[callback],
+    ).fit(DemoTransformerModule(), loader(batches=12))
     profile = _only_profile(tmp_path)
-    assert profile.tree.find_all(lambda f: f.kind == "module" and "TransformerEncoderLayer" in f.detail)
+    assert profile.tree.find_all(
+        lambda f: f.kind == "module" and "TransformerEncoderLayer" in f.detail
+    )
     assert _loud(profile) == []
 
 

@@ -24,13 +24,41 @@ def demo_logdir(tmp_path_factory):
 def test_report_json_shape(demo_logdir, capsys):
     assert main(["report", str(demo_logdir), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"version", "profiles", "errors"} and doc["version"] == 1 and doc["errors"] == []
+    assert (
+        set(doc) == {"version", "profiles", "errors"}
+        and doc["version"] == 1
+        and doc["errors"] == []
+    )
     (profile,) = doc["profiles"]
-    assert set(profile) == {"run", "rank", "host", "framework", "mode", "steps", "step_times_ns",
-                            "one_off_first_step_ns", "tree", "findings"}
-    assert profile["steps"] == [1, 4] and len(profile["step_times_ns"]) == 3 and profile["framework"] == "python"
+    assert set(profile) == {
+        "run",
+        "rank",
+        "host",
+        "framework",
+        "mode",
+        "steps",
+        "step_times_ns",
+        "one_off_first_step_ns",
+        "tree",
+        "findings",
+    }
+    assert (
+        profile["steps"] == [1, 4]
+        and len(profile["step_times_ns"]) == 3
+        and profile["framework"] == "python"
+    )
     root = profile["tree"]
-    assert set(root) == {"kind", "name", "detail", "file", "line", "backward", "excl", "incl", "children"}
+    assert set(root) == {
+        "kind",
+        "name",
+        "detail",
+        "file",
+        "line",
+        "backward",
+        "excl",
+        "incl",
+        "children",
+    }
 
     def walk(node, path):
         yield path + [node["name"]], node
@@ -41,14 +69,27 @@ def test_report_json_shape(demo_logdir, capsys):
     (grad_path,) = [p for p in nodes if p and p[-1] == "demo::grad"]
     grad = nodes[grad_path]
     assert grad_path[0] == "backward" and grad["backward"] is True and grad["kind"] == "operator"
-    assert grad["excl"]["count"] == 3 and grad["incl"]["cpu_time_ns"] >= grad["excl"]["cpu_time_ns"] > 0
-    assert root["incl"]["cpu_time_ns"] == sum(k["incl"]["cpu_time_ns"] for k in root["children"]) + root["excl"]["cpu_time_ns"]
+    assert (
+        grad["excl"]["count"] == 3
+        and grad["incl"]["cpu_time_ns"] >= grad["excl"]["cpu_time_ns"] > 0
+    )
+    assert (
+        root["incl"]["cpu_time_ns"]
+        == sum(k["incl"]["cpu_time_ns"] for k in root["children"]) + root["excl"]["cpu_time_ns"]
+    )
 
 
 def test_report_table_shows_phases_and_lines(demo_logdir, capsys):
     assert main(["report", str(demo_logdir), "--min-percent", "0", "--limit", "1000"]) == 0
     out = capsys.readouterr().out
-    for text in ("forward", "backward", "workload.py:", "demo::featurize", "demo::grad [backward]", "steps 1–3"):
+    for text in (
+        "forward",
+        "backward",
+        "workload.py:",
+        "demo::featurize",
+        "demo::grad [backward]",
+        "steps 1–3",
+    ):
         assert text in out
 
 
@@ -95,8 +136,19 @@ def test_ranks_compared(tmp_path, capsys):
 
 def test_python_m_dc_core_demo(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "dc_core", "demo", "--workload", "python", "--logdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "dc_core",
+            "demo",
+            "--workload",
+            "python",
+            "--logdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "demo::featurize" in result.stdout and "steps-3-6.pb" in result.stdout
@@ -107,8 +159,21 @@ def test_export_skips_a_profile_without_the_metric_and_goes_on(tmp_path, capsys)
     other = make_profile(1)
     other.tree.excl.pop("count")
     skipped = write_profile(other, tmp_path / "logs")
-    assert main(["export", str(tmp_path / "logs"), "--format", "chrome", "--metric", "count",
-                 "--out", str(tmp_path / "out")]) == 1
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "logs"),
+                "--format",
+                "chrome",
+                "--metric",
+                "count",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert f"skipped {skipped}: it has no metric 'count'" in out
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["run-rank0-steps5-7.trace.json"]

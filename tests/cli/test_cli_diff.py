@@ -27,15 +27,31 @@ LINE = "python:layer|/src/model.py:10"
 def with_bounds(tree: Tree, jitter: int = 50_000) -> dict[str, list[int]]:
     """Step bounds of a window whose steps each hold ``excl / STEPS``, give or take ``jitter``."""
     per_step = [v // STEPS for v in tree.excl["cpu_time_ns"]]
-    return {"cpu_time_ns.min": [max(v - jitter, 0) if v else 0 for v in per_step],
-            "cpu_time_ns.max": [v + jitter if v else 0 for v in per_step]}
+    return {
+        "cpu_time_ns.min": [max(v - jitter, 0) if v else 0 for v in per_step],
+        "cpu_time_ns.max": [v + jitter if v else 0 for v in per_step],
+    }
 
 
-def profile(tree: Tree, framework: str = "torch", mode: str = "lightweight", bounds: bool = True,
-            rank: int = 0, steps: tuple[int, int] = (2, 2 + STEPS)) -> Profile:
+def profile(
+    tree: Tree,
+    framework: str = "torch",
+    mode: str = "lightweight",
+    bounds: bool = True,
+    rank: int = 0,
+    steps: tuple[int, int] = (2, 2 + STEPS),
+) -> Profile:
     step = tree.inclusive("cpu_time_ns")[0] // STEPS
-    return Profile(tree=tree, steps=steps, step_times_ns=[step] * STEPS, rank=rank, host="h", framework=framework,
-                   mode=mode, step_bounds=with_bounds(tree) if bounds else {})
+    return Profile(
+        tree=tree,
+        steps=steps,
+        step_times_ns=[step] * STEPS,
+        rank=rank,
+        host="h",
+        framework=framework,
+        mode=mode,
+        step_bounds=with_bounds(tree) if bounds else {},
+    )
 
 
 def model(extra_ns: int = 0, line: str = LINE, new_op: bool = False) -> Tree:
@@ -46,7 +62,9 @@ def model(extra_ns: int = 0, line: str = LINE, new_op: bool = False) -> Tree:
     if new_op:
         train.append(f"aten::cdist @cpu_time_ns={STEPS * 2 * MS}")
     backward = f"aten::mm [backward] @cpu_time_ns={STEPS * 3 * MS}"
-    return tree_from_lists(("forward", tuple(train)), ("backward", ("python:train|/src/train.py:20", backward)))
+    return tree_from_lists(
+        ("forward", tuple(train)), ("backward", ("python:train|/src/train.py:20", backward))
+    )
 
 
 def write(tmp_path: Path, name: str, p: Profile) -> Path:
@@ -75,13 +93,26 @@ def test_a_planted_5ms_per_step_under_a_line_comes_first_and_significant(tmp_pat
 
 
 def test_a_path_only_in_b_is_listed_apart(tmp_path, capsys):
-    doc = run_json(capsys, write(tmp_path, "a", profile(model())), write(tmp_path, "b", profile(model(new_op=True))),
-                   "--min-share", "0")
-    assert doc["only_b"] == [{"path": ["forward", "train.py:20 train", "aten::cdist"], "a_ns": 0, "b_ns": 2 * MS,
-                              "delta_ns": 2 * MS}]
+    doc = run_json(
+        capsys,
+        write(tmp_path, "a", profile(model())),
+        write(tmp_path, "b", profile(model(new_op=True))),
+        "--min-share",
+        "0",
+    )
+    assert doc["only_b"] == [
+        {
+            "path": ["forward", "train.py:20 train", "aten::cdist"],
+            "a_ns": 0,
+            "b_ns": 2 * MS,
+            "delta_ns": 2 * MS,
+        }
+    ]
     assert doc["only_a"] == [] and all(c["path"][-1] != "aten::cdist" for c in doc["changes"])
     # train.py:20 grew by the new op alone: listed, as no matched child carries its change.
-    assert [(c["path"], c["delta_ns"]) for c in doc["changes"]] == [(["forward", "train.py:20 train"], 2 * MS)]
+    assert [(c["path"], c["delta_ns"]) for c in doc["changes"]] == [
+        (["forward", "train.py:20 train"], 2 * MS)
+    ]
 
 
 def test_a_moved_line_is_matched_not_listed_as_only_in(tmp_path, capsys):
@@ -98,8 +129,13 @@ def test_a_moved_line_is_matched_not_listed_as_only_in(tmp_path, capsys):
 
 def test_moved_calls_of_one_function_pair_in_line_order():
     def tree(*calls: tuple[int, str]) -> Tree:
-        return tree_from_lists(("forward", *((f"python:f|/f.py:{line}", f"{op} @cpu_time_ns=1") for line, op in calls),
-                                "python:g|/f.py:30 @cpu_time_ns=3"))
+        return tree_from_lists(
+            (
+                "forward",
+                *((f"python:f|/f.py:{line}", f"{op} @cpu_time_ns=1") for line, op in calls),
+                "python:g|/f.py:30 @cpu_time_ns=3",
+            )
+        )
 
     # Four lines inserted above both calls of f; B's tree lists the second first.
     a, b = tree((10, "aten::mm"), (20, "aten::add")), tree((24, "aten::add"), (14, "aten::mm"))
@@ -117,29 +153,49 @@ def test_lines_shifted_onto_each_others_numbers_pair_by_what_they_call():
     from line 56 to 57 and the loss from 57 to 58; an exact match paired A's
     loss line with B's model line (both 57), and the model's subtree read as
     only in A and only in B."""
+
     def tree(model_line: int, loss_line: int, extra: int = 0) -> Tree:
         model = f"module:TinyLM @cpu_time_ns={10 + extra}"
-        return tree_from_lists(("forward", ("python:<module>|/t.py:66",
-                                            (f"python:main|/t.py:{model_line}", model),
-                                            (f"python:main|/t.py:{loss_line}", "aten::cross_entropy @cpu_time_ns=3"),
-                                            "python:main|/t.py:60 @cpu_time_ns=1")))
+        return tree_from_lists(
+            (
+                "forward",
+                (
+                    "python:<module>|/t.py:66",
+                    (f"python:main|/t.py:{model_line}", model),
+                    (f"python:main|/t.py:{loss_line}", "aten::cross_entropy @cpu_time_ns=3"),
+                    "python:main|/t.py:60 @cpu_time_ns=1",
+                ),
+            )
+        )
 
     a, b = tree(56, 57), tree(57, 58, extra=5)
     union = Union(side_of(profile(a, bounds=False)), side_of(profile(b, bounds=False)))
-    lines = {a.node_frame(n).line: union.b_frame(n).line for n in a.children(a.find("forward", "t.py:66 <module>"))}
+    lines = {
+        a.node_frame(n).line: union.b_frame(n).line
+        for n in a.children(a.find("forward", "t.py:66 <module>"))
+    }
     assert lines == {56: 57, 57: 58, 60: 60}
     result = compare(union, "cpu_time_ns")
     assert result.only_a == result.only_b == []
     assert [union.label(c.node) for c in result.changes] == ["TinyLM"]
     assert [union.label(n) for n in union.path(result.changes[0].node)] == [
-        "forward", "t.py:66 <module>", "t.py:56\u219257 main", "TinyLM"]
+        "forward",
+        "t.py:66 <module>",
+        "t.py:56\u219257 main",
+        "TinyLM",
+    ]
 
 
 def test_a_call_removed_without_a_shift_leaves_the_others_on_their_lines():
     def tree(*calls: tuple[int, str]) -> Tree:
-        return tree_from_lists(("forward", *((f"python:f|/f.py:{line}", f"{op} @cpu_time_ns=1") for line, op in calls)))
+        return tree_from_lists(
+            ("forward", *((f"python:f|/f.py:{line}", f"{op} @cpu_time_ns=1") for line, op in calls))
+        )
 
-    a, b = tree((10, "aten::mm"), (11, "aten::add"), (14, "aten::mul")), tree((10, "aten::mm"), (14, "aten::mul"))
+    a, b = (
+        tree((10, "aten::mm"), (11, "aten::add"), (14, "aten::mul")),
+        tree((10, "aten::mm"), (14, "aten::mul")),
+    )
     union = Union(side_of(profile(a, bounds=False)), side_of(profile(b, bounds=False)))
     result = compare(union, "cpu_time_ns")
     assert [union.label(o.node) for o in result.only_a] == ["f.py:11 f"] and result.only_b == []
@@ -156,7 +212,9 @@ def test_a_call_removed_without_a_shift_leaves_the_others_on_their_lines():
 
 def test_a_line_inserted_between_calls_moves_only_the_calls_below():
     def tree(*calls: tuple[int, str]) -> Tree:
-        return tree_from_lists(("forward", *((f"python:forward|/m.py:{line}", f"module:{mod}") for line, mod in calls)))
+        return tree_from_lists(
+            ("forward", *((f"python:forward|/m.py:{line}", f"module:{mod}") for line, mod in calls))
+        )
 
     a = tree((24, "norm1 @cpu_time_ns=1"), (25, "attn @cpu_time_ns=2"), (26, "mlp @cpu_time_ns=3"))
     b = tree((24, "norm1 @cpu_time_ns=1"), (26, "attn @cpu_time_ns=2"), (27, "mlp @cpu_time_ns=3"))
@@ -172,31 +230,49 @@ def test_spread_unknown_without_step_bounds(tmp_path, capsys):
     first = run_json(capsys, a, b)["changes"][0]
     assert (first["spread_ns"], first["significant"], first["delta_ns"]) == (None, False, 5 * MS)
     assert main(["diff", str(a), str(b)]) == 0
-    assert "spread unknown (?): A and B have no per-step bounds of cpu_time_ns" in capsys.readouterr().out
+    assert (
+        "spread unknown (?): A and B have no per-step bounds of cpu_time_ns"
+        in capsys.readouterr().out
+    )
 
 
 def test_min_share_and_top_limit_what_is_listed(tmp_path, capsys):
     a = write(tmp_path, "a", profile(model()))
     b = write(tmp_path, "b", profile(model(extra_ns=5 * MS, new_op=True)))
     everything = run_json(capsys, a, b, "--min-share", "0")
-    assert len(everything["changes"]) == 2 and everything["counts"] == {"changes": 2, "only_a": 0, "only_b": 1}
+    assert len(everything["changes"]) == 2 and everything["counts"] == {
+        "changes": 2,
+        "only_a": 0,
+        "only_b": 1,
+    }
     assert run_json(capsys, a, b, "--top", "1")["changes"] == everything["changes"][:1]
     # B's step is 15 ms: a 0.2 share lists only changes of 3 ms or more.
     high = run_json(capsys, a, b, "--min-share", "0.2")
-    assert [c["delta_ns"] for c in high["changes"]] == [5 * MS] and high["only_b"] == [] and high["min_ns"] == 3 * MS
+    assert (
+        [c["delta_ns"] for c in high["changes"]] == [5 * MS]
+        and high["only_b"] == []
+        and high["min_ns"] == 3 * MS
+    )
 
 
-@pytest.mark.parametrize("field, values, words", [
-    ("framework", ("torch", "jax"), ("a torch profile", "a jax one")),
-    ("mode", ("lightweight", "comprehensive"), ("lightweight mode", "comprehensive mode")),
-])
-def test_profiles_of_different_frameworks_or_modes_are_refused(tmp_path, capsys, field, values, words):
+@pytest.mark.parametrize(
+    "field, values, words",
+    [
+        ("framework", ("torch", "jax"), ("a torch profile", "a jax one")),
+        ("mode", ("lightweight", "comprehensive"), ("lightweight mode", "comprehensive mode")),
+    ],
+)
+def test_profiles_of_different_frameworks_or_modes_are_refused(
+    tmp_path, capsys, field, values, words
+):
     a = write(tmp_path, "a", profile(model(), **{field: values[0]}))
     b = write(tmp_path, "b", profile(model(), **{field: values[1]}))
     assert main(["diff", str(a), str(b)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
-    assert str(a) in captured.err and str(b) in captured.err and all(w in captured.err for w in words)
+    assert (
+        str(a) in captured.err and str(b) in captured.err and all(w in captured.err for w in words)
+    )
 
 
 def test_a_metric_one_side_lacks_is_refused_naming_both_files(tmp_path, capsys):
@@ -232,7 +308,9 @@ def test_a_directory_comes_down_to_one_profile_and_its_other_files_may_be_corrup
     assert main(["diff", str(logdir), str(logdir)]) == 2
     err = capsys.readouterr().err
     assert "holds 3 profiles" in err and "rank 1 steps 2\u20135 (--rank 1 --steps 2)" in err
-    doc = run_json(capsys, logdir, logdir, "--a-rank", "0", "--b-rank", "1")  # two ranks of one window
+    doc = run_json(
+        capsys, logdir, logdir, "--a-rank", "0", "--b-rank", "1"
+    )  # two ranks of one window
     assert (doc["a"]["rank"], doc["b"]["rank"], doc["changes"][0]["delta_ns"]) == (0, 1, 5 * MS)
     assert doc["a"]["run"] == "run"
     assert main(["diff", str(logdir), str(logdir), "--rank", "0", "--steps", "9"]) == 2
@@ -246,11 +324,20 @@ def test_the_tab_and_the_command_agree_on_a_nodes_change(tmp_path, capsys):
     doc = run_json(capsys, write(tmp_path, "a", pa), write(tmp_path, "b", pb), "--min-share", "0")
     union = tab_diff.build_union(Index(pa, Ref("a", 0, pa.steps)), Index(pb, Ref("b", 0, pb.steps)))
     node = pa.tree.find("forward", "train.py:20 train", "model.py:10 layer")
-    (row,) = [r for r in tab_diff.diff_children(union, [node], "cpu_time_ns")["children"][str(node)]]
+    (row,) = [
+        r for r in tab_diff.diff_children(union, [node], "cpu_time_ns")["children"][str(node)]
+    ]
     first = doc["changes"][0]
     assert row["label"] == first["path"][-1]
-    assert (row["delta_ns"], row["spread_ns"], row["significant"]) == (first["delta_ns"], first["spread_ns"], True)
-    assert (row["a"], row["b"]) == (STEPS * first["a_ns"], STEPS * first["b_ns"])  # the tab's a, b: window totals
+    assert (row["delta_ns"], row["spread_ns"], row["significant"]) == (
+        first["delta_ns"],
+        first["spread_ns"],
+        True,
+    )
+    assert (row["a"], row["b"]) == (
+        STEPS * first["a_ns"],
+        STEPS * first["b_ns"],
+    )  # the tab's a, b: window totals
 
 
 def test_the_tab_matches_a_moved_line_too():
@@ -259,14 +346,22 @@ def test_the_tab_matches_a_moved_line_too():
     train = pa.tree.find("forward", "train.py:20 train")
     rows = tab_diff.diff_children(union, [train], "cpu_time_ns")["children"][str(train)]
     assert [(r["label"], r.get("b_label"), r["in_a"], r["in_b"]) for r in rows] == [
-        ("model.py:10 layer", "model.py:14 layer", True, True), ("aten::add", None, True, True)]
+        ("model.py:10 layer", "model.py:14 layer", True, True),
+        ("aten::add", None, True, True),
+    ]
 
 
 def test_the_help_says_how_significance_and_selection_work(capsys):
     with pytest.raises(SystemExit):
         main(["diff", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    for text in ("significant when |delta| exceeds", "--a-rank", "--steps S", "only one side", "moved"):
+    for text in (
+        "significant when |delta| exceeds",
+        "--a-rank",
+        "--steps S",
+        "only one side",
+        "moved",
+    ):
         assert text in out
 
 
@@ -287,7 +382,9 @@ def test_a_real_run_with_20ms_planted_under_a_line(tmp_path, capsys):
 
     def train(logdir: Path, extra: float) -> Path:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128)
+        )
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         x = torch.randn(32, 128)
         with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=2, count=4)) as prof:
@@ -326,7 +423,9 @@ def test_the_running_step_delta_leaves_the_hosts_wait_out(tmp_path, capsys):
 
     def window(times, waits, run):
         tree = tree_from_lists(("forward", f"aten::mm @cpu_time_ns={sum(times)}"))
-        return write_profile(Profile(tree=tree, steps=(0, 3), step_times_ns=times, step_wait_ns=waits), tmp_path, run)
+        return write_profile(
+            Profile(tree=tree, steps=(0, 3), step_times_ns=times, step_wait_ns=waits), tmp_path, run
+        )
 
     a = window([10_000_000] * 3, [0] * 3, "a")
     b = window([12_000_000] * 3, [3_000_000] * 3, "b")  # 2 ms slower, 3 ms of it waiting for a CPU

@@ -74,9 +74,19 @@ def write_windows(root, count=12, rise_from=6):
     for w in range(count):
         cat = 50_000 * (1 + max(0, w - rise_from + 1))
         mm = int(1_000_000 * rng.uniform(0.98, 1.02))
-        tree = tree_from_lists(("forward", ("python:train|train.py:40", f"aten::mm @cpu_time_ns={mm},count=2",
-                                             f"aten::cat @cpu_time_ns={cat},count=2")))
-        write_profile(Profile(tree=tree, steps=(100 * w, 100 * w + 2), step_times_ns=[1, 1]), root, "long")
+        tree = tree_from_lists(
+            (
+                "forward",
+                (
+                    "python:train|train.py:40",
+                    f"aten::mm @cpu_time_ns={mm},count=2",
+                    f"aten::cat @cpu_time_ns={cat},count=2",
+                ),
+            )
+        )
+        write_profile(
+            Profile(tree=tree, steps=(100 * w, 100 * w + 2), step_times_ns=[1, 1]), root, "long"
+        )
 
 
 def test_trend_of_a_path_and_the_top_rising_node(tmp_path, capsys, monkeypatch):
@@ -90,7 +100,9 @@ def test_trend_of_a_path_and_the_top_rising_node(tmp_path, capsys, monkeypatch):
     trend = entry["trend"]
     assert trend["node"]["path"] == path.split(" › ")
     assert [p["steps"] for p in trend["points"]] == [[100 * w, 100 * w + 2] for w in range(12)]
-    assert [p["value"] for p in trend["points"]] == [25_000.0] * 6 + [25_000.0 * k for k in range(2, 8)]
+    assert [p["value"] for p in trend["points"]] == [25_000.0] * 6 + [
+        25_000.0 * k for k in range(2, 8)
+    ]
     assert trend["mann_kendall"]["p"] < 0.01 and trend["first_rise_step"] == 600
     assert main(["report", str(tmp_path), "--trend", "top"]) == 0
     out = capsys.readouterr().out
@@ -102,4 +114,7 @@ def test_trend_of_an_unknown_path_names_it(tmp_path, capsys):
     write_windows(tmp_path)
     assert main(["report", str(tmp_path), "--trend", "forward › train.py:40 train › aten::ca"]) == 2
     err = capsys.readouterr().err
-    assert "--trend 'forward › train.py:40 train › aten::ca': no such path" in err and "aten::cat" in err
+    assert (
+        "--trend 'forward › train.py:40 train › aten::ca': no such path" in err
+        and "aten::cat" in err
+    )

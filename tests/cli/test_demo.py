@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Runs the CLI with some top-level packages made unimportable, as in an
@@ -30,15 +29,23 @@ _BLOCKED_RUN = textwrap.dedent("""
 
 def demo(tmp_path, blocked: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": REPO}
-    return subprocess.run([sys.executable, "-c", _BLOCKED_RUN, blocked, "demo", "--logdir", str(tmp_path), *args],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKED_RUN, blocked, "demo", "--logdir", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=REPO,
+    )
 
 
 def test_a_torch_only_environment_runs_the_torch_workload(tmp_path):
     done = demo(tmp_path, "lightning,pytorch_lightning,jax,flax")
     assert done.returncode == 0, done.stderr
     assert "profiling the torch workload" in done.stdout
-    assert "demo.py:70 TinyGPT.forward" in done.stdout and " (Block)" in done.stdout  # the GPT's own lines
+    assert (
+        "demo.py:70 TinyGPT.forward" in done.stdout and " (Block)" in done.stdout
+    )  # the GPT's own lines
     assert "Traceback" not in done.stderr
 
 
@@ -62,5 +69,7 @@ def test_a_second_demo_reports_only_its_own_run(tmp_path):
     second = demo(tmp_path, "", "--workload", "python")
     assert first.returncode == second.returncode == 0, second.stderr
     runs = sorted(p.name for p in tmp_path.iterdir())
-    assert len(runs) == 2 or first.stdout.count("rank 0") == 1  # two runs, unless both fell in one second
+    assert (
+        len(runs) == 2 or first.stdout.count("rank 0") == 1
+    )  # two runs, unless both fell in one second
     assert second.stdout.count("rank 0") == 1  # the header of one profile, not of every earlier run

@@ -20,11 +20,15 @@ from dc_core.tensorboard.params import Ref
 from dc_core.tensorboard.store import Index
 
 TREE = tree_from_lists(
-    ("forward",
+    (
+        "forward",
         ("module:model @cpu_time_ns=10", "aten::mm @cpu_time_ns=100"),
-        ("python:f|/a.py:1 @cpu_time_ns=5",
+        (
+            "python:f|/a.py:1 @cpu_time_ns=5",
             ("python:f|/a.py:1 @cpu_time_ns=7", "aten::mm @cpu_time_ns=11"),
-            "aten::mm @cpu_time_ns=13")),
+            "aten::mm @cpu_time_ns=13",
+        ),
+    ),
     ("backward", ("python:g|/a.py:2", "aten::mm [backward] @cpu_time_ns=17")),
 )
 METRIC = "cpu_time_ns"
@@ -37,7 +41,9 @@ def cli_json(tmp_path, capsys, view: str) -> dict:
 
 
 def label(item: dict) -> str:
-    return Frame(item["kind"], item["name"], item["file"], item["line"], item["detail"], item["backward"]).label()
+    return Frame(
+        item["kind"], item["name"], item["file"], item["line"], item["detail"], item["backward"]
+    ).label()
 
 
 def tab() -> Index:
@@ -45,9 +51,14 @@ def tab() -> Index:
 
 
 def test_flat_is_the_same_in_the_report_and_the_tab(tmp_path, capsys):
-    report = {label(k): (k["excl"][METRIC], k["incl"][METRIC]) for k in cli_json(tmp_path, capsys, "flat")["children"]}
-    shown = {r["label"]: (r["excl"][METRIC], r["incl"][METRIC])
-             for r in tables.flat(tab(), METRIC, limit=100)["rows"]}
+    report = {
+        label(k): (k["excl"][METRIC], k["incl"][METRIC])
+        for k in cli_json(tmp_path, capsys, "flat")["children"]
+    }
+    shown = {
+        r["label"]: (r["excl"][METRIC], r["incl"][METRIC])
+        for r in tables.flat(tab(), METRIC, limit=100)["rows"]
+    }
     assert report == shown
     assert report["model"] == (10, 110)
     assert report["a.py:1 f"] == (12, 36)  # recursion counted once: 5 + 7 + 11 + 13
@@ -62,7 +73,9 @@ def test_bottom_up_is_the_same_in_the_report_and_the_tab(tmp_path, capsys):
     while stack:
         path, item = stack.pop()
         rows = tables.bottom_up(index, path, METRIC, mode="excl", limit=100)["rows"]
-        column = "incl" if path else "excl"  # the top level is the flat table, shown by its own cost
+        column = (
+            "incl" if path else "excl"
+        )  # the top level is the flat table, shown by its own cost
         shown = {r["label"]: r[column][METRIC] for r in rows if r[column][METRIC]}
         assert {label(k): k["incl"][METRIC] for k in item["children"]} == shown, path
         checked += 1
@@ -76,8 +89,12 @@ def test_pprof_flat_and_cum_equal_the_flat_view():
     msg = pprof_pb2.Profile()
     msg.ParseFromString(gzip.decompress(export_pprof(Profile(tree=TREE, steps=(0, 1)), METRIC)))
     index = [t.type for t in msg.sample_type].index(list(msg.string_table).index(METRIC))
-    labels = {loc.id: msg.string_table[next(f.name for f in msg.function if f.id == loc.line[0].function_id)]
-             for loc in msg.location}
+    labels = {
+        loc.id: msg.string_table[
+            next(f.name for f in msg.function if f.id == loc.line[0].function_id)
+        ]
+        for loc in msg.location
+    }
     flat: dict[str, int] = {}
     cum: dict[str, int] = {}
     for sample in msg.sample:
@@ -86,6 +103,9 @@ def test_pprof_flat_and_cum_equal_the_flat_view():
         flat[stack[0]] = flat.get(stack[0], 0) + value
         for name in set(stack):
             cum[name] = cum.get(name, 0) + value
-    rows = {r["label"]: (r["excl"][METRIC], r["incl"][METRIC]) for r in tables.flat(tab(), METRIC, limit=100)["rows"]}
+    rows = {
+        r["label"]: (r["excl"][METRIC], r["incl"][METRIC])
+        for r in tables.flat(tab(), METRIC, limit=100)["rows"]
+    }
     assert {name: (flat.get(name, 0), cum.get(name, 0)) for name in rows} == rows
     assert rows["model"] == (10, 110) and rows["a.py:1 f"] == (12, 36)

@@ -122,10 +122,23 @@ def contract_module(collector):
 
 def test_constants_match_the_contract(collector):
     mod = contract_module(collector)
-    kinds = [mod.KIND_ROOT, mod.KIND_PYTHON, mod.KIND_MODULE, mod.KIND_OPERATOR,
-             mod.KIND_NATIVE, mod.KIND_KERNEL, mod.KIND_PHASE, mod.KIND_COMPILED]
+    kinds = [
+        mod.KIND_ROOT,
+        mod.KIND_PYTHON,
+        mod.KIND_MODULE,
+        mod.KIND_OPERATOR,
+        mod.KIND_NATIVE,
+        mod.KIND_KERNEL,
+        mod.KIND_PHASE,
+        mod.KIND_COMPILED,
+    ]
     assert kinds == list(range(8))
-    assert (mod.FLAG_BACKWARD, mod.METRIC_CPU_TIME, mod.METRIC_COUNT, mod.METRIC_SAMPLES) == (1, 0, 1, 2)
+    assert (mod.FLAG_BACKWARD, mod.METRIC_CPU_TIME, mod.METRIC_COUNT, mod.METRIC_SAMPLES) == (
+        1,
+        0,
+        1,
+        2,
+    )
     before = time.monotonic_ns()
     now = mod.now_ns()
     assert before <= now <= time.monotonic_ns()  # CLOCK_MONOTONIC, the same clock
@@ -154,7 +167,9 @@ def test_intern_is_stable_and_every_field_is_identity(collector):
         c.intern(reference.KIND_OPERATOR, "aten::mm", "f.py", 3, "cpu", reference.FLAG_BACKWARD),
     ]
     assert len({op, *variants}) == 7
-    assert c.intern(reference.KIND_PHASE, "forward") == c.intern(reference.KIND_PHASE, "forward", "", 0, "", 0)
+    assert c.intern(reference.KIND_PHASE, "forward") == c.intern(
+        reference.KIND_PHASE, "forward", "", 0, "", 0
+    )
     s = Snap(c)
     assert s.frame(op) == Frame(reference.KIND_OPERATOR, "aten::mm", "f.py", 3, "cpu", 0)
     assert s.frame(variants[-1]).flags == reference.FLAG_BACKWARD
@@ -166,7 +181,10 @@ def test_intern_is_stable_and_every_field_is_identity(collector):
 
 def test_child_finds_or_inserts_and_path_chains(collector):
     c = collector
-    fwd, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    fwd, mm = (
+        c.intern(reference.KIND_PHASE, "forward"),
+        c.intern(reference.KIND_OPERATOR, "aten::mm"),
+    )
     a = c.child(0, fwd)
     assert c.child(0, fwd) == a and a != 0
     b = c.child(a, mm)
@@ -175,14 +193,21 @@ def test_child_finds_or_inserts_and_path_chains(collector):
     assert other not in (a, b)
     assert c.node_count() == 4
     s = Snap(c)
-    assert {s.path(n) for n in (a, b, other)} == {("forward",), ("forward", "aten::mm"), ("aten::mm",)}
+    assert {s.path(n) for n in (a, b, other)} == {
+        ("forward",),
+        ("forward", "aten::mm"),
+        ("aten::mm",),
+    }
     with pytest.raises((IndexError, ValueError)):
         c.child(c.node_count(), fwd)
 
 
 def test_parent_of_each_node_and_minus_one_for_the_root(collector):
     c = collector
-    fwd, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    fwd, mm = (
+        c.intern(reference.KIND_PHASE, "forward"),
+        c.intern(reference.KIND_OPERATOR, "aten::mm"),
+    )
     a = c.child(0, fwd)
     b = c.child(a, mm)
     assert (c.parent(0), c.parent(a), c.parent(b)) == (-1, 0, a)
@@ -193,15 +218,20 @@ def test_parent_of_each_node_and_minus_one_for_the_root(collector):
 def test_mirror_replays_the_path_below_the_phase_under_another_top(collector):
     c = collector
     fwd, bwd = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_PHASE, "backward")
-    line, mod, mm = (c.intern(reference.KIND_PYTHON, "f", "m.py", 3), c.intern(reference.KIND_MODULE, "lin"),
-                     c.intern(reference.KIND_OPERATOR, "aten::mm"))
+    line, mod, mm = (
+        c.intern(reference.KIND_PYTHON, "f", "m.py", 3),
+        c.intern(reference.KIND_MODULE, "lin"),
+        c.intern(reference.KIND_OPERATOR, "aten::mm"),
+    )
     f_phase, b_phase = c.child(0, fwd), c.child(0, bwd)
     deep = c.path(f_phase, [line, mod, mm])
     count = c.node_count()
     mirrored = c.mirror(deep, b_phase)
     assert Snap(c).path(mirrored) == ("backward", "f", "lin", "aten::mm")
     assert c.node_count() == count + 3
-    assert c.mirror(deep, b_phase) == mirrored and c.node_count() == count + 3  # memoized, nothing new
+    assert (
+        c.mirror(deep, b_phase) == mirrored and c.node_count() == count + 3
+    )  # memoized, nothing new
     assert c.mirror(c.parent(deep), b_phase) == c.parent(mirrored)  # the context of an operator
     assert c.mirror(f_phase, b_phase) == b_phase and c.mirror(0, b_phase) == b_phase
     assert c.mirror(deep, f_phase) == deep  # under its own phase: itself
@@ -215,22 +245,33 @@ def test_mirror_replays_the_path_below_the_phase_under_another_top(collector):
 
 def test_mirror_after_reset_rebuilds_instead_of_returning_stale_nodes(collector):
     c = collector
-    fwd, bwd, mm = (c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_PHASE, "backward"),
-                    c.intern(reference.KIND_OPERATOR, "aten::mm"))
+    fwd, bwd, mm = (
+        c.intern(reference.KIND_PHASE, "forward"),
+        c.intern(reference.KIND_PHASE, "backward"),
+        c.intern(reference.KIND_OPERATOR, "aten::mm"),
+    )
     f_phase = c.child(0, fwd)
     deep, b_phase = c.child(f_phase, mm), c.child(0, bwd)
     assert c.mirror(deep, b_phase) == c.node_count() - 1  # the newest node
     c.reset()
     other = c.intern(reference.KIND_OPERATOR, "aten::bmm")
     # the same ids again, other nodes: (deep, b_phase) is now (backward → bmm, forward)
-    assert (c.child(0, bwd), c.child(c.child(0, bwd), other), c.child(0, fwd)) == (f_phase, deep, b_phase)
+    assert (c.child(0, bwd), c.child(c.child(0, bwd), other), c.child(0, fwd)) == (
+        f_phase,
+        deep,
+        b_phase,
+    )
     mirrored = c.mirror(deep, b_phase)
     assert mirrored < c.node_count() and Snap(c).path(mirrored) == ("forward", "aten::bmm")
 
 
 def test_metrics_register_once_with_a_unit_and_add_exclusive_values(collector):
     c = collector
-    assert (c.metric("cpu_time_ns", "ns"), c.metric("count", "1"), c.metric("samples", "1")) == (0, 1, 2)
+    assert (c.metric("cpu_time_ns", "ns"), c.metric("count", "1"), c.metric("samples", "1")) == (
+        0,
+        1,
+        2,
+    )
     flops = c.metric("flops", "1")
     assert flops == 3 and c.metric("flops", "1") == flops
     with pytest.raises(ValueError):
@@ -319,7 +360,10 @@ def test_node_cap_returns_the_parent_and_counts_drops(make_collector):
 
 def test_nested_scopes_record_count_and_exclusive_time(collector):
     c = collector
-    outer_f, inner_f = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    outer_f, inner_f = (
+        c.intern(reference.KIND_PHASE, "forward"),
+        c.intern(reference.KIND_OPERATOR, "aten::mm"),
+    )
     outer = c.enter([outer_f])
     spin(0.002)
     inner = c.enter([inner_f])

@@ -23,7 +23,10 @@ def test_time_between_two_scopes_lands_on_the_frame_they_share(collector):
     from, not left on the enclosing scope (a phase) as its own time."""
     c = collector
     phase = c.intern(reference.KIND_PHASE, "forward")
-    a, b = c.intern(reference.KIND_OPERATOR, "aten::a"), c.intern(reference.KIND_OPERATOR, "aten::b")
+    a, b = (
+        c.intern(reference.KIND_OPERATOR, "aten::a"),
+        c.intern(reference.KIND_OPERATOR, "aten::b"),
+    )
     node = c.enter([phase], 0, False, 0)
     _two_calls_from_two_lines(c, a, b, 0.004)
     phase_ns = c.exit()
@@ -39,7 +42,9 @@ def test_time_between_two_scopes_lands_on_the_frame_they_share(collector):
     assert s.value("cpu_time_ns", shared) >= 4_000_000
     assert s.value("cpu_time_ns", a_line) == s.value("cpu_time_ns", b_line) == 0
     # every ns of the phase is billed once: its own, plus everything below it
-    below = sum(s.value("cpu_time_ns", n) for n in range(len(s.raw["parent"])) if n != node and n > 0)
+    below = sum(
+        s.value("cpu_time_ns", n) for n in range(len(s.raw["parent"])) if n != node and n > 0
+    )
     assert s.value("cpu_time_ns", node) + below == phase_ns
     assert s.value("cpu_time_ns", node) < 4_000_000
 
@@ -51,12 +56,17 @@ def _outermost_below(s: Snap, node: int, top: int) -> int:
     return node
 
 
-def test_a_scopes_first_and_last_stretch_go_to_the_outermost_frame_of_the_call_beside_them(collector):
+def test_a_scopes_first_and_last_stretch_go_to_the_outermost_frame_of_the_call_beside_them(
+    collector,
+):
     """Before its first call and after its last, a phase's time was spent on
     the way to that call and back: it goes to the outermost frame of that
     call's path, never to the phase alone."""
     c = collector
-    phase, op = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::a")
+    phase, op = (
+        c.intern(reference.KIND_PHASE, "forward"),
+        c.intern(reference.KIND_OPERATOR, "aten::a"),
+    )
     node = c.enter([phase], 0, False, 0)
     spin(0.002)
     op_node = c.enter([op], capture=True)
@@ -88,7 +98,10 @@ def test_time_after_a_scope_opened_elsewhere_goes_to_the_next_call(collector):
     s = Snap(c)
     outermost = _outermost_below(s, op_node, node)
     assert s.value("cpu_time_ns", outermost) >= 2_000_000
-    assert s.value("cpu_time_ns", node) + s.value("cpu_time_ns", outermost) + op_ns + bwd_ns == phase_ns
+    assert (
+        s.value("cpu_time_ns", node) + s.value("cpu_time_ns", outermost) + op_ns + bwd_ns
+        == phase_ns
+    )
 
 
 def test_a_scope_with_no_call_inside_keeps_its_time(collector):

@@ -27,10 +27,30 @@ def test_python_frames_are_the_callers_stack_outermost_first(collector):
     s = Snap(c)
     frames = [s.frame(i) for i in ids]
     assert frames[-3:] == [
-        Frame(reference.KIND_PYTHON, test_python_frames_are_the_callers_stack_outermost_first.__qualname__,
-              __file__, call_line, "", 0),
-        Frame(reference.KIND_PYTHON, outer.__qualname__, __file__, outer.__code__.co_firstlineno + 1, "", 0),
-        Frame(reference.KIND_PYTHON, inner.__qualname__, __file__, inner.__code__.co_firstlineno + 1, "", 0),
+        Frame(
+            reference.KIND_PYTHON,
+            test_python_frames_are_the_callers_stack_outermost_first.__qualname__,
+            __file__,
+            call_line,
+            "",
+            0,
+        ),
+        Frame(
+            reference.KIND_PYTHON,
+            outer.__qualname__,
+            __file__,
+            outer.__code__.co_firstlineno + 1,
+            "",
+            0,
+        ),
+        Frame(
+            reference.KIND_PYTHON,
+            inner.__qualname__,
+            __file__,
+            inner.__code__.co_firstlineno + 1,
+            "",
+            0,
+        ),
     ]
     assert all(f.kind == reference.KIND_PYTHON and f.file and f.line > 0 for f in frames)
     assert not any(f.file.startswith(os.path.dirname(reference.__file__)) for f in frames)
@@ -77,11 +97,14 @@ def test_scope_capture_interleaves_module_frames_with_python_frames(collector):
     s = Snap(c)
     assert [s.frame(i).name for i in seen["frames"]] == [b.__qualname__]
     module_path = s.path(seen["module"])
-    assert module_path[-3:] == (test_scope_capture_interleaves_module_frames_with_python_frames.__qualname__,
-                                a.__qualname__, "blocks.0")
+    assert module_path[-3:] == (
+        test_scope_capture_interleaves_module_frames_with_python_frames.__qualname__,
+        a.__qualname__,
+        "blocks.0",
+    )
     assert s.frame(s.raw["frame"][s.raw["parent"][seen["module"]]]).line == seen["enter_line"]
     assert s.path(seen["op"]) == module_path + (b.__qualname__, "aten::mm")
-    assert s.tree()[s.path(seen["op"])] .get("count") == 1
+    assert s.tree()[s.path(seen["op"])].get("count") == 1
 
 
 def test_explicit_user_depth_0_lets_captures_start_at_the_outermost_frame(collector):
@@ -102,7 +125,10 @@ def test_user_depth_minus_2_inherits_the_enclosing_scopes(collector):
     """A scope that adds no Python frames (an ATen op inside a torch call)
     takes its parent scope's user depth instead of measuring the stack."""
     c = collector
-    phase, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
+    phase, mm = (
+        c.intern(reference.KIND_PHASE, "forward"),
+        c.intern(reference.KIND_OPERATOR, "aten::mm"),
+    )
     seen = {}
 
     def deeper():
@@ -127,6 +153,9 @@ def test_user_depth_minus_2_inherits_the_enclosing_scopes(collector):
     s = Snap(c)
     assert [s.frame(i).name for i in seen["inherited"]] == [deeper.__qualname__]
     assert [s.frame(i).name for i in seen["from_phase"][-3:]] == [
-        test_user_depth_minus_2_inherits_the_enclosing_scopes.__qualname__, user.__qualname__, deeper.__qualname__]
+        test_user_depth_minus_2_inherits_the_enclosing_scopes.__qualname__,
+        user.__qualname__,
+        deeper.__qualname__,
+    ]
     assert s.path(seen["op"])[-2:] == ("aten::mm", "aten::mm")
     assert s.tree()[s.path(seen["op"])]["count"] == 1

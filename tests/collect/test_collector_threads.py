@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dc_core.collect import reference
-from tests.collect.test_collector import Frame, Snap, spin, SPIN_LINES
+from tests.collect.test_collector import Frame, Snap, spin
 
 # --- CPU sampler (what it bills and where: test_sampler.py) -------------------
 
@@ -46,8 +46,18 @@ def test_monitor_samples_sane_values_in_aligned_columns(collector):
     c.stop_monitor()
     n = len(m["t_ns"])
     assert n >= 2
-    assert set(m) == {"t_ns", "cpu_percent", "rss_bytes", "mem_used_percent", "disk_read_bytes",
-                      "disk_write_bytes", "net_rx_bytes", "net_tx_bytes", "gpu_util_percent", "gpu_mem_bytes"}
+    assert set(m) == {
+        "t_ns",
+        "cpu_percent",
+        "rss_bytes",
+        "mem_used_percent",
+        "disk_read_bytes",
+        "disk_write_bytes",
+        "net_rx_bytes",
+        "net_tx_bytes",
+        "gpu_util_percent",
+        "gpu_mem_bytes",
+    }
     assert all(len(column) == n for column in m.values())
     assert all(t0 < t1 for t0, t1 in zip(m["t_ns"], m["t_ns"][1:]))
     assert m["t_ns"][-1] <= reference.now_ns()

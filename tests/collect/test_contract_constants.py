@@ -32,7 +32,9 @@ def constants(module: ModuleType, prefix: str) -> dict[str, int]:
 
 def stub_values() -> dict[str, int]:
     """``NAME: int  # value`` lines of the stub: the numbers it documents."""
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+): int\s+#\s*(-?\d+)", STUB.read_text(), re.M)}
+    return {
+        m[1]: int(m[2]) for m in re.finditer(r"^(\w+): int\s+#\s*(-?\d+)", STUB.read_text(), re.M)
+    }
 
 
 @pytest.mark.parametrize("name", IMPLEMENTATIONS)
@@ -62,8 +64,11 @@ def test_builtin_metrics_are_registered_in_id_order_with_the_vocabularys_units(c
     assert list(snap["metrics"]) == list(reference.BUILTIN_METRICS)
     assert snap["units"] == {name: UNITS[name] for name in reference.BUILTIN_METRICS}
     ids = {name: collector.metric(name, UNITS[name]) for name in reference.BUILTIN_METRICS}
-    assert ids == {"cpu_time_ns": reference.METRIC_CPU_TIME, "count": reference.METRIC_COUNT,
-                   "samples": reference.METRIC_SAMPLES}
+    assert ids == {
+        "cpu_time_ns": reference.METRIC_CPU_TIME,
+        "count": reference.METRIC_COUNT,
+        "samples": reference.METRIC_SAMPLES,
+    }
     assert set(reference.BUILTIN_METRICS) <= set(METRICS)
 
 
@@ -98,11 +103,20 @@ def test_the_facades_enter_sentinels_are_the_contracts():
     uses (the native one keeps it as ``kInheritUserDepth``, not exported)."""
     from dc_core.collect import collector as collector_mod
 
-    signature = re.search(r"def enter\(\s*self, frames: Sequence\[int\], parent: int = (-?\d+), "
-                          r"capture: bool = False, user_depth: int = (-?\d+)", STUB.read_text())
+    signature = re.search(
+        r"def enter\(\s*self, frames: Sequence\[int\], parent: int = (-?\d+), "
+        r"capture: bool = False, user_depth: int = (-?\d+)",
+        STUB.read_text(),
+    )
     assert signature is not None
-    assert (collector_mod.INNERMOST, collector_mod.MEASURE) == (int(signature[1]), int(signature[2]))
-    assert "when it is -2" in STUB.read_text() and collector_mod.INHERIT == reference._INHERIT_USER_DEPTH == -2
+    assert (collector_mod.INNERMOST, collector_mod.MEASURE) == (
+        int(signature[1]),
+        int(signature[2]),
+    )
+    assert (
+        "when it is -2" in STUB.read_text()
+        and collector_mod.INHERIT == reference._INHERIT_USER_DEPTH == -2
+    )
     assert collector_mod.ROOT_NODE == 0 and collector_mod.WHOLE_STACK == 0
 
 
@@ -110,8 +124,13 @@ def test_enter_by_name_opens_where_its_names_say(collector):
     from dc_core.collect.collector import INHERIT, INNERMOST, MEASURE, ROOT_NODE, WHOLE_STACK
 
     c = collector
-    phase, mm = c.intern(reference.KIND_PHASE, "forward"), c.intern(reference.KIND_OPERATOR, "aten::mm")
-    assert c.enter([mm], INNERMOST, False, INHERIT) == c.child(ROOT_NODE, mm)  # no scope open: under the root
+    phase, mm = (
+        c.intern(reference.KIND_PHASE, "forward"),
+        c.intern(reference.KIND_OPERATOR, "aten::mm"),
+    )
+    assert c.enter([mm], INNERMOST, False, INHERIT) == c.child(
+        ROOT_NODE, mm
+    )  # no scope open: under the root
     c.exit()
     top = c.enter([phase], ROOT_NODE, False, WHOLE_STACK)
     assert top == c.child(ROOT_NODE, phase)

@@ -68,11 +68,14 @@ def functions_in(scope: ast.Module | ast.ClassDef, lines: list[str]) -> dict[str
         if not isinstance(node, ast.FunctionDef):
             continue
         headings = [
-            line for number, line in enumerate(lines[start - 1:node.lineno - 1], start=start)
+            line
+            for number, line in enumerate(lines[start - 1 : node.lineno - 1], start=start)
             if line.strip().startswith("# ---") and not any(number in r for r in nested)
         ]
         found[node.name] = Function(
-            node.name, params_of(node.args), ast.unparse(node.returns) if node.returns else None,
+            node.name,
+            params_of(node.args),
+            ast.unparse(node.returns) if node.returns else None,
             bool(headings) and NATIVE_ONLY_HEADING in headings[-1],
         )
     return found
@@ -91,9 +94,14 @@ def signature_of(fn: Any) -> tuple[tuple[Param, ...], str | None]:
     """A Python function's parameters (``self`` left out) and return annotation."""
     sig = inspect.signature(fn)
     params = tuple(
-        Param(p.name, p.kind.name, NO_DEFAULT if p.default is p.empty else p.default,
-              None if p.annotation is p.empty else p.annotation)
-        for p in sig.parameters.values() if p.name != "self"
+        Param(
+            p.name,
+            p.kind.name,
+            NO_DEFAULT if p.default is p.empty else p.default,
+            None if p.annotation is p.empty else p.annotation,
+        )
+        for p in sig.parameters.values()
+        if p.name != "self"
     )
     return params, None if sig.return_annotation is sig.empty else sig.return_annotation
 
@@ -119,8 +127,15 @@ def test_the_stub_lists_the_contract():
     assert set(functions) == {"now_ns", "demangle"} and functions["demangle"].native_only
     assert {"enter", "exit", "snapshot", "__init__"} <= set(methods)
     assert {m for m, f in methods.items() if f.native_only} == {
-        "capture_start", "capture_stop", "capturing", "capture_api", "capture_suspend", "capture_seq",
-        "module_enter", "module_exit"}
+        "capture_start",
+        "capture_stop",
+        "capturing",
+        "capture_api",
+        "capture_suspend",
+        "capture_seq",
+        "module_enter",
+        "module_exit",
+    }
     assert {"KIND_ROOT", "METRIC_SAMPLES", "FLAG_BACKWARD"} <= constants
 
 
@@ -133,7 +148,9 @@ def test_reference_signatures_are_the_stubs():
                 continue
             assert hasattr(where, name), f"the reference collector has no {name}"
             assert signature_of(getattr(where, name)) == (fn.params, fn.returns), name
-    assert public(reference.Collector) == {m for m, f in methods.items() if not f.native_only} - {"__init__"}
+    assert public(reference.Collector) == {m for m, f in methods.items() if not f.native_only} - {
+        "__init__"
+    }
     assert all(hasattr(reference, c) for c in constants)
 
 
@@ -148,11 +165,19 @@ def test_native_module_has_everything_the_stub_lists_with_its_parameters():
     assert {n for n in vars(native) if n.isupper()} == constants
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("f(self: X, a: int, b: str = '', c: bool = True) -> int", (("a", NO_DEFAULT), ("b", ""), ("c", True))),
-    ("enter(frames, parent=-1, capture=False, user_depth=-1) -> int",
-     (("frames", NO_DEFAULT), ("parent", -1), ("capture", False), ("user_depth", -1))),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (
+            "f(self: X, a: int, b: str = '', c: bool = True) -> int",
+            (("a", NO_DEFAULT), ("b", ""), ("c", True)),
+        ),
+        (
+            "enter(frames, parent=-1, capture=False, user_depth=-1) -> int",
+            (("frames", NO_DEFAULT), ("parent", -1), ("capture", False), ("user_depth", -1)),
+        ),
+    ],
+)
 def test_native_signature_lines_parse(line, expected):
     class Fake:
         __doc__ = line + "\n\nSomething."

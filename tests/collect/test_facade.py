@@ -8,17 +8,19 @@ import os
 import threading
 
 from dc_core.collect import collector as collector_mod
-from dc_core.collect.ownfiles import profiler_files, skip_profiler_files
 from dc_core.collect import reference
-from tests.conftest import _leftovers
+from dc_core.collect.ownfiles import profiler_files, skip_profiler_files
 from tests.collect.test_collector import Snap, lib_call
+from tests.conftest import _leftovers
 
 
 def test_create_collector_prefers_native_when_it_imports():
     made = collector_mod.create_collector()
     native = collector_mod.native_available()
     assert type(made).__module__ == ("dc_core._native" if native else "dc_core.collect.reference")
-    assert isinstance(collector_mod.create_collector(prefer_native=False, max_nodes=5), reference.Collector)
+    assert isinstance(
+        collector_mod.create_collector(prefer_native=False, max_nodes=5), reference.Collector
+    )
 
 
 def test_missing_native_falls_back_with_one_warning(monkeypatch, caplog):
@@ -46,7 +48,9 @@ def test_demo_workloads_count_as_user_code():
     files = profiler_files()
     assert any(f.endswith("dc_core/record/session.py") for f in files)
     assert not any(f.endswith(("dc_core/demo/workload.py", "dc_torch/demo.py")) for f in files)
-    assert any(f.endswith("dc_core/cli/demo.py") for f in files)  # the command is ours, its workload is not
+    assert any(
+        f.endswith("dc_core/cli/demo.py") for f in files
+    )  # the command is ours, its workload is not
 
 
 def test_guard_sees_a_sampler_left_running(make_collector):
@@ -58,7 +62,9 @@ def test_guard_sees_a_sampler_left_running(make_collector):
     assert _leftovers([c], before) == []
 
 
-def test_regression_console_script_frame_showed_when_invoked_by_a_relative_path(monkeypatch, tmp_path):
+def test_regression_console_script_frame_showed_when_invoked_by_a_relative_path(
+    monkeypatch, tmp_path
+):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", [".venv/bin/deepcontext", "demo"])
     assert str(tmp_path / ".venv/bin/deepcontext") in profiler_files()

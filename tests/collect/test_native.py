@@ -50,7 +50,10 @@ def compress_until_sampled(c, node: int, samples: int, data: bytes, deadline_s: 
         compress_for(0.1, data)
         paths, s = decode(c)
         got = s["metrics"]["samples"]
-        if got[node] + sum(got[n] for n, p in paths.items() if n != node and n in _below(s, node)) >= samples:
+        if (
+            got[node] + sum(got[n] for n, p in paths.items() if n != node and n in _below(s, node))
+            >= samples
+        ):
             return
 
 
@@ -96,7 +99,10 @@ def test_native_sampler_puts_libz_frames_under_the_scope_the_thread_is_in(c):
         # helpers); a Python with zlib linked into the module has them there.
         if any("libz" in f or "zlib" in os.path.basename(f) for _, _, f, _ in below[1:]):
             in_libz += samples[node]
-    assert under_phase >= 150 and unwound >= 20, (under_phase, unwound)  # 25 of 157 with two busy loops beside
+    assert under_phase >= 150 and unwound >= 20, (
+        under_phase,
+        unwound,
+    )  # 25 of 157 with two busy loops beside
     assert in_libz >= unwound // 2, (in_libz, unwound, under_phase)
 
 
@@ -172,7 +178,9 @@ def test_exit_without_stopping_threads_does_not_hang(native):
         """
     )
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "exiting"
 
@@ -195,7 +203,9 @@ def test_threads_stopped_from_several_threads_at_once_all_return(c):
         c.start_monitor(1)
         barrier = threading.Barrier(3)
         stops = (c.stop_sampler, c.stop_monitor, _native._stop_all)
-        threads = [threading.Thread(target=stopper, args=(barrier, stop), daemon=True) for stop in stops]
+        threads = [
+            threading.Thread(target=stopper, args=(barrier, stop), daemon=True) for stop in stops
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -239,7 +249,9 @@ def test_eight_threads_with_capture_and_nesting_count_exactly(c):
     for t in threads:
         t.join()
     paths, s = decode(c)
-    counts = {p[-1][1]: s["metrics"]["count"][n] for n, p in paths.items() if s["metrics"]["count"][n]}
+    counts = {
+        p[-1][1]: s["metrics"]["count"][n] for n, p in paths.items() if s["metrics"]["count"][n]
+    }
     assert counts == {"forward": 4000, "aten::relu": 4000}
     # The inner capture adds nothing: same user frame as the outer scope.
     relu = [p for p in paths.values() if p[-1][1] == "aten::relu"]

@@ -36,12 +36,18 @@ def cpu_spin(seconds: float) -> float:
 
 def samples_under(s: Snap, name: str) -> int:
     """Samples in the subtree(s) of the root's child named ``name``."""
-    nodes = [n for n in range(1, len(s.raw["parent"])) if s.raw["parent"][n] == 0 and s.node_frame(n).name == name]
+    nodes = [
+        n
+        for n in range(1, len(s.raw["parent"]))
+        if s.raw["parent"][n] == 0 and s.node_frame(n).name == name
+    ]
     return sum(s.subtree_samples(n) for n in nodes)
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
-def test_busy_thread_is_billed_its_cpu_time_at_its_scope_a_waiting_thread_nothing(collector, native):
+def test_busy_thread_is_billed_its_cpu_time_at_its_scope_a_waiting_thread_nothing(
+    collector, native
+):
     c = collector
     ready = threading.Barrier(3)
     go, release = threading.Event(), threading.Event()
@@ -52,12 +58,14 @@ def test_busy_thread_is_billed_its_cpu_time_at_its_scope_a_waiting_thread_nothin
             ready.wait()
             go.wait()
             cpu.append(cpu_spin(0.6))
+
         in_scope(c, "forward", body)
 
     def idle():  # e.g. TensorBoard's writer thread in Condition.wait
         def body():
             ready.wait()
             release.wait()
+
         in_scope(c, "dataloader", body)
 
     threads = [threading.Thread(target=busy), threading.Thread(target=idle)]
@@ -73,7 +81,10 @@ def test_busy_thread_is_billed_its_cpu_time_at_its_scope_a_waiting_thread_nothin
     threads[1].join()
     s = Snap(c)
     expected = cpu[0] * HZ  # one sample per period of CPU time
-    assert 0.75 * expected - 2 <= samples_under(s, "forward") <= expected + 2, (samples_under(s, "forward"), expected)
+    assert 0.75 * expected - 2 <= samples_under(s, "forward") <= expected + 2, (
+        samples_under(s, "forward"),
+        expected,
+    )
     assert samples_under(s, "dataloader") == 0
     if not native:  # no Python frames are read: the samples sit on the scope's node itself
         assert s.tree()[("forward",)]["samples"] == samples_under(s, "forward")
@@ -102,7 +113,10 @@ def test_no_sample_lands_outside_every_scope(collector):
     samples = s.raw["metrics"]["samples"]
     sampled = {s.path(n) for n in range(len(samples)) if samples[n]}
     assert sampled == {("forward",)}, sampled  # no root, no `<module>`, no `spin` frame
-    assert samples[0] == 0 and 0.75 * cpu * HZ - 2 <= sum(samples) <= cpu * HZ + 2, (sum(samples), cpu * HZ)
+    assert samples[0] == 0 and 0.75 * cpu * HZ - 2 <= sum(samples) <= cpu * HZ + 2, (
+        sum(samples),
+        cpu * HZ,
+    )
 
 
 def test_cpu_time_run_while_no_sampler_runs_is_billed_to_nobody(collector):
@@ -116,6 +130,7 @@ def test_cpu_time_run_while_no_sampler_runs_is_billed_to_nobody(collector):
             spin(0.3)  # between two sampler runs
             spun.set()
             done.wait()
+
         in_scope(c, "forward", body)
 
     t = threading.Thread(target=worker)
@@ -167,7 +182,9 @@ def test_sampler_ticks_while_the_main_thread_holds_the_gil(collector):
     handoffs. The native sampler reads no Python state."""
     c = collector
     if isinstance(c, reference.Collector):
-        pytest.skip("not applicable: the reference sampler is a Python thread, it needs the GIL to tick")
+        pytest.skip(
+            "not applicable: the reference sampler is a Python thread, it needs the GIL to tick"
+        )
     interval = sys.getswitchinterval()
     c.start_sampler(HZ)
     try:

@@ -13,8 +13,12 @@ import pytest
 
 from dc_core.collect import collector as collector_mod
 from dc_core.collect import symbols
-from dc_core.record.snapshot import frames_from_snapshot, merge_equal_siblings, profile_from_snapshot
 from dc_core.model.tree import ROOT, Frame
+from dc_core.record.snapshot import (
+    frames_from_snapshot,
+    merge_equal_siblings,
+    profile_from_snapshot,
+)
 
 pytest.importorskip("elftools")
 
@@ -36,8 +40,12 @@ SPIN_MANGLED = "_ZN4demoL4spinEm"
 
 
 class DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
-                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+    _fields_ = [
+        ("fname", ctypes.c_char_p),
+        ("fbase", ctypes.c_void_p),
+        ("sname", ctypes.c_char_p),
+        ("saddr", ctypes.c_void_p),
+    ]
 
 
 def dladdr(address: int) -> DlInfo:
@@ -112,13 +120,17 @@ def test_stripped_library_named_from_its_separate_debug_file(tmp_path, monkeypat
     subprocess.run(["objcopy", "--only-keep-debug", full, str(debug)], check=True)
     path = str(tmp_path / "libdcdebug.so")
     subprocess.run(["objcopy", "--strip-all", full, path], check=True)  # as distributions ship it
-    monkeypatch.setattr(symbols, "DEBUG_ROOTS", (str(tmp_path / "nowhere"), str(tmp_path / "debug")))
+    monkeypatch.setattr(
+        symbols, "DEBUG_ROOTS", (str(tmp_path / "nowhere"), str(tmp_path / "debug"))
+    )
     unstripped = symbols.read_symbols(full)  # same layout in all three files
     table = symbols.read_symbols(path)
     assert table.names_path == str(debug) and table.starts == unstripped.starts
     names = table.names(start - table.base for start in table.starts)
     offset = next(o for o, name in names.items() if name == SPIN_MANGLED)
-    assert symbols.resolve([ROOT, unresolved(path, offset + 5)])[1] == Frame("native", spin_name(), path)
+    assert symbols.resolve([ROOT, unresolved(path, offset + 5)])[1] == Frame(
+        "native", spin_name(), path
+    )
 
 
 def test_no_symbol_and_no_unwind_record_keeps_library_and_offset(tmp_path):
@@ -156,7 +168,8 @@ def test_equal_frames_after_resolution_merge_and_unresolved_runs_fold():
     frame = [0, 1, 2, 3, 4, 5, 6, 7]
     samples = [0, 1, 2, 3, 4, 5, 6, 7]
     out_frames, out_parent, out_frame, metrics = merge_equal_siblings(
-        frames, parent, frame, {"samples": samples}, symbols.folds_into)
+        frames, parent, frame, {"samples": samples}, symbols.folds_into
+    )
     paths = {}
     for node in range(1, len(out_parent)):
         paths[node] = paths.get(out_parent[node], ()) + (out_frames[out_frame[node]].name,)
@@ -193,9 +206,13 @@ def test_native_sampler_names_a_static_function_at_snapshot(tmp_path):
     raw = {f for f in frames_from_snapshot(snap) if f.file == path}
     # At capture: one frame per address inside spin, named by library + offset.
     in_spin = [f for f in raw if symbols.is_unresolved(f)]
-    assert in_spin and all(f.name == f"libdcsampled.so+{f.line:#x}" and f.line >= spin for f in in_spin)
+    assert in_spin and all(
+        f.name == f"libdcsampled.so+{f.line:#x}" and f.line >= spin for f in in_spin
+    )
     tree = profile_from_snapshot(snap, {}, window_t0=0, steps=(0, 1)).tree
-    named = [n for n in range(len(tree)) if tree.node_frame(n) == Frame("native", spin_name(), path)]
+    named = [
+        n for n in range(len(tree)) if tree.node_frame(n) == Frame("native", spin_name(), path)
+    ]
     assert named and all(tree.node_frame(tree.parent[n]).name == "run" for n in named)
     assert sum(tree.excl["samples"][n] for n in named) >= 20  # ~200 ticks, most inside spin
     assert not any(symbols.is_unresolved(f) for f in tree.frames if f.file == path)
@@ -214,7 +231,9 @@ def test_issue_10_torch_native_frames_mostly_named(tmp_path):
     used = [frames[f] for f in set(snap["frame"]) if frames[f].kind == "native"]
     before = sum(symbols.is_unresolved(f) for f in used)  # what dladdr alone left as "??"
     tree = profile_from_snapshot(snap, {}, window_t0=0, steps=(0, 1)).tree
-    after_frames = {tree.node_frame(n) for n in range(len(tree)) if tree.node_frame(n).kind == "native"}
+    after_frames = {
+        tree.node_frame(n) for n in range(len(tree)) if tree.node_frame(n).kind == "native"
+    }
     unnamed = [f for f in after_frames if f.line or "+0x" in f.name or f.name.endswith("@plt")]
     named_torch = [f for f in after_frames if "libtorch" in f.file and f not in unnamed]
     assert before >= 20, before

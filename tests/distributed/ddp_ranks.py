@@ -41,11 +41,19 @@ def worker(rank: int, world: int, slow: int, root: str, init: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(Block(16 if rank == slow else 1), nn.Linear(128, 1)))
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(Block(16 if rank == slow else 1), nn.Linear(128, 1))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(256 if rank == slow else 16, 128)
-    with dc_torch.profile(logdir=root, run="ddp", steps={"start": 2, "count": 3}, rank=rank,
-                          cpu_sampling_hz=0, system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=root,
+        run="ddp",
+        steps={"start": 2, "count": 3},
+        rank=rank,
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         for _ in range(6):
             loss = model(x).pow(2).mean()
             loss.backward()
@@ -60,5 +68,7 @@ if __name__ == "__main__":
     fd, store = tempfile.mkstemp(prefix="dc-ddp-store-")
     os.close(fd)
     os.unlink(store)
-    mp.start_processes(worker, args=(ranks, slow, root, f"file://{store}"), nprocs=ranks, start_method="spawn")
+    mp.start_processes(
+        worker, args=(ranks, slow, root, f"file://{store}"), nprocs=ranks, start_method="spawn"
+    )
     print("done")

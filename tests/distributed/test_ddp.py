@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("lightning")
 
-from dc_core.store.logdir import load_profiles
 from dc_core.cli.present import rank_step_stats, rank_top_frames
+from dc_core.store.logdir import load_profiles
 
 SCRIPT = Path(__file__).with_name("ddp_fit.py")
 
@@ -24,16 +24,25 @@ SCRIPT = Path(__file__).with_name("ddp_fit.py")
 def test_two_ranks_write_and_merge_with_collectives(tmp_path):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     env.pop("DEEPCONTEXT_CONFIG", None)
-    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     plugin = tmp_path / "lightning_logs" / "version_0" / "plugins" / "deepcontext"
     assert sorted(d.name.split("-")[0] for d in plugin.iterdir()) == ["0", "1"]
     profiles, errors = load_profiles(tmp_path)
     assert errors == [] and sorted(p.rank for p in profiles) == [0, 1]
-    assert all(p.steps == (2, 5) and len(p.step_times_ns) == 3 and p.world_size == 2 for p in profiles)
+    assert all(
+        p.steps == (2, 5) and len(p.step_times_ns) == 3 and p.world_size == 2 for p in profiles
+    )
     stats = rank_step_stats(profiles)
-    assert [s.rank for s in stats] == [0, 1] and all(s.max_ns >= s.p95_ns >= s.median_ns > 0 for s in stats)
+    assert [s.rank for s in stats] == [0, 1] and all(
+        s.max_ns >= s.p95_ns >= s.median_ns > 0 for s in stats
+    )
     for p in profiles:  # DDP's bucketed all-reduce, under the backward pass, with its time
         tree = p.tree
         (reduce,) = tree.find_all(lambda f: f.name == "c10d::allreduce_" and f.backward)
@@ -44,8 +53,13 @@ def test_two_ranks_write_and_merge_with_collectives(tmp_path):
     assert ranks == [0, 1]
     (row,) = [values for frame, values in rows if frame.name == "c10d::allreduce_"]
     assert all(v > 0 for v in row)
-    report = subprocess.run([sys.executable, "-m", "dc_core", "report", str(tmp_path)], capture_output=True,
-                            text=True, timeout=120, env={**env, "COLUMNS": "200"})
+    report = subprocess.run(
+        [sys.executable, "-m", "dc_core", "report", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "COLUMNS": "200"},
+    )
     assert report.returncode == 0 and "slowest rank:" in report.stdout
 
 
@@ -60,11 +74,21 @@ def test_nine_real_ranks_name_the_slow_one_not_those_waiting_for_it(tmp_path):
     slow: rank 5 is the top outlier."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     env.pop("DEEPCONTEXT_CONFIG", None)
-    done = subprocess.run([sys.executable, str(RANKS_SCRIPT), str(tmp_path), "9", "5"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(RANKS_SCRIPT), str(tmp_path), "9", "5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = subprocess.run([sys.executable, "-m", "dc_core", "report", str(tmp_path), "--json"],
-                            capture_output=True, text=True, timeout=120, env=env)
+    report = subprocess.run(
+        [sys.executable, "-m", "dc_core", "report", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert report.returncode == 0, report.stderr[-2000:]
     (merged,) = json.loads(report.stdout)["merged"]
     assert merged["ranks"] == list(range(9))
@@ -73,4 +97,6 @@ def test_nine_real_ranks_name_the_slow_one_not_those_waiting_for_it(tmp_path):
     assert slow["measure"] in ("compute", "phase forward", "phase backward") and slow["ratio"] > 2
     # On a loaded host one more rank may stand out by a little (9 processes share 2 cores); never by as much.
     assert all(o["ratio"] < slow["ratio"] / 2 for o in others), merged["outliers"]
-    assert any(label.startswith("module.0.mlp") for label in slow["node"]["path"]), slow["node"]["path"]
+    assert any(label.startswith("module.0.mlp") for label in slow["node"]["path"]), slow["node"][
+        "path"
+    ]

@@ -23,7 +23,9 @@ def rank_profile(rank: int, mm: int = 100, extra: bool = False, steps=(5, 7)) ->
     if extra:
         kids.append("aten::nonzero @cpu_time_ns=40,count=1")
     tree = tree_from_lists(("forward @cpu_time_ns=10", *kids))
-    return Profile(tree=tree, steps=steps, step_times_ns=[100 + rank, 100 + rank], rank=rank, host=f"h{rank}")
+    return Profile(
+        tree=tree, steps=steps, step_times_ns=[100 + rank, 100 + rank], rank=rank, host=f"h{rank}"
+    )
 
 
 def write_ranks(tmp_path, values, extra_on=(), run="r"):
@@ -75,8 +77,9 @@ def test_worker_processes_give_the_same_ensemble(tmp_path):
     files = write_ranks(tmp_path, [100 * (r + 1) for r in range(12)], extra_on=(3, 7))
     serial, _ = merge(files, workers=1)
     pooled, _ = merge(files, workers=2)
-    assert pooled.parent == serial.parent and [pooled.node_frame(i) for i in range(len(pooled))] == \
-        [serial.node_frame(i) for i in range(len(serial))]
+    assert pooled.parent == serial.parent and [
+        pooled.node_frame(i) for i in range(len(pooled))
+    ] == [serial.node_frame(i) for i in range(len(serial))]
     assert np.array_equal(pooled.incl["cpu_time_ns"], serial.incl["cpu_time_ns"])
     assert [c.rank for c in pooled.columns] == list(range(12))
 
@@ -86,11 +89,17 @@ def test_bad_files_are_named_and_the_rest_merged(tmp_path):
     files[1].path.write_bytes(b"not a profile")
     e, errors = merge(files, workers=2 if len(files) >= 4 else 1)
     assert [c.rank for c in e.columns] == [0, 2]
-    assert len(errors) == 1 and errors[0].file == str(files[1].path) and "corrupt" in errors[0].message
+    assert (
+        len(errors) == 1 and errors[0].file == str(files[1].path) and "corrupt" in errors[0].message
+    )
     # errors cross process boundaries whole (a worker's are pickled)
     import pickle
+
     back = pickle.loads(pickle.dumps(errors[0]))
-    assert isinstance(back, ProfileError) and (back.file, back.message) == (errors[0].file, errors[0].message)
+    assert isinstance(back, ProfileError) and (back.file, back.message) == (
+        errors[0].file,
+        errors[0].message,
+    )
 
 
 def test_index_is_saved_beside_the_profiles_and_reused(tmp_path, monkeypatch):
@@ -101,7 +110,9 @@ def test_index_is_saved_beside_the_profiles_and_reused(tmp_path, monkeypatch):
     assert (place / "meta.json").is_file() and place.parent.name == ".index"
     assert find_profiles(tmp_path) == files  # the index is not taken for a rank directory
     calls = []
-    monkeypatch.setattr(index_mod, "merge", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(AssertionError))
+    monkeypatch.setattr(
+        index_mod, "merge", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(AssertionError)
+    )
     again, errors = cross_rank(files)
     assert not calls and not errors
     assert np.array_equal(np.asarray(again.incl["cpu_time_ns"]), first.incl["cpu_time_ns"])
@@ -117,7 +128,10 @@ def test_index_is_rebuilt_when_a_rank_file_changes(tmp_path):
     write_profile(rank_profile(3, 900), tmp_path, "r")
     os.utime(files[3].path, ns=(1, 1))  # even if the mtime went backwards
     e, _ = cross_rank(find_profiles(tmp_path))
-    assert e.stats("cpu_time_ns").max[mm] == 900 and e.columns[e.stats("cpu_time_ns").argmax[mm]].rank == 3
+    assert (
+        e.stats("cpu_time_ns").max[mm] == 900
+        and e.columns[e.stats("cpu_time_ns").argmax[mm]].rank == 3
+    )
 
 
 def read_meta(place):
@@ -133,7 +147,9 @@ def write_meta(place, meta):
     (place / "meta.json").write_bytes(digest.hexdigest().encode() + b"\n" + body)
 
 
-@pytest.mark.parametrize("damage", ["truncate_npy", "bad_json", "wrong_shape", "flipped_value", "bad_parent"])
+@pytest.mark.parametrize(
+    "damage", ["truncate_npy", "bad_json", "wrong_shape", "flipped_value", "bad_parent"]
+)
 def test_a_damaged_index_is_rebuilt_not_trusted(tmp_path, damage):
     files = write_ranks(tmp_path, [100 + r for r in range(index_mod.INDEX_FROM)])
     good, _ = cross_rank(files)
@@ -164,7 +180,9 @@ def test_index_goes_to_the_cache_when_the_logdir_cannot_take_it(tmp_path, monkey
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     beside, cached = index_mod.index_dirs(files)
     assert cached.is_relative_to(tmp_path / "cache" / "deepcontext" / "index")
-    beside.parent.parent.joinpath(".index").write_text("")  # a file: nothing can be created under it
+    beside.parent.parent.joinpath(".index").write_text(
+        ""
+    )  # a file: nothing can be created under it
     cross_rank(files)
     assert (cached / "meta.json").is_file()
     calls = []
@@ -175,7 +193,9 @@ def test_index_goes_to_the_cache_when_the_logdir_cannot_take_it(tmp_path, monkey
 
 def test_unwritable_index_places_only_cost_time(tmp_path, monkeypatch):
     files = write_ranks(tmp_path, [100] * index_mod.INDEX_FROM)
-    monkeypatch.setattr(index_mod, "index_dirs", lambda files: [tmp_path / "f" / "x", tmp_path / "f" / "y"])
+    monkeypatch.setattr(
+        index_mod, "index_dirs", lambda files: [tmp_path / "f" / "x", tmp_path / "f" / "y"]
+    )
     (tmp_path / "f").write_text("a file where a directory should be")
     e, errors = cross_rank(files)
     assert not errors and len(e.columns) == index_mod.INDEX_FROM
@@ -183,11 +203,18 @@ def test_unwritable_index_places_only_cost_time(tmp_path, monkeypatch):
 
 def test_a_metric_or_node_only_later_ranks_have_is_zero_on_the_others():
     first = Profile(tree=tree_from_lists("forward @cpu_time_ns=10"), steps=(5, 7), rank=0)
-    later = Profile(tree=tree_from_lists(("forward @cpu_time_ns=20", "aten::mm @device_time_ns=7")),
-                    steps=(5, 7), rank=1)
+    later = Profile(
+        tree=tree_from_lists(("forward @cpu_time_ns=20", "aten::mm @device_time_ns=7")),
+        steps=(5, 7),
+        rank=1,
+    )
     again = Profile(tree=tree_from_lists(("backward @cpu_time_ns=5",)), steps=(5, 7), rank=2)
     e, _ = merge([first, later, again])
     mm, backward = e.find(["forward", "aten::mm"]), e.find("backward")
     assert e.values("device_time_ns", mm).tolist() == [0, 7, 0]
-    assert e.values("device_time_ns", backward).tolist() == [0, 0, 0]  # grown past the metric's last rank
+    assert e.values("device_time_ns", backward).tolist() == [
+        0,
+        0,
+        0,
+    ]  # grown past the metric's last rank
     assert e.values("cpu_time_ns", 0).tolist() == [10, 20, 5]

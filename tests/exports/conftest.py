@@ -16,5 +16,7 @@ def demo_profile(tmp_path_factory: pytest.TempPathFactory) -> Profile:
     optimizer phases, operators under Python frames, CPU time, counts, samples."""
     (written,) = train(tmp_path_factory.mktemp("demo"), steps=4, window=(1, 2))
     profile = read_profile(written)
-    assert {"forward", "backward", "optimizer"} <= {profile.tree.node_frame(k).name for k in profile.tree.children(0)}
+    assert {"forward", "backward", "optimizer"} <= {
+        profile.tree.node_frame(k).name for k in profile.tree.children(0)
+    }
     return profile

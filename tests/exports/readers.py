@@ -10,10 +10,10 @@ from typing import Any, NoReturn
 
 import pytest
 
-from dc_core.store.profile import Profile
 from dc_core.cli.present import node_json
 from dc_core.model.tree import Frame
 from dc_core.model.views import view
+from dc_core.store.profile import Profile
 
 #: Overrides where speedscope's published schema is read from.
 SCHEMA_ENV = "DEEPCONTEXT_SPEEDSCOPE_SCHEMA"
@@ -54,9 +54,13 @@ def report_paths(profile: Profile, metric: str) -> dict[tuple[str, ...], dict[st
     stack = [((), child) for child in root["children"]]
     while stack:
         path, item = stack.pop()
-        frame = Frame(item["kind"], item["name"], item["file"], item["line"], item["detail"], item["backward"])
+        frame = Frame(
+            item["kind"], item["name"], item["file"], item["line"], item["detail"], item["backward"]
+        )
         path = path + (frame.label(),)
-        assert path not in out, f"two nodes with the path {path}: the comparison needs labels that tell them apart"
+        assert path not in out, (
+            f"two nodes with the path {path}: the comparison needs labels that tell them apart"
+        )
         out[path] = {"excl": item["excl"], "incl": item["incl"]}
         stack.extend((path, child) for child in item["children"])
     return out
@@ -71,5 +75,8 @@ def drawn_widths(profile: Profile, metric: str) -> dict[tuple[str, ...], int]:
     """The inclusive value per call path of every node a flame chart of
     ``metric`` draws (every node with a positive inclusive value; none here
     outgrows its parent, so none is clipped)."""
-    return {path: row["incl"].get(metric, 0) for path, row in report_paths(profile, metric).items()
-            if row["incl"].get(metric, 0) > 0}
+    return {
+        path: row["incl"].get(metric, 0)
+        for path, row in report_paths(profile, metric).items()
+        if row["incl"].get(metric, 0) > 0
+    }

@@ -6,8 +6,8 @@ import json
 import random
 
 from dc_core.export import exporter
-from dc_core.store.profile import Profile
 from dc_core.model.tree import Frame, Tree
+from dc_core.store.profile import Profile
 from tests.exports.readers import drawn_widths, report_paths
 
 
@@ -21,11 +21,19 @@ def slices(data: bytes) -> list[dict]:
             assert "args" not in event, "speedscope would show the args as part of the name"
             parent = stack[-1] if stack else None
             assert parent is None or event["ts"] >= parent["start"], (event, parent)
-            stack.append({"name": event["name"], "start": event["ts"],
-                          "path": (parent["path"] if parent else ()) + (event["name"],)})
+            stack.append(
+                {
+                    "name": event["name"],
+                    "start": event["ts"],
+                    "path": (parent["path"] if parent else ()) + (event["name"],),
+                }
+            )
         elif event["ph"] == "E":
             opened = stack.pop()
-            assert event["name"] == opened["name"] and event["ts"] > opened["start"], (event, opened)
+            assert event["name"] == opened["name"] and event["ts"] > opened["start"], (
+                event,
+                opened,
+            )
             opened.update(end=event["ts"], args=event["args"])
             out.append(opened)
     assert not stack, "unclosed slices"
@@ -67,7 +75,9 @@ def test_chrome_end_events_carry_the_nodes_exclusive_metrics(demo_profile):
 def test_chrome_phases_follow_each_other_instead_of_nesting(demo_profile):
     """speedscope nested the optimizer under backward: an X event's ts + dur,
     summed in floating point, ended past the next phase's start."""
-    top = [s for s in slices(exporter("chrome")(demo_profile, "cpu_time_ns")) if len(s["path"]) == 1]
+    top = [
+        s for s in slices(exporter("chrome")(demo_profile, "cpu_time_ns")) if len(s["path"]) == 1
+    ]
     assert {s["name"] for s in top} == {"forward", "backward", "dataloader", "optimizer", "other"}
 
 
@@ -80,7 +90,11 @@ def wide_profile(seed: int = 0, blocks: int = 300) -> Profile:
     for block in range(blocks):
         parent = tree.child(outer, Frame("module", f"block{block}"))
         for i in range(3):
-            tree.add(tree.child(parent, Frame("operator", f"op{i}")), "cpu_time_ns", rng.randrange(1, 10**9))
+            tree.add(
+                tree.child(parent, Frame("operator", f"op{i}")),
+                "cpu_time_ns",
+                rng.randrange(1, 10**9),
+            )
     return Profile(tree=tree, steps=(0, 1), step_times_ns=[1])
 
 
@@ -102,7 +116,9 @@ def old_overshoots(tree: Tree) -> int:
 def test_chrome_child_never_ends_after_its_parent_after_rounding():
     """Timestamps were float µs from ns: a child's end landed past its parent's."""
     profile = wide_profile()
-    assert old_overshoots(profile.tree) > 10, "the data no longer reproduces the rounding the bug was about"
+    assert old_overshoots(profile.tree) > 10, (
+        "the data no longer reproduces the rounding the bug was about"
+    )
     spans = slices(exporter("chrome")(profile, "cpu_time_ns"))
     assert len(spans) == len(profile.tree) - 1
     assert_nested(spans)

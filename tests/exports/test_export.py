@@ -8,8 +8,7 @@ import json
 import pytest
 
 from dc_core.cli import main
-from dc_core.export import exporter
-from dc_core.export import pprof_pb2
+from dc_core.export import exporter, pprof_pb2
 from dc_core.store.logdir import write_profile
 from tests.store.test_files import make_profile
 
@@ -17,8 +16,14 @@ from tests.store.test_files import make_profile
 def test_chrome_trace_nests_children_inside_parents():
     doc = json.loads(exporter("chrome")(make_profile(), "cpu_time_ns"))
     events = [(e["ph"], e["name"], e["ts"]) for e in doc["traceEvents"] if e["ph"] in "BE"]
-    assert events == [("B", "forward", 0), ("B", "t.py:3 step", 0), ("B", "aten::mm", 0),
-                      ("E", "aten::mm", 0.1), ("E", "t.py:3 step", 0.1), ("E", "forward", 0.1)]  # 100 ns in µs
+    assert events == [
+        ("B", "forward", 0),
+        ("B", "t.py:3 step", 0),
+        ("B", "aten::mm", 0),
+        ("E", "aten::mm", 0.1),
+        ("E", "t.py:3 step", 0.1),
+        ("E", "forward", 0.1),
+    ]  # 100 ns in µs
     mm_end = [e for e in doc["traceEvents"] if e["ph"] == "E"][0]
     assert mm_end["args"]["count"] == 3 and mm_end["args"]["cpu_time_ns"] == 100
 
@@ -29,8 +34,14 @@ def test_speedscope_events_nest_the_tree_by_inclusive_value():
     (prof,) = doc["profiles"]
     assert prof["type"] == "evented" and prof["unit"] == "nanoseconds" and prof["endValue"] == 100
     events = [(e["type"], frames[e["frame"]], e["at"]) for e in prof["events"]]
-    assert events == [("O", "forward", 0), ("O", "t.py:3 step", 0), ("O", "aten::mm", 0),
-                      ("C", "aten::mm", 100), ("C", "t.py:3 step", 100), ("C", "forward", 100)]
+    assert events == [
+        ("O", "forward", 0),
+        ("O", "t.py:3 step", 0),
+        ("O", "aten::mm", 0),
+        ("C", "aten::mm", 100),
+        ("C", "t.py:3 step", 100),
+        ("C", "forward", 100),
+    ]
     assert doc["shared"]["frames"][1] == {"name": "t.py:3 step", "file": "t.py", "line": 3}
 
 
@@ -50,7 +61,9 @@ def test_hatchet_literal_has_inclusive_and_exclusive():
     (forward,) = json.loads(exporter("hatchet")(make_profile(), "cpu_time_ns"))
     assert forward["frame"] == {"name": "forward", "type": "phase", "file": "", "line": 0}
     assert forward["metrics"]["cpu_time_ns (inc)"] == 100 and forward["metrics"]["cpu_time_ns"] == 0
-    assert forward["metrics"]["time (inc)"] == 100 and forward["metrics"]["time"] == 0  # Hatchet's default column
+    assert (
+        forward["metrics"]["time (inc)"] == 100 and forward["metrics"]["time"] == 0
+    )  # Hatchet's default column
     (mm,) = forward["children"][0]["children"]
     assert mm["metrics"]["time"] == 100 and mm["metrics"]["count (inc)"] == 3
 
@@ -58,7 +71,19 @@ def test_hatchet_literal_has_inclusive_and_exclusive():
 def test_cli_export_writes_one_file_per_profile(tmp_path, capsys):
     write_profile(make_profile(0), tmp_path / "logs")
     write_profile(make_profile(1), tmp_path / "logs")
-    assert main(["export", str(tmp_path / "logs"), "--format", "speedscope", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "logs"),
+                "--format",
+                "speedscope",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert files == ["run-rank0-steps5-7.speedscope.json", "run-rank1-steps5-7.speedscope.json"]
 
@@ -83,7 +108,11 @@ def test_exporters_take_a_metric_the_profile_lacks():
         assert exporter(fmt)(make_profile(), "flops")
     msg = pprof_pb2.Profile()
     msg.ParseFromString(gzip.decompress(exporter("pprof")(make_profile(), "flops")))
-    assert list(msg.string_table)[msg.sample_type[0].type] == "flops" == list(msg.string_table)[msg.default_sample_type]
+    assert (
+        list(msg.string_table)[msg.sample_type[0].type]
+        == "flops"
+        == list(msg.string_table)[msg.default_sample_type]
+    )
     assert all(s.value[0] == 0 for s in msg.sample)
 
 

@@ -30,7 +30,9 @@ def node_rows(gf) -> dict[tuple[str, ...], dict]:
 def test_hatchet_tree_works_without_arguments(demo_profile, metric):
     """``gf.tree()`` failed: Hatchet's default metric column, "time", was missing."""
     gf = graphframe(demo_profile, metric)
-    assert gf.default_metric == "time" and "time" in gf.exc_metrics and "time (inc)" in gf.inc_metrics
+    assert (
+        gf.default_metric == "time" and "time" in gf.exc_metrics and "time (inc)" in gf.inc_metrics
+    )
     text = gf.tree()
     report = report_paths(demo_profile, metric)
     for path, row in report.items():
@@ -45,9 +47,15 @@ def test_hatchet_columns_are_the_reports_numbers_node_for_node(demo_profile):
     assert rows.keys() == report.keys()
     for path, row in rows.items():
         expected = report[path]
-        assert row["time"] == expected["excl"]["cpu_time_ns"] and row["time (inc)"] == expected["incl"]["cpu_time_ns"]
+        assert (
+            row["time"] == expected["excl"]["cpu_time_ns"]
+            and row["time (inc)"] == expected["incl"]["cpu_time_ns"]
+        )
         for m in demo_profile.tree.excl:
-            assert (row[m], row[f"{m} (inc)"]) == (expected["excl"][m], expected["incl"][m]), (path, m)
+            assert (row[m], row[f"{m} (inc)"]) == (expected["excl"][m], expected["incl"][m]), (
+                path,
+                m,
+            )
 
 
 def test_hatchet_recomputes_the_same_inclusive_values(demo_profile):
@@ -57,4 +65,7 @@ def test_hatchet_recomputes_the_same_inclusive_values(demo_profile):
     gf.dataframe[gf.inc_metrics] = 0  # so that what is compared is Hatchet's sums
     gf.update_inclusive_columns()
     assert (gf.dataframe[written.columns] == written).all().all()
-    assert gf.dataframe["time (inc)"].loc[gf.graph.roots].sum() == demo_profile.tree.inclusive("cpu_time_ns")[0]
+    assert (
+        gf.dataframe["time (inc)"].loc[gf.graph.roots].sum()
+        == demo_profile.tree.inclusive("cpu_time_ns")[0]
+    )

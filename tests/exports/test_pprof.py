@@ -23,7 +23,9 @@ def read(data: bytes) -> tuple[pprof_pb2.Profile, list[str]]:
     return msg, strings
 
 
-def path_values(msg: pprof_pb2.Profile, strings: list[str]) -> dict[tuple[str, ...], dict[str, int]]:
+def path_values(
+    msg: pprof_pb2.Profile, strings: list[str]
+) -> dict[tuple[str, ...], dict[str, int]]:
     """Every sample's values by sample type name, keyed by its call path read root first."""
     names = {f.id: strings[f.name] for f in msg.function}
     function_of = {loc.id: loc.line[0].function_id for loc in msg.location}
@@ -51,14 +53,18 @@ def test_pprof_duration_is_the_windows_step_time(demo_profile):
     msg, _ = read(exporter("pprof")(demo_profile, "cpu_time_ns"))
     assert len(demo_profile.step_times_ns) == 2
     assert msg.duration_nanos == sum(demo_profile.step_times_ns) > 0
-    assert msg.duration_nanos != demo_profile.duration_ns  # the whole window, setup included, was written before
+    assert (
+        msg.duration_nanos != demo_profile.duration_ns
+    )  # the whole window, setup included, was written before
     assert msg.time_nanos == demo_profile.start_unix_ns > 0
 
 
 def test_pprof_values_are_the_reports_exclusive_values_node_for_node(demo_profile):
     msg, strings = read(exporter("pprof")(demo_profile, "cpu_time_ns"))
     report = report_paths(demo_profile, "cpu_time_ns")
-    assert path_values(msg, strings) == {path: row["excl"] for path, row in report.items() if any(row["excl"].values())}
+    assert path_values(msg, strings) == {
+        path: row["excl"] for path, row in report.items() if any(row["excl"].values())
+    }
 
 
 def test_pprof_totals_per_sample_type_are_the_reports_totals(demo_profile):
@@ -81,12 +87,27 @@ def test_pprof_a_profile_without_step_times_keeps_the_window_duration():
 
 
 @pytest.mark.parametrize("args, default", [([], "cpu_time_ns"), (["--metric", "count"], "count")])
-def test_pprof_from_the_cli_opens_on_the_metric_asked_for(demo_profile, tmp_path, capsys, args, default):
+def test_pprof_from_the_cli_opens_on_the_metric_asked_for(
+    demo_profile, tmp_path, capsys, args, default
+):
     from dc_core.cli import main
     from dc_core.store.logdir import write_profile
 
     write_profile(demo_profile, tmp_path / "logs")
-    assert main(["export", str(tmp_path / "logs"), "--format", "pprof", "--out", str(tmp_path / "out"), *args]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "logs"),
+                "--format",
+                "pprof",
+                "--out",
+                str(tmp_path / "out"),
+                *args,
+            ]
+        )
+        == 0
+    )
     (written,) = (tmp_path / "out").iterdir()
     msg, strings = read(written.read_bytes())
     assert strings[msg.default_sample_type] == default

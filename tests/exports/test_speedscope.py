@@ -18,7 +18,9 @@ def validate(doc: dict) -> None:
     jsonschema.validate(doc, schema)
     broken = json.loads(json.dumps(doc))
     broken["profiles"][0]["unit"] = "parsecs"
-    with pytest.raises(jsonschema.ValidationError):  # the schema is the real one, not an empty stand-in
+    with pytest.raises(
+        jsonschema.ValidationError
+    ):  # the schema is the real one, not an empty stand-in
         jsonschema.validate(broken, schema)
 
 
@@ -61,7 +63,11 @@ def test_speedscope_frames_name_their_source(demo_profile):
     doc = json.loads(exporter("speedscope")(demo_profile, "cpu_time_ns"))
     by_name = {f["name"]: f for f in doc["shared"]["frames"]}
     assert by_name["demo::featurize"] == {"name": "demo::featurize"}
-    train = [f for name, f in by_name.items() if name.startswith("workload.py:") and name.endswith(" train")]
+    train = [
+        f
+        for name, f in by_name.items()
+        if name.startswith("workload.py:") and name.endswith(" train")
+    ]
     assert len(train) >= 2  # the forward and the backward call sites
     for frame in train:
         assert frame["file"].endswith("dc_core/demo/workload.py")

@@ -33,12 +33,28 @@ def th():
 
 
 def rank_profile(rank: int, steps=(5, 8), device: bool = False) -> Profile:
-    specs = [("forward", ("python:step|train.py:3 @cpu_time_ns=10",
-                          f"aten::mm @cpu_time_ns={MM[rank]},count=3" + (",device_time_ns=9" if device else "")))]
+    specs = [
+        (
+            "forward",
+            (
+                "python:step|train.py:3 @cpu_time_ns=10",
+                f"aten::mm @cpu_time_ns={MM[rank]},count=3"
+                + (",device_time_ns=9" if device else ""),
+            ),
+        )
+    ]
     if rank == 1:
         specs.append(("dataloader", f"python:fetch|loader.py:9 @cpu_time_ns={FETCH_NS},count=1"))
-    return Profile(tree=tree_from_lists(*specs), steps=steps, step_times_ns=[10, 20, 30], rank=rank,
-                   host=f"node-{'ab'[rank // 2]}", framework="torch", mode="lightweight", world_size=3)
+    return Profile(
+        tree=tree_from_lists(*specs),
+        steps=steps,
+        step_times_ns=[10, 20, 30],
+        rank=rank,
+        host=f"node-{'ab'[rank // 2]}",
+        framework="torch",
+        mode="lightweight",
+        world_size=3,
+    )
 
 
 @pytest.fixture
@@ -73,16 +89,37 @@ def per_rank(tk, name: str, column: str = "time") -> dict[int, float]:
 def test_cli_writes_one_file_per_run_and_window_with_each_ranks_literal(logdir, capsys):
     status, out = export_cli(logdir)
     assert status == 0
-    assert sorted(p.name for p in out.iterdir()) == ["runA-steps10-11.thicket.json", "runA-steps5-7.thicket.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "runA-steps10-11.thicket.json",
+        "runA-steps5-7.thicket.json",
+    ]
     assert str(out / "runA-steps5-7.thicket.json") in capsys.readouterr().out
     doc = json.loads((out / "runA-steps5-7.thicket.json").read_bytes())
     assert (doc["format"], doc["version"], doc["run"], doc["steps"], doc["metric"]) == (
-        "deepcontext-thicket", 1, "runA", [5, 8], "cpu_time_ns")
+        "deepcontext-thicket",
+        1,
+        "runA",
+        [5, 8],
+        "cpu_time_ns",
+    )
     assert [p["name"] for p in doc["profiles"]] == [
-        "runA/0-node-a/steps-5-7", "runA/1-node-a/steps-5-7", "runA/2-node-b/steps-5-7"]
+        "runA/0-node-a/steps-5-7",
+        "runA/1-node-a/steps-5-7",
+        "runA/2-node-b/steps-5-7",
+    ]
     assert doc["profiles"][2]["metadata"] == {
-        "run": "runA", "rank": 2, "host": "node-b", "framework": "torch", "mode": "lightweight",
-        "world_size": 3, "steps": "5-7", "first_step": 5, "last_step": 7, "metric": "cpu_time_ns", "unit": "ns"}
+        "run": "runA",
+        "rank": 2,
+        "host": "node-b",
+        "framework": "torch",
+        "mode": "lightweight",
+        "world_size": 3,
+        "steps": "5-7",
+        "first_step": 5,
+        "last_step": 7,
+        "metric": "cpu_time_ns",
+        "unit": "ns",
+    }
     # Each rank's graph is exactly its --format hatchet export.
     source = read_profile(logdir / "runA/plugins/deepcontext/2-node-b/steps-5-7.pb")
     assert doc["profiles"][2]["graph"] == json.loads(exporter("hatchet")(source, "cpu_time_ns"))
@@ -97,7 +134,9 @@ def test_thicket_has_a_profile_and_a_metadata_row_per_rank(th, window_file):
     assert by_rank.loc[2, "host"] == "node-b" and by_rank.loc[0, "host"] == "node-a"
     assert set(by_rank["world_size"]) == {3} and set(by_rank["steps"]) == {"5-7"}
     assert set(by_rank["framework"]) == {"torch"} and set(by_rank["metric"]) == {"cpu_time_ns"}
-    assert sorted(tk.profile_mapping.values()) == [f"runA/{r}-node-{'ab'[r // 2]}/steps-5-7" for r in MM]
+    assert sorted(tk.profile_mapping.values()) == [
+        f"runA/{r}-node-{'ab'[r // 2]}/steps-5-7" for r in MM
+    ]
 
 
 def test_per_rank_values_are_the_ones_written(th, window_file):
@@ -113,12 +152,16 @@ def test_union_tree_holds_the_node_only_one_rank_ran(th, window_file):
     fetch = tk.get_node("loader.py:9 fetch")
     assert [n.frame["name"] for n in fetch.path()] == ["dataloader", "loader.py:9 fetch"]
     values = per_rank(tk, "loader.py:9 fetch")
-    assert values[1] == FETCH_NS and math.isnan(values[0]) and math.isnan(values[2])  # Thicket's "absent"
+    assert (
+        values[1] == FETCH_NS and math.isnan(values[0]) and math.isnan(values[2])
+    )  # Thicket's "absent"
     names = {n.frame["name"] for n in tk.graph.traverse()}
     assert names == {"forward", "train.py:3 step", "aten::mm", "dataloader", "loader.py:9 fetch"}
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")  # thicket's own groupby().agg(np.mean) under pandas 2
+@pytest.mark.filterwarnings(
+    "ignore::FutureWarning"
+)  # thicket's own groupby().agg(np.mean) under pandas 2
 def test_thickets_own_statistics(th, window_file):
     tk = thicket_export.load(window_file)
     th.stats.mean(tk, columns=["time"])
@@ -136,7 +179,9 @@ def test_the_docstring_recipe_builds_the_same_thicket(th, window_file):
     """The three lines documented for users without DeepContext, run as written."""
     import hatchet
 
-    block = re.search(r"same in three lines.*?::\n\n(.*?)\n\n", thicket_export.__doc__, re.S).group(1)
+    block = re.search(r"same in three lines.*?::\n\n(.*?)\n\n", thicket_export.__doc__, re.S).group(
+        1
+    )
     scope = {"json": json, "hatchet": hatchet, "thicket": th, "path": str(window_file)}
     exec(textwrap.dedent(block), scope)
     ours = thicket_export.load(window_file)
@@ -184,13 +229,23 @@ def test_load_without_thicket_says_what_to_install(monkeypatch, tmp_path):
         thicket_export.load(path)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"[]", "not a DeepContext Thicket file"),
-    (b"{not json", "not JSON"),
-    (json.dumps({"format": "deepcontext-thicket", "version": 2, "profiles": []}).encode(), "version 2 is newer"),
-    (json.dumps({"format": "deepcontext-thicket", "version": 1, "profiles": [{"graph": []}]}).encode(),
-     "non-empty list of"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[]", "not a DeepContext Thicket file"),
+        (b"{not json", "not JSON"),
+        (
+            json.dumps({"format": "deepcontext-thicket", "version": 2, "profiles": []}).encode(),
+            "version 2 is newer",
+        ),
+        (
+            json.dumps(
+                {"format": "deepcontext-thicket", "version": 1, "profiles": [{"graph": []}]}
+            ).encode(),
+            "non-empty list of",
+        ),
+    ],
+)
 def test_load_names_a_file_it_cannot_read(th, tmp_path, content, message):
     path = tmp_path / "bad.thicket.json"
     path.write_bytes(content)
@@ -218,6 +273,7 @@ def test_the_cross_rank_tree_agrees_with_thicket_node_for_node(th, logdir, windo
         label = e.node_frame(node).label()
         row = theirs.loc[tk.get_node(label)]
         assert (stats.mean[node], stats.max[node], stats.min[node]) == pytest.approx(
-            (row["time (inc)_mean"], row["time (inc)_max"], row["time (inc)_min"])), label
+            (row["time (inc)_mean"], row["time (inc)_max"], row["time (inc)_min"])
+        ), label
         compared += 1
     assert compared == len(e) - 1 == 5  # forward, step, mm, dataloader, fetch

@@ -27,18 +27,35 @@ class Tokens(torch.utils.data.Dataset):
 
 def train(tmp_path, callback, **args):
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64))
-    settings = dict(output_dir=str(tmp_path / "out"), use_cpu=True, report_to=[], max_steps=6,
-                    per_device_train_batch_size=4, logging_steps=100, save_strategy="no", disable_tqdm=True)
-    trainer = Trainer(model=model, args=TrainingArguments(**{**settings, **args}), train_dataset=Tokens(),
-                      eval_dataset=Tokens(8), callbacks=[callback])
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64)
+    )
+    settings = dict(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        report_to=[],
+        max_steps=6,
+        per_device_train_batch_size=4,
+        logging_steps=100,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(**{**settings, **args}),
+        train_dataset=Tokens(),
+        eval_dataset=Tokens(8),
+        callbacks=[callback],
+    )
     trainer.train()
     return trainer
 
 
 def test_gpt2_attention_forward_and_backward_under_its_module(tmp_path):
     assert is_available()
-    callback = DeepContextCallback(steps={"start": 2, "count": 3}, cpu_sampling_hz=0, system_interval_ms=0)
+    callback = DeepContextCallback(
+        steps={"start": 2, "count": 3}, cpu_sampling_hz=0, system_interval_ms=0
+    )
     train(tmp_path, callback)
     # default logdir: output_dir/runs (transformers 5 has no args.logging_dir)
     assert [p.relative_to(tmp_path).as_posix() for p in callback.written] == [
@@ -47,12 +64,21 @@ def test_gpt2_attention_forward_and_backward_under_its_module(tmp_path):
     (profile,), errors = load_profiles(tmp_path)
     assert errors == [] and profile.steps == (2, 5) and len(profile.step_times_ns) == 3
     tree = profile.tree
-    assert {tree.node_frame(n).name for n in tree.children(0)} >= {"forward", "backward", "optimizer"}
+    assert {tree.node_frame(n).name for n in tree.children(0)} >= {
+        "forward",
+        "backward",
+        "optimizer",
+    }
     attn = tree.find_all(lambda f: f.kind == "module" and f.name == "transformer.h.0.attn")
     assert {tree.node_frame(n).detail for n in attn} == {"GPT2Attention"}
     phases = {tree.path_frames(n)[0].name for n in attn}
     assert phases == {"forward", "backward"}
-    below = [tree.node_frame(d) for n in attn for d in tree.preorder(n) if tree.node_frame(d).kind == "operator"]
+    below = [
+        tree.node_frame(d)
+        for n in attn
+        for d in tree.preorder(n)
+        if tree.node_frame(d).kind == "operator"
+    ]
     assert any(not f.backward for f in below) and any(f.backward for f in below)
     forward_ops = [n for n in attn if tree.path_frames(n)[0].name == "forward"]
     assert module_calls(tree, forward_ops[0]) == 3  # once per profiled step (2 layers are h.0, h.1)
@@ -62,8 +88,16 @@ def test_gpt2_attention_forward_and_backward_under_its_module(tmp_path):
 
 
 def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
-    callback = DeepContextCallback(steps={"start": 1, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0)
-    train(tmp_path, callback, max_steps=4, gradient_accumulation_steps=2, per_device_train_batch_size=2)
+    callback = DeepContextCallback(
+        steps={"start": 1, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0
+    )
+    train(
+        tmp_path,
+        callback,
+        max_steps=4,
+        gradient_accumulation_steps=2,
+        per_device_train_batch_size=2,
+    )
     (profile,), _ = load_profiles(tmp_path)
     assert profile.steps == (1, 3) and len(profile.step_times_ns) == 2
     attn = profile.tree.find_all(lambda f: f.name == "transformer.h.0.attn")
@@ -73,22 +107,38 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
 
 def _forward_count(profile, module="transformer.h.0.attn", phase="forward"):
     tree = profile.tree
-    (node,) = [n for n in tree.find_all(lambda f: f.name == module) if tree.path_frames(n)[0].name == phase]
+    (node,) = [
+        n for n in tree.find_all(lambda f: f.name == module) if tree.path_frames(n)[0].name == phase
+    ]
     return module_calls(tree, node)
 
 
 def test_user_logdir_wins_and_eval_is_its_own_window(tmp_path):
-    callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 1, "count": 2},
-                                   profile_eval=True, cpu_sampling_hz=0, system_interval_ms=0)
+    callback = DeepContextCallback(
+        logdir=str(tmp_path / "prof"),
+        steps={"start": 1, "count": 2},
+        profile_eval=True,
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    )
     # evaluation after step 1, inside the training window: 8 examples, 2 batches
-    train(tmp_path, callback, max_steps=3, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4)
+    train(
+        tmp_path,
+        callback,
+        max_steps=3,
+        eval_strategy="steps",
+        eval_steps=2,
+        per_device_eval_batch_size=4,
+    )
     runs = sorted(p.relative_to(tmp_path / "prof").parts[0] for p in callback.written)
     assert runs == ["eval", "plugins"]
     profiles, _ = load_profiles(tmp_path / "prof")
     (evaluation,) = [p for p in profiles if p.run == "eval"]
     (training,) = [p for p in profiles if p.run != "eval"]
     assert evaluation.steps == (0, 2) and training.steps == (1, 3)
-    assert "backward" not in {evaluation.tree.node_frame(n).name for n in evaluation.tree.children(0)}
+    assert "backward" not in {
+        evaluation.tree.node_frame(n).name for n in evaluation.tree.children(0)
+    }
     # both batches, the first included (it begins when the trainer decides to evaluate) ...
     assert _forward_count(evaluation, phase="eval") == 2
     # ... and none of them in the training window they ran inside
@@ -97,22 +147,32 @@ def test_user_logdir_wins_and_eval_is_its_own_window(tmp_path):
 
 def test_profiles_land_in_the_tensorboard_run_beside_the_scalars(tmp_path, capsys):
     pytest.importorskip("tensorboard")
-    callback = DeepContextCallback(steps={"start": 1, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0)
+    callback = DeepContextCallback(
+        steps={"start": 1, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0
+    )
     train(tmp_path, callback, report_to=["tensorboard"], logging_steps=1)
     (written,) = callback.written
     run_dir = written.parents[3]  # <run>/plugins/deepcontext/<rank>-<host>/steps-1-2.pb
     assert run_dir.parent == tmp_path / "out" / "runs"
     assert list(run_dir.glob("events.out.tfevents.*")), "the scalars' event file is in the same run"
     # said once, where it went and how to open it
-    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DeepContext wrote")]
-    assert said == [f"DeepContext wrote {written}: read it with `deepcontext report {run_dir}`, "
-                    f"or open the tab with `deepcontext view {run_dir}`"]
+    said = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("DeepContext wrote")
+    ]
+    assert said == [
+        f"DeepContext wrote {written}: read it with `deepcontext report {run_dir}`, "
+        f"or open the tab with `deepcontext view {run_dir}`"
+    ]
 
 
 def test_regression_gradient_clipping_sat_under_forward(tmp_path):
     """The Trainer's clipping (``_foreach_norm``, ``_foreach_mul_``: 2.4 ms a
     step) sat under ``forward``: it is part of the update, under its own frame."""
-    callback = DeepContextCallback(steps={"start": 2, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0)
+    callback = DeepContextCallback(
+        steps={"start": 2, "count": 2}, cpu_sampling_hz=0, system_interval_ms=0
+    )
     train(tmp_path, callback, max_grad_norm=1.0)
     (profile,), _ = load_profiles(tmp_path)
     tree = profile.tree

@@ -12,7 +12,8 @@ from dc_core.store.logdir import read_profile
 def nodes(tree, kind, name=None, backward=None):
     """Nodes of ``kind`` (and ``name``, and backward flag, where given), in node order."""
     return [
-        n for n in range(len(tree))
+        n
+        for n in range(len(tree))
         if tree.node_frame(n).kind == kind
         and (name is None or tree.node_frame(n).name == name)
         and (backward is None or tree.node_frame(n).backward == backward)
@@ -25,7 +26,9 @@ def profile_with_trace(tmp_path, step, steps=4, window=StepRange(start=1, count=
     import dc_jax
 
     traces = tmp_path / "traces"
-    prof = dc_jax.profile(logdir=str(tmp_path / "logs"), steps=window, cpu_sampling_hz=0, system_interval_ms=0)
+    prof = dc_jax.profile(
+        logdir=str(tmp_path / "logs"), steps=window, cpu_sampling_hz=0, system_interval_ms=0
+    )
     prof.adapter.keep_traces = str(traces)
     with prof:
         for _ in range(steps):
@@ -53,8 +56,15 @@ def raw_op_times(path: str) -> dict[int, dict[str, int]]:
             for event in line.events:
                 stats = dict(event.stats)
                 if "hlo_op" in stats and "program_id" in stats:
-                    thunks.append([int(event.start_ns), int(event.duration_ns), int(stats["program_id"]),
-                                   str(stats["hlo_op"]), int(event.duration_ns)])
+                    thunks.append(
+                        [
+                            int(event.start_ns),
+                            int(event.duration_ns),
+                            int(stats["program_id"]),
+                            str(stats["hlo_op"]),
+                            int(event.duration_ns),
+                        ]
+                    )
             thunks.sort(key=lambda t: (t[0], -t[1]))
             open_ = []
             for thunk in thunks:
@@ -100,7 +110,9 @@ def live_hlo(module: str) -> list[str]:
 
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s*\(")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*[a-z]\w*\[([\d,]*)\]\S*\s+([\w\-]+)\(")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*[a-z]\w*\[([\d,]*)\]\S*\s+([\w\-]+)\("
+)
 
 
 def kernel_shaped_convolutions(text: str, kernel_shape: tuple[int, ...]) -> dict[str, bool]:
@@ -109,7 +121,9 @@ def kernel_shaped_convolutions(text: str, kernel_shape: tuple[int, ...]) -> dict
     in any order, i.e. a weight gradient of a conv with that kernel; each →
     whether XLA kept metadata for it."""
     computation, convolving, fused = "", set(), set()
-    executed: list[tuple[str, str, tuple[int, ...], str, str]] = []  # (name, computation, dims, opcode, line)
+    executed: list[
+        tuple[str, str, tuple[int, ...], str, str]
+    ] = []  # (name, computation, dims, opcode, line)
     for line in text.splitlines():
         head = _COMPUTATION.match(line)
         if head is not None:
@@ -122,11 +136,15 @@ def kernel_shaped_convolutions(text: str, kernel_shape: tuple[int, ...]) -> dict
         if opcode == "convolution":
             convolving.add(computation)
         fused.update(re.findall(r"\bcalls=%([\w.\-]+)", line) if opcode == "fusion" else ())
-        executed.append((name, computation, tuple(int(d) for d in dims.split(",") if d), opcode, line))
+        executed.append(
+            (name, computation, tuple(int(d) for d in dims.split(",") if d), opcode, line)
+        )
     found = {}
     for name, computation, dims, opcode, line in executed:
         calls = re.findall(r"\bcalls=%([\w.\-]+)", line)
-        runs_conv = opcode == "convolution" or (opcode == "fusion" and any(c in convolving for c in calls))
+        runs_conv = opcode == "convolution" or (
+            opcode == "fusion" and any(c in convolving for c in calls)
+        )
         if computation not in fused and runs_conv and sorted(dims) == sorted(kernel_shape):
             found[name] = "metadata={" in line
     return found

@@ -38,7 +38,9 @@ class Block(nnx.Module):
 
     def __init__(self, dim: int, heads: int, rngs: nnx.Rngs):
         self.norm1 = nnx.LayerNorm(dim, rngs=rngs)
-        self.attn = nnx.MultiHeadAttention(num_heads=heads, in_features=dim, decode=False, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(
+            num_heads=heads, in_features=dim, decode=False, rngs=rngs
+        )
         self.norm2 = nnx.LayerNorm(dim, rngs=rngs)
         self.mlp = FeedForward(dim, rngs)
 

@@ -61,7 +61,11 @@ def test_parse_module_reads_opcodes_metadata_and_full_python_stacks():
     assert fusion.matmul == "dot_general"  # found inside the fused computation
     assert fusion.op_name == "jit(train_step)/jvp(MLP)/Dense_0/dot_general"
     assert [(loc.function, loc.line) for loc in fusion.stack] == [
-        ("<module>", 40), ("train_step", 30), ("loss_fn", 20), ("MLP.__call__", 10), ("Dense.__call__", 294),
+        ("<module>", 40),
+        ("train_step", 30),
+        ("loss_fn", 20),
+        ("MLP.__call__", 10),
+        ("Dense.__call__", 294),
     ]
     assert ops["dot"].opcode == "dot" and ops["dot"].matmul == "dot_general"
     assert ops["exp.2"].stack == (Loc("", "/home/u/train.py", 21),)  # source_file/source_line form
@@ -72,17 +76,27 @@ def test_parse_module_reads_opcodes_metadata_and_full_python_stacks():
 
 
 def test_parse_module_accepts_parent_ids_printed_unshifted():
-    text = MODULE.replace("2 {file_location_id=2 parent_frame_id=2}", "2 {file_location_id=2 parent_frame_id=1}")
+    text = MODULE.replace(
+        "2 {file_location_id=2 parent_frame_id=2}", "2 {file_location_id=2 parent_frame_id=1}"
+    )
     for k in (3, 4, 5):
-        text = text.replace(f"{k} {{file_location_id={k} parent_frame_id={k}}}", f"{k} {{file_location_id={k} parent_frame_id={k - 1}}}")
-    text = text.replace("1 {file_location_id=1 parent_frame_id=1}", "1 {file_location_id=1 parent_frame_id=0}")
+        text = text.replace(
+            f"{k} {{file_location_id={k} parent_frame_id={k}}}",
+            f"{k} {{file_location_id={k} parent_frame_id={k - 1}}}",
+        )
+    text = text.replace(
+        "1 {file_location_id=1 parent_frame_id=1}", "1 {file_location_id=1 parent_frame_id=0}"
+    )
     assert [loc.line for loc in parse_module(text)["dot"].stack] == [40, 30, 20, 10, 294]
 
 
 def test_name_stack_parsing_unwraps_transforms_and_keeps_nested_slashes():
     assert split_name_stack("jit(f)/vmap(a/b)/c") == ["jit(f)", "vmap(a/b)", "c"]
     assert parse_op_name("jit(train_step)/transpose(jvp(MLP))/Dense_0/dot_general") == (
-        "train_step", ["MLP", "Dense_0"], "dot_general", True,
+        "train_step",
+        ["MLP", "Dense_0"],
+        "dot_general",
+        True,
     )
     # jvp(...) alone is the primal pass of grad: forward, not backward.
     assert parse_op_name("jit(step)/jvp(MLP)/jit(relu)/max") == ("step", ["MLP"], "max", False)
@@ -102,38 +116,77 @@ def test_forward_and_backward_matmul_share_the_forward_context():
     assert forward.frames == expected and backward.frames == expected
     assert (forward.phase, forward.backward, forward.operator) == ("forward", False, "dot_general")
     # XLA folded the transpose into the matmul: the operator is the matmul.
-    assert (backward.phase, backward.backward, backward.operator) == ("backward", True, "dot_general")
+    assert (backward.phase, backward.backward, backward.operator) == (
+        "backward",
+        True,
+        "dot_general",
+    )
 
 
 def test_recorded_flax_classes_name_modules_and_optax_frames_mean_optimizer():
-    stack = (Loc("step", "/u/t.py", 5), Loc("Block.__call__", "/u/m.py", 9), Loc("Dense.__call__", "/x/site-packages/flax/linen/linear.py", 1))
+    stack = (
+        Loc("step", "/u/t.py", 5),
+        Loc("Block.__call__", "/u/m.py", 9),
+        Loc("Dense.__call__", "/x/site-packages/flax/linen/linear.py", 1),
+    )
     ins = Instruction("fusion.1", "fusion", "jit(step)/Block/proj/dot_general", stack)
     ctx = context_of(ins, classes={"Block/proj": "Dense"})
     assert ctx.frames[-1] == ("module", "Block/proj", "Dense")
-    optax_stack = (Loc("step", "/u/t.py", 7), Loc("scale_by_adam.<locals>.update_fn", "/x/site-packages/optax/_src/transform.py", 300))
+    optax_stack = (
+        Loc("step", "/u/t.py", 7),
+        Loc("scale_by_adam.<locals>.update_fn", "/x/site-packages/optax/_src/transform.py", 300),
+    )
     upd = context_of(Instruction("add.3", "add", "jit(step)/add", optax_stack))
     assert upd.phase == "optimizer" and upd.frames == (("python", "step", "/u/t.py", 7, ""),)
-    loss_stack = (Loc("step", "/u/t.py", 6), Loc("softmax_cross_entropy", "/x/site-packages/optax/losses/_classification.py", 1))
-    assert context_of(Instruction("exp.1", "exponential", "jit(step)/exp", loss_stack)).phase == "forward"
+    loss_stack = (
+        Loc("step", "/u/t.py", 6),
+        Loc("softmax_cross_entropy", "/x/site-packages/optax/losses/_classification.py", 1),
+    )
+    assert (
+        context_of(Instruction("exp.1", "exponential", "jit(step)/exp", loss_stack)).phase
+        == "forward"
+    )
     # A phase the user marked applies to ops the name stack does not place.
-    assert context_of(Instruction("exp.1", "exponential", "jit(aug)/exp", ()), marked="dataloader").phase == "dataloader"
+    assert (
+        context_of(
+            Instruction("exp.1", "exponential", "jit(aug)/exp", ()), marked="dataloader"
+        ).phase
+        == "dataloader"
+    )
 
 
 def test_nnx_containers_never_called_are_not_module_frames():
-    stack = (Loc("step", "/u/t.py", 5), Loc("MLP.__call__", "/u/m.py", 9),
-             Loc("Linear.__call__", "/x/site-packages/flax/nnx/nn/linear.py", 1))
-    ins = Instruction("dot.1", "dot", "jit(step)/jvp(MLP)/layers/0/dot_general", stack, "dot_general")
+    stack = (
+        Loc("step", "/u/t.py", 5),
+        Loc("MLP.__call__", "/u/m.py", 9),
+        Loc("Linear.__call__", "/x/site-packages/flax/nnx/nn/linear.py", 1),
+    )
+    ins = Instruction(
+        "dot.1", "dot", "jit(step)/jvp(MLP)/layers/0/dot_general", stack, "dot_general"
+    )
     ctx = context_of(ins, classes={"MLP": "MLP", "MLP/layers/0": "Linear"})
-    assert [f for f in ctx.frames if f[0] == "module"] == [("module", "MLP", "MLP"), ("module", "MLP/layers/0", "Linear")]
-    assert ctx.frames[-1] == ("module", "MLP/layers/0", "Linear")  # right above Linear's own (library) frame
+    assert [f for f in ctx.frames if f[0] == "module"] == [
+        ("module", "MLP", "MLP"),
+        ("module", "MLP/layers/0", "Linear"),
+    ]
+    assert ctx.frames[-1] == (
+        "module",
+        "MLP/layers/0",
+        "Linear",
+    )  # right above Linear's own (library) frame
 
 
 def test_einsum_specs_and_merged_op_names_are_not_modules():
     # jnp.einsum names its computation after the spec; XLA joins merged ops' names with ";".
-    merged = ("jit(step)/transpose(jvp(Net))/attn/vmap(BNTS,BSNH->BTNH)/transpose"
-              ";jit(step)/transpose(jvp(Net))/attn/vmap()/transpose")
+    merged = (
+        "jit(step)/transpose(jvp(Net))/attn/vmap(BNTS,BSNH->BTNH)/transpose"
+        ";jit(step)/transpose(jvp(Net))/attn/vmap()/transpose"
+    )
     assert parse_op_name(merged) == ("step", ["Net", "attn"], "transpose", True)
-    assert parse_op_name("jit(step)/jvp(Net)/attn/BTNH,BSNH->BNTS/dot_general")[1] == ["Net", "attn"]
+    assert parse_op_name("jit(step)/jvp(Net)/attn/BTNH,BSNH->BNTS/dot_general")[1] == [
+        "Net",
+        "attn",
+    ]
 
 
 PROVENANCE = """HloModule jit_step, is_scheduled=true
@@ -179,15 +232,22 @@ def test_instructions_without_metadata_are_placed_by_operands_users_or_their_loo
 def test_ops_nothing_places_are_unattributed_not_forward():
     lone = Instruction("copy.9", "copy", "", ())
     assert context_of(lone).phase == "unattributed"
-    assert context_of(lone, marked="dataloader").phase == "dataloader"  # dispatched inside a marked phase
+    assert (
+        context_of(lone, marked="dataloader").phase == "dataloader"
+    )  # dispatched inside a marked phase
 
 
 def test_conv_is_named_conv_whether_or_not_its_class_was_recorded():
     # Linen's Conv runs _Conv.__call__: without the hooks' record (compiled before
     # the window) the module keeps the name Linen gave it, as with the record.
-    stack = (Loc("step", "/u/t.py", 5), Loc("CNN.__call__", "/u/m.py", 9),
-             Loc("_Conv.__call__", "/x/site-packages/flax/linen/linear.py", 1))
-    ins = Instruction("convolution.1", "convolution", "jit(step)/jvp(CNN)/Conv_0/conv_general_dilated", stack)
+    stack = (
+        Loc("step", "/u/t.py", 5),
+        Loc("CNN.__call__", "/u/m.py", 9),
+        Loc("_Conv.__call__", "/x/site-packages/flax/linen/linear.py", 1),
+    )
+    ins = Instruction(
+        "convolution.1", "convolution", "jit(step)/jvp(CNN)/Conv_0/conv_general_dilated", stack
+    )
     unrecorded = context_of(ins)
     recorded = context_of(ins, classes={"CNN": "CNN", "CNN/Conv_0": "Conv"})
     assert unrecorded.frames == recorded.frames
@@ -241,7 +301,10 @@ def test_a_weight_gradient_conv_without_metadata_goes_to_its_conv_not_the_batchn
     assert wgrad.stack == ops["ynn_fusion.1"].stack  # the forward conv's line
     ctx = context_of(wgrad)
     assert (ctx.phase, ctx.backward, ctx.operator) == ("backward", True, "conv_general_dilated")
-    assert [f for f in ctx.frames if f[0] == "module"] == [("module", "CNN", "CNN"), ("module", "CNN/Conv_0", "Conv")]
+    assert [f for f in ctx.frames if f[0] == "module"] == [
+        ("module", "CNN", "CNN"),
+        ("module", "CNN/Conv_0", "Conv"),
+    ]
     # the layout copies feeding it keep the old rule (operands and users)
     assert "BatchNorm_0" in ops["dy_t"].op_name
 
@@ -249,7 +312,8 @@ def test_a_weight_gradient_conv_without_metadata_goes_to_its_conv_not_the_batchn
 def test_a_weight_gradient_conv_with_no_user_reading_a_weight_is_left_to_its_operands_when_ambiguous():
     # The step returns the gradient: nothing tells Conv_0 from Conv_1, whose kernels share a shape.
     text = CONV_STEP.replace("add(%mu, %ynn_fusion.3)", "add(%mu, %mu)").replace(
-        "tuple(%update, %bn_grad)", "tuple(%ynn_fusion.3, %bn_grad)")
+        "tuple(%update, %bn_grad)", "tuple(%ynn_fusion.3, %bn_grad)"
+    )
     assert "BatchNorm_0" in parse_module(text)["ynn_fusion.3"].op_name
     # with one conv of that kernel shape, the shape alone places it
     single = text.replace("fusion(%x, %other)", "fusion(%x, %x)")
@@ -266,8 +330,11 @@ def test_combined_all_reduce_is_an_all_reduce_in_the_scopes_its_members_share():
     ins = Instruction("all-reduce.1", "all-reduce", combined, stack)
     ctx = context_of(ins, classes={"MLP": "MLP", "MLP/l1": "Linear"})
     assert ctx.operator == "all-reduce" and ctx.backward and ctx.scoped
-    assert ctx.frames == (("python", "step", "/u/t.py", 33, ""), ("module", "MLP", "MLP"),
-                          ("module", "MLP/l1", "Linear"))
+    assert ctx.frames == (
+        ("python", "step", "/u/t.py", 33, ""),
+        ("module", "MLP", "MLP"),
+        ("module", "MLP/l1", "Linear"),
+    )
     # an uncombined reduction is named as XLA runs it, too
     single = Instruction("psum.3", "all-reduce", "jit(step)/shard_map/psum", stack)
     assert context_of(single).operator == "all-reduce" and not context_of(single).scoped
@@ -278,6 +345,11 @@ def test_jax_scopes_are_never_modules():
     # paths under it (``shard_map/MLP``) missed the recorded classes.
     stack = (Loc("step", "/u/t.py", 5), Loc("MLP.__call__", "/u/m.py", 9))
     for scope in ("shard_map", "xla_pmap", "custom_vjp_call", "pjit"):
-        ins = Instruction("dot.1", "dot", f"jit(step)/{scope}/jvp(MLP)/l1/dot_general", stack, "dot_general")
+        ins = Instruction(
+            "dot.1", "dot", f"jit(step)/{scope}/jvp(MLP)/l1/dot_general", stack, "dot_general"
+        )
         ctx = context_of(ins, classes={"MLP": "MLP", "MLP/l1": "Linear"})
-        assert [f for f in ctx.frames if f[0] == "module"] == [("module", "MLP", "MLP"), ("module", "MLP/l1", "Linear")]
+        assert [f for f in ctx.frames if f[0] == "module"] == [
+            ("module", "MLP", "MLP"),
+            ("module", "MLP/l1", "Linear"),
+        ]

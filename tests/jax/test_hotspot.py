@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from dc_core.analyzer import analyze
-
 from tests.analyzer.helpers import MS, line, only, profile
 
 ATTENTION = "Decoder/EncoderDecoder1DBlock_0/MultiHeadDotProductAttention_0"
@@ -26,15 +25,29 @@ def _attention(scale: int, backward: bool = False) -> tuple:
     (called from flax's own code, whose frames are left out)."""
     flag = " [backward]" if backward else ""
     op = f"operator:dot_general{flag}"
-    layers = ((f"module:{ATTENTION}/{p}", f"{op} @device_time_ns={scale * MS}") for p in ("query", "key", "value", "out"))
+    layers = (
+        (f"module:{ATTENTION}/{p}", f"{op} @device_time_ns={scale * MS}")
+        for p in ("query", "key", "value", "out")
+    )
     return (f"module:{ATTENTION}", f"{op} @device_time_ns={4 * scale * MS}", *layers)
 
 
 def _lm1b():
     return profile(
-        ("forward", (LOSS, (BLOCK, _attention(1)),
-                     (MLP, ("module:Decoder/EncoderDecoder1DBlock_0/MlpBlock_0",
-                            f"operator:dot_general @device_time_ns={30 * MS}")))),
+        (
+            "forward",
+            (
+                LOSS,
+                (BLOCK, _attention(1)),
+                (
+                    MLP,
+                    (
+                        "module:Decoder/EncoderDecoder1DBlock_0/MlpBlock_0",
+                        f"operator:dot_general @device_time_ns={30 * MS}",
+                    ),
+                ),
+            ),
+        ),
         ("backward", (LOSS, (BLOCK, _attention(2, backward=True)))),
         **JAX,
     )
@@ -68,16 +81,46 @@ def test_a_module_calling_modules_that_call_modules_keeps_them_apart():
     model = "module:GPT2LMHeadModel"
     block = "module:transformer.h.0"
     p = profile(
-        ("forward", (LOSS, (model, f"operator:aten::cross_entropy @cpu_time_ns={MS}",
-                            (block, f"operator:aten::add @cpu_time_ns={MS}",
-                             ("module:transformer.h.0.attn", f"operator:aten::bmm @cpu_time_ns={20 * MS}",
-                              ("module:transformer.h.0.attn.c_attn", f"operator:aten::addmm @cpu_time_ns={10 * MS}")),
-                             ("module:transformer.h.0.mlp",
-                              ("module:transformer.h.0.mlp.c_fc", f"operator:aten::addmm @cpu_time_ns={30 * MS}")))))),
+        (
+            "forward",
+            (
+                LOSS,
+                (
+                    model,
+                    f"operator:aten::cross_entropy @cpu_time_ns={MS}",
+                    (
+                        block,
+                        f"operator:aten::add @cpu_time_ns={MS}",
+                        (
+                            "module:transformer.h.0.attn",
+                            f"operator:aten::bmm @cpu_time_ns={20 * MS}",
+                            (
+                                "module:transformer.h.0.attn.c_attn",
+                                f"operator:aten::addmm @cpu_time_ns={10 * MS}",
+                            ),
+                        ),
+                        (
+                            "module:transformer.h.0.mlp",
+                            (
+                                "module:transformer.h.0.mlp.c_fc",
+                                f"operator:aten::addmm @cpu_time_ns={30 * MS}",
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
     )
-    hot = {label: place["time_ns"] for label, place in _places(only(analyze(p, EVERY), "hotspot")).items()}
-    assert hot == {"transformer.h.0.attn": 30 * MS, "transformer.h.0.mlp": 30 * MS, "transformer.h.0": MS,
-                   "GPT2LMHeadModel": MS}
+    hot = {
+        label: place["time_ns"]
+        for label, place in _places(only(analyze(p, EVERY), "hotspot")).items()
+    }
+    assert hot == {
+        "transformer.h.0.attn": 30 * MS,
+        "transformer.h.0.mlp": 30 * MS,
+        "transformer.h.0": MS,
+        "GPT2LMHeadModel": MS,
+    }
 
 
 @pytest.mark.slow
@@ -103,4 +146,6 @@ def test_linen_attentions_hotspot_is_its_share_in_the_tree(tmp_path):
     shown = sum(time[n] for n in range(len(tree)) if tree.node_frame(n).name == attention)
     hot = _places(only(analyze(profile, EVERY), "hotspot"))
     assert hot[f"{attention} (MultiHeadDotProductAttention)"]["time_ns"] == shown > 0
-    assert not [label for label in hot if label.startswith(f"{attention}/")]  # query, key, value, out are in it
+    assert not [
+        label for label in hot if label.startswith(f"{attention}/")
+    ]  # query, key, value, out are in it

@@ -18,7 +18,6 @@ import dc_jax
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import read_profile
 from dc_jax.nnx_hooks import NnxScopes
-
 from tests.jax import nnx_workloads as workloads
 from tests.jax.helpers import nodes as _nodes
 
@@ -28,7 +27,9 @@ DC_JAX_DIR = os.path.dirname(os.path.abspath(dc_jax.__file__)) + os.sep
 def _train(tmp_path, training, steps: int, window: StepRange):
     """Profile ``steps`` steps; the step is traced at step 0, inside the profiler, before the window."""
     train_step, state, (x, y) = training
-    with dc_jax.profile(logdir=str(tmp_path), steps=window, cpu_sampling_hz=0, system_interval_ms=0) as prof:
+    with dc_jax.profile(
+        logdir=str(tmp_path), steps=window, cpu_sampling_hz=0, system_interval_ms=0
+    ) as prof:
         for _ in range(steps):
             state, loss = train_step(state, x, y)
             prof.step()
@@ -47,11 +48,19 @@ def _modules(tree):
 
 def _model_paths(model, root):
     """The model's own module tree, written as module frames name it."""
-    return {"/".join((root, *map(str, path))): type(m).__name__ for path, m in nnx.iter_modules(model) if path}
+    return {
+        "/".join((root, *map(str, path))): type(m).__name__
+        for path, m in nnx.iter_modules(model)
+        if path
+    }
 
 
 def _matmuls(tree, module, backward):
-    return [n for n in _nodes(tree, "operator", "dot_general", backward) if tree.path_frames(n)[-2].name == module]
+    return [
+        n
+        for n in _nodes(tree, "operator", "dot_general", backward)
+        if tree.path_frames(n)[-2].name == module
+    ]
 
 
 @pytest.mark.slow
@@ -62,23 +71,40 @@ def test_mlp_modules_are_named_by_attribute_path_with_timed_matmuls(tmp_path):
     tree = profile.tree
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
     op_time = tree.inclusive("device_time_ns")  # XLA op time (the CPU device's)
-    expected = {"MLP/linear1": "Linear", "MLP/layers/0": "Linear", "MLP/layers/1": "Linear", "MLP/linear2": "Linear"}
+    expected = {
+        "MLP/linear1": "Linear",
+        "MLP/layers/0": "Linear",
+        "MLP/layers/1": "Linear",
+        "MLP/linear2": "Linear",
+    }
     # ``layers`` (an nnx.List, never called) is in the model tree but not a frame.
     assert _model_paths(model, "MLP") == {**expected, "MLP/layers": "List"}
     assert _modules(tree) == {"MLP": "MLP", **expected}
     for module in expected:
         (forward,) = _matmuls(tree, module, backward=False)
         backward = _matmuls(tree, module, backward=True)
-        assert len(backward) == (1 if module == "MLP/linear1" else 2), module  # dW, and dx but for the input
+        assert len(backward) == (1 if module == "MLP/linear1" else 2), (
+            module
+        )  # dW, and dx but for the input
         path = tree.path_frames(forward)
         names = [f.name.rsplit(".<locals>.", 1)[-1] for f in path]
-        assert names == ["forward", "nnx_train_step", "nnx_loss_fn", "MLP", "MLP.__call__", module, "dot_general"]
+        assert names == [
+            "forward",
+            "nnx_train_step",
+            "nnx_loss_fn",
+            "MLP",
+            "MLP.__call__",
+            module,
+            "dot_general",
+        ]
         assert [f.kind for f in path[3:6]] == ["module", "python", "module"]
         assert path[5].detail == "Linear" and path[2].file.endswith("nnx_workloads.py")
         for op in backward:
             back = tree.path_frames(op)
             assert back[0].name == "backward" and back[-1].backward
-            assert [f.name for f in back[1:-1]] == [f.name for f in path[1:-1]]  # the forward context
+            assert [f.name for f in back[1:-1]] == [
+                f.name for f in path[1:-1]
+            ]  # the forward context
         for op in (forward, *backward):
             assert tree.value(op, "count") == 3 and op_time[op] > 0
     optimizer = tree.find("optimizer")
@@ -103,11 +129,19 @@ def test_transformer_block_modules_match_the_nnx_module_tree(tmp_path):
     assert model_tree[attention] == "MultiHeadAttention"
     # Every module frame is a module of the model, under its own class; every
     # module with parameters shows up.
-    assert {name: cls for name, cls in modules.items() if name != "Classifier"}.items() <= model_tree.items()
+    assert {
+        name: cls for name, cls in modules.items() if name != "Classifier"
+    }.items() <= model_tree.items()
     assert {f"{attention}/{p}" for p in ("query", "key", "value", "out")} | {
-        "Classifier/block/mlp/up", "Classifier/block/mlp/down", "Classifier/block/norm1", "Classifier/head",
+        "Classifier/block/mlp/up",
+        "Classifier/block/mlp/down",
+        "Classifier/block/norm1",
+        "Classifier/head",
     } <= set(modules)
-    assert modules[f"{attention}/query"] == "LinearGeneral" and modules["Classifier/block/mlp"] == "FeedForward"
+    assert (
+        modules[f"{attention}/query"] == "LinearGeneral"
+        and modules["Classifier/block/mlp"] == "FeedForward"
+    )
     for module in (f"{attention}/query", "Classifier/block/mlp/up", "Classifier/head"):
         forward, backward = _matmuls(tree, module, False), _matmuls(tree, module, True)
         assert len(forward) == 1 and backward, module
@@ -121,14 +155,29 @@ def test_transformer_block_modules_match_the_nnx_module_tree(tmp_path):
 
 @pytest.mark.slow
 def test_jax_jit_over_split_and_merge_names_modules_too(tmp_path):
-    profile = _train(tmp_path, workloads.split_mlp_training(), steps=3, window=StepRange(start=1, count=2))
+    profile = _train(
+        tmp_path, workloads.split_mlp_training(), steps=3, window=StepRange(start=1, count=2)
+    )
     tree = profile.tree
-    assert _modules(tree) == {"MLP": "MLP", "MLP/linear1": "Linear", "MLP/layers/0": "Linear",
-                              "MLP/layers/1": "Linear", "MLP/linear2": "Linear"}
+    assert _modules(tree) == {
+        "MLP": "MLP",
+        "MLP/linear1": "Linear",
+        "MLP/layers/0": "Linear",
+        "MLP/layers/1": "Linear",
+        "MLP/linear2": "Linear",
+    }
     (forward,) = _matmuls(tree, "MLP/layers/1", False)
     names = [f.name.rsplit(".<locals>.", 1)[-1] for f in tree.path_frames(forward)]
-    assert names == ["forward", "train_step", "split_loss_fn", "nnx_loss_fn", "MLP", "MLP.__call__",
-                     "MLP/layers/1", "dot_general"]
+    assert names == [
+        "forward",
+        "train_step",
+        "split_loss_fn",
+        "nnx_loss_fn",
+        "MLP",
+        "MLP.__call__",
+        "MLP/layers/1",
+        "dot_general",
+    ]
     assert tree.value(forward, "count") == 2
     assert len(_matmuls(tree, "MLP/layers/1", True)) == 2
     assert tree.find("optimizer") is not None
@@ -158,7 +207,9 @@ def test_nnx_scopes_name_traced_calls_only_and_restore_the_classes():
         model(x)  # eager: passes straight through
         assert scopes.classes == {}
         graphdef, state = nnx.split(model)
-        text = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).lower(state, x).as_text(debug_info=True)
+        text = (
+            jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).lower(state, x).as_text(debug_info=True)
+        )
     finally:
         scopes.stop()
     assert nnx.Linear.__call__ is original and _Doubled.__call__.__name__ == "__call__"
@@ -179,20 +230,29 @@ def test_step_traced_before_the_profiler_keeps_the_users_calling_lines(tmp_path,
     warned = [r.getMessage() for r in caplog.records if "no module frames" in r.getMessage()]
     assert len(warned) == 1 and "compiled before the profiler started" in warned[0]
     assert _modules(tree) == {}
-    lines = sorted(tree.path_frames(n)[-2].line for n in _nodes(tree, "operator", "dot_general", False))
+    lines = sorted(
+        tree.path_frames(n)[-2].line for n in _nodes(tree, "operator", "dot_general", False)
+    )
     call = workloads.MLP.__call__.__code__.co_firstlineno
     assert lines == [call + 1, call + 3, call + 3, call + 4]  # linear1, layers (twice), linear2
 
 
 @pytest.mark.slow
-def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are_named(tmp_path, caplog):
+def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are_named(
+    tmp_path, caplog
+):
     # Regression: classes defined after dc_jax.profile() was entered were wrapped only
     # when a window opened, after the step was traced (no module names, and a warning
     # blaming compilation); Blocks run by nnx.scan / nnx.vmap are copies the transform
     # makes, not in the model's module tree: they never got a module frame.
-    prof = dc_jax.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
-                          system_interval_ms=0)
+    prof = dc_jax.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=1, count=2),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    )
     with caplog.at_level("WARNING", logger="deepcontext"), prof:
+
         class Block(nnx.Module):
             def __init__(self, rngs):
                 self.lin = nnx.Linear(16, 16, rngs=rngs)
@@ -207,12 +267,18 @@ def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are
                 self.head = nnx.Linear(16, 10, rngs=rngs)
 
             def __call__(self, x):
-                scan = nnx.scan(lambda x, block: (block(x), None), in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+                scan = nnx.scan(
+                    lambda x, block: (block(x), None),
+                    in_axes=(nnx.Carry, 0),
+                    out_axes=(nnx.Carry, 0),
+                )
                 return self.head(scan(x, self.blocks)[0])
 
         class Ensemble(nnx.Module):  # Blocks stacked and run by nnx.vmap
             def __init__(self, rngs):
-                self.members = nnx.split_rngs(splits=2)(nnx.vmap(Block, in_axes=0, out_axes=0))(rngs)
+                self.members = nnx.split_rngs(splits=2)(nnx.vmap(Block, in_axes=0, out_axes=0))(
+                    rngs
+                )
                 self.stack = Stack(rngs)
 
             def __call__(self, x):
@@ -223,21 +289,35 @@ def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are
         for _ in range(3):
             state, loss = train_step(state, x, y)
             prof.step()
-    assert not Block.__dict__["__call__"].__dict__.get("__deepcontext_nnx__")  # restored, as every class
+    assert not Block.__dict__["__call__"].__dict__.get(
+        "__deepcontext_nnx__"
+    )  # restored, as every class
     assert "__init_subclass__" not in nnx.Module.__dict__
     assert not [r for r in caplog.records if "no module frames" in r.getMessage()]
     tree = read_profile(prof.written[0]).tree
     assert _modules(tree) == {
-        "Ensemble": "Ensemble", "Ensemble/members": "Block", "Ensemble/members/lin": "Linear",
-        "Ensemble/members/norm": "LayerNorm", "Ensemble/stack": "Stack", "Ensemble/stack/blocks": "Block",
-        "Ensemble/stack/blocks/lin": "Linear", "Ensemble/stack/blocks/norm": "LayerNorm",
+        "Ensemble": "Ensemble",
+        "Ensemble/members": "Block",
+        "Ensemble/members/lin": "Linear",
+        "Ensemble/members/norm": "LayerNorm",
+        "Ensemble/stack": "Stack",
+        "Ensemble/stack/blocks": "Block",
+        "Ensemble/stack/blocks/lin": "Linear",
+        "Ensemble/stack/blocks/norm": "LayerNorm",
         "Ensemble/stack/head": "Linear",
     }
-    for blocks, runs in (("Ensemble/members", 1), ("Ensemble/stack/blocks", 3)):  # a scan runs its body 3x
+    for blocks, runs in (
+        ("Ensemble/members", 1),
+        ("Ensemble/stack/blocks", 3),
+    ):  # a scan runs its body 3x
         (forward,) = _matmuls(tree, f"{blocks}/lin", backward=False)
         path = tree.path_frames(forward)
         at = [f.name for f in path].index(blocks)
         assert path[at + 1].name.endswith("Block.__call__") and path[at + 1].kind == "python"
-        assert tree.value(forward, "count") == 2 * runs and _matmuls(tree, f"{blocks}/lin", backward=True)
+        assert tree.value(forward, "count") == 2 * runs and _matmuls(
+            tree, f"{blocks}/lin", backward=True
+        )
     scanned = tree.path_frames(_matmuls(tree, "Ensemble/stack/blocks/lin", backward=False)[0])
-    assert "loop body" in {f.detail for f in scanned if f.kind == "python"}  # run by the scan's loop
+    assert "loop body" in {
+        f.detail for f in scanned if f.kind == "python"
+    }  # run by the scan's loop

@@ -17,10 +17,10 @@ from flax import nnx
 
 from dc_core.analyzer import analyze
 from dc_core.record.config import StepRange
-
 from tests.jax import nnx_workloads
 from tests.jax.helpers import assert_ops_match_the_trace, nodes
-from tests.jax.helpers import profile_with_trace as _profile, raw_op_times as _raw_op_times
+from tests.jax.helpers import profile_with_trace as _profile
+from tests.jax.helpers import raw_op_times as _raw_op_times
 
 
 class Teacher(nn.Module):
@@ -63,13 +63,21 @@ def test_two_jitted_applies_of_one_name_keep_their_own_modules_and_times(tmp_pat
     tree = profile.tree
     programs = _raw_op_times(raw)
     by_size = sorted(((sum(ops.values()), p) for p, ops in programs.items()), reverse=True)
-    teacher_id, student_id = by_size[0][1], by_size[1][1]  # the 2048-wide one is by far the heaviest
+    teacher_id, student_id = (
+        by_size[0][1],
+        by_size[1][1],
+    )  # the 2048-wide one is by far the heaviest
 
     assert _op_time_under(tree, "Teacher") == programs[teacher_id]
     assert _op_time_under(tree, "Student") == programs[student_id]
-    wide = [n for n in nodes(tree, "operator", "dot_general")
-            if any(f.name == "Teacher/Dense_0" for f in tree.path_frames(n))]
-    assert len(wide) == 1 and not any(f.name.startswith("Student") for f in tree.path_frames(wide[0]))
+    wide = [
+        n
+        for n in nodes(tree, "operator", "dot_general")
+        if any(f.name == "Teacher/Dense_0" for f in tree.path_frames(n))
+    ]
+    assert len(wide) == 1 and not any(
+        f.name.startswith("Student") for f in tree.path_frames(wide[0])
+    )
     # FLOPs from the program's shapes: 2·M·K·N per run, 2 runs in the window
     assert tree.value(wide[0], "count") == 2
     assert tree.value(wide[0], "flops") == 2 * (2 * 64 * 256 * 2048)
@@ -98,9 +106,13 @@ def test_a_jit_made_anew_each_step_keeps_its_line(tmp_path):
     assert ops
     for op in ops:
         frames = tree.path_frames(op)
-        assert any(f.kind == "python" and f.line == line and f.file.endswith("test_programs.py") for f in frames), \
-            [f.label() for f in frames]
-        assert not any(f.kind == "compiled" for f in frames)  # a bare program name: context was lost
+        assert any(
+            f.kind == "python" and f.line == line and f.file.endswith("test_programs.py")
+            for f in frames
+        ), [f.label() for f in frames]
+        assert not any(
+            f.kind == "compiled" for f in frames
+        )  # a bare program name: context was lost
     assert_ops_match_the_trace(tree, raw)
 
 
@@ -119,7 +131,9 @@ class _Stack(nnx.Module):
 
 @pytest.mark.slow
 def test_attention_hotspot_is_judged_against_op_time_at_its_line(tmp_path):
-    train_step, state, (x, y) = nnx_workloads.nnx_training(_Stack(64, 2, nnx.Rngs(0)), jnp.ones((8, 32, 64)))
+    train_step, state, (x, y) = nnx_workloads.nnx_training(
+        _Stack(64, 2, nnx.Rngs(0)), jnp.ones((8, 32, 64))
+    )
     train_step(state, x, y)[1].block_until_ready()
     box = [state]
 

@@ -53,8 +53,13 @@ SCRIPT = textwrap.dedent("""
 def _run(script: str, tmp_path) -> dict:
     """``script`` run in a child process from the repository root; the JSON of its last line."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                          cwd=root, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -140,7 +145,7 @@ def _module_of(name_stack: str) -> list[str]:
     """``transpose(jvp(MLP))/l1/psum`` → ``["MLP", "l1"]``: the NNX scopes of a name, read here."""
     parts = name_stack.split("/")[:-1]
     at = next((i for i, part in enumerate(parts) if re.search(r"\bMLP\b", part)), None)
-    return [] if at is None else ["MLP", *parts[at + 1:]]
+    return [] if at is None else ["MLP", *parts[at + 1 :]]
 
 
 @pytest.mark.slow
@@ -151,7 +156,9 @@ def test_a_combined_all_reduce_of_a_shard_map_is_an_all_reduce_under_its_module(
     # ``shard_map`` showed as a module and hid the modules under it.
     result = _run(SHARD_MAP, tmp_path)
     assert result["warned"] == [] and result["violations"] == []
-    executed = {name: op_name for name, op_name in result["reduces"].items() if name in result["traced"]}
+    executed = {
+        name: op_name for name, op_name in result["reduces"].items() if name in result["traced"]
+    }
     combined = {name for name, op_name in executed.items() if re.search(r"/\(.*:.*\)$", op_name)}
     assert combined, result["reduces"]  # XLA combined some: what this test is about
     by_detail: dict[str, list] = {}
@@ -161,8 +168,13 @@ def test_a_combined_all_reduce_of_a_shard_map_is_an_all_reduce_under_its_module(
         assert not any(label.startswith("shard_map") for label in path), path  # never a module
     for reduce, op_name in executed.items():
         members = re.match(r".*/\((.*)\)$", op_name)
-        scopes = [m for m in map(_module_of, members.group(1).split(":") if members else [op_name]) if m]
-        shared = [parts[0] for parts in itertools.takewhile(lambda parts: len(set(parts)) == 1, zip(*scopes))]
+        scopes = [
+            m for m in map(_module_of, members.group(1).split(":") if members else [op_name]) if m
+        ]
+        shared = [
+            parts[0]
+            for parts in itertools.takewhile(lambda parts: len(set(parts)) == 1, zip(*scopes))
+        ]
         for path, name in by_detail[reduce]:
             assert name == "all-reduce", path
             modules = [label.split(" ")[0] for label in path if label.startswith("MLP")]
@@ -170,5 +182,6 @@ def test_a_combined_all_reduce_of_a_shard_map_is_an_all_reduce_under_its_module(
             assert modules[-1:] == (["/".join(shared)] if shared else []), (op_name, path)
     # the model's matmuls are under their modules, named though MLP was defined in the profiler's life
     matmuls = [path for path, name, _, _ in result["ops"] if name == "dot_general"]
-    assert matmuls and all(any(label in ("MLP/l1 (Linear)", "MLP/l2 (Linear)") for label in path)
-                           for path in matmuls)
+    assert matmuls and all(
+        any(label in ("MLP/l1 (Linear)", "MLP/l2 (Linear)") for label in path) for path in matmuls
+    )

@@ -15,12 +15,12 @@ pytest.importorskip("optax")
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from dc_jax import adapter
 from dc_jax.launch import Jitted, _name
 from dc_jax.names import qualified_name
-
 from tests.launch.conftest import deepcontext_run, run_profiles
 
 
@@ -42,7 +42,9 @@ def test_step_labels_name_the_wrapped_function_not_a_wrappers_repr():
         "jax.pmap": jax.pmap(partial(psum_step), axis_name="d"),
     }
     assert {kind: _name(Jitted(fn, kind)) for kind, fn in made.items()} == {
-        "nnx.jit": "nnx.jit nnx_train_step", "jax.jit": "jax.jit psum_step", "jax.pmap": "jax.pmap psum_step",
+        "nnx.jit": "nnx.jit nnx_train_step",
+        "jax.jit": "jax.jit psum_step",
+        "jax.pmap": "jax.pmap psum_step",
     }
     assert qualified_name(partial(partial(nnx_train_step, 1), 2)) == "nnx_train_step"
     assert qualified_name(object()) is None
@@ -61,7 +63,9 @@ def test_an_nnx_jit_of_a_partial_compiles_under_the_wrapped_functions_name():
     names = []
 
     def listener(event, start, end, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration" and "unnamed" in kwargs.get("fun_name", ""):
+        if event == "/jax/core/compile/backend_compile_duration" and "unnamed" in kwargs.get(
+            "fun_name", ""
+        ):
             names.append(adapter._compiled_name("<unnamed function>"))
 
     jax.monitoring.register_event_time_span_listener(listener)
@@ -117,7 +121,9 @@ SCRIPTS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script, label", [("nnx_partial.py", "nnx.jit train_step"), ("pmapped.py", "jax.pmap update")])
+@pytest.mark.parametrize(
+    "script, label", [("nnx_partial.py", "nnx.jit train_step"), ("pmapped.py", "jax.pmap update")]
+)
 def test_deepcontext_run_labels_a_wrapped_step_by_its_function(tmp_path, script, label):
     # Regression: an ``nnx.jit(partial(...))`` step was labelled by the wrapper's
     # repr, and a pmapped step was never found.
@@ -127,5 +133,8 @@ def test_deepcontext_run_labels_a_wrapped_step_by_its_function(tmp_path, script,
     done = deepcontext_run(tmp_path, "--steps", "2:3", script)
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
-    assert profile.step_source == f"each call of {label}, called repeatedly at {script}:{loop}; step 0 is call 3"
+    assert (
+        profile.step_source
+        == f"each call of {label}, called repeatedly at {script}:{loop}; step 0 is call 3"
+    )
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3

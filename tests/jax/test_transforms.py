@@ -18,11 +18,25 @@ import optax
 from flax import nnx
 
 from tests.invariants import violations
-from tests.jax.helpers import (assert_ops_match_the_trace, kernel_shaped_convolutions, live_hlo, nodes,
-                               profile_with_trace, raw_op_times)
+from tests.jax.helpers import (
+    assert_ops_match_the_trace,
+    kernel_shaped_convolutions,
+    live_hlo,
+    nodes,
+    profile_with_trace,
+    raw_op_times,
+)
 
-JAX_SCOPES = {"while", "body", "closed_call", "checkpoint", "rematted_computation", "cond", "branch_0_fun",
-              "branch_1_fun"}
+JAX_SCOPES = {
+    "while",
+    "body",
+    "closed_call",
+    "checkpoint",
+    "rematted_computation",
+    "cond",
+    "branch_0_fun",
+    "branch_1_fun",
+}
 
 
 class Looped(nn.Module):
@@ -63,7 +77,9 @@ def test_scan_remat_cond_show_the_users_frames_once_with_transform_markers(tmp_p
     tx = optax.sgd(0.1)
 
     def loss(params, x, y):
-        return optax.softmax_cross_entropy_with_integer_labels(model.apply(params, x, False), y).mean()
+        return optax.softmax_cross_entropy_with_integer_labels(
+            model.apply(params, x, False), y
+        ).mean()
 
     @jax.jit
     def sgd_step(params, opt, x, y):
@@ -85,18 +101,27 @@ def test_scan_remat_cond_show_the_users_frames_once_with_transform_markers(tmp_p
         frames = tree.path_frames(op)
         python = [(f.file, f.line, f.name) for f in frames if f.kind == "python"]
         assert len(python) == len(set(python)), [f.label() for f in frames]  # no frame repeated
-        assert not any(f.kind == "module" and f.name.rsplit("/", 1)[-1] in JAX_SCOPES for f in frames)
+        assert not any(
+            f.kind == "module" and f.name.rsplit("/", 1)[-1] in JAX_SCOPES for f in frames
+        )
 
     def marked(marker):
-        return {(f.name.rsplit(".", 1)[-1], f.line) for f in tree.frames if f.kind == "python" and f.detail == marker}
+        return {
+            (f.name.rsplit(".", 1)[-1], f.line)
+            for f in tree.frames
+            if f.kind == "python" and f.detail == marker
+        }
 
     body_line = _line_of(Looped.__call__, "jax.checkpoint(lambda")
     assert ("body", body_line) in marked("loop body")
     assert ("<lambda>", body_line) in marked("remat")
     assert ("<lambda>", _line_of(Looped.__call__, "lax.cond")) in marked("cond branch 0")
     # the checkpointed matmul: under the user's lambda, not under a `checkpoint` scope
-    matmul = [n for n in nodes(tree, "operator", "dot_general", backward=False)
-              if any(f.detail == "remat" for f in tree.path_frames(n))]
+    matmul = [
+        n
+        for n in nodes(tree, "operator", "dot_general", backward=False)
+        if any(f.detail == "remat" for f in tree.path_frames(n))
+    ]
     assert matmul and all(tree.path_frames(n)[0].name == "forward" for n in matmul)
 
 
@@ -104,13 +129,22 @@ def test_scan_remat_cond_show_the_users_frames_once_with_transform_markers(tmp_p
 def test_cnn_weight_gradient_conv_sits_under_backward_and_its_conv_module(tmp_path):
     model = CNN()
     x, y = jnp.ones((16, 16, 16, 3)), jnp.arange(16) % 10
-    variables = model.init({"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}, x, False)
+    variables = model.init(
+        {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}, x, False
+    )
     tx = optax.adam(1e-3)
 
     def loss_fn(params, stats, rng):
-        logits, updated = model.apply({"params": params, "batch_stats": stats}, x, True, rngs={"dropout": rng},
-                                      mutable=["batch_stats"])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), updated["batch_stats"]
+        logits, updated = model.apply(
+            {"params": params, "batch_stats": stats},
+            x,
+            True,
+            rngs={"dropout": rng},
+            mutable=["batch_stats"],
+        )
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), updated[
+            "batch_stats"
+        ]
 
     @jax.jit
     def train_step(params, stats, opt, rng):
@@ -131,11 +165,17 @@ def test_cnn_weight_gradient_conv_sits_under_backward_and_its_conv_module(tmp_pa
     tree = profile.tree
     _op_time_matches_the_trace(profile, raw)
     time = tree.inclusive("device_time_ns")
-    convs = [n for n in nodes(tree, "operator", "conv_general_dilated", backward=True)
-             if any(f.kind == "module" and f.name == "CNN/Conv_0" for f in tree.path_frames(n))]
+    convs = [
+        n
+        for n in nodes(tree, "operator", "conv_general_dilated", backward=True)
+        if any(f.kind == "module" and f.name == "CNN/Conv_0" for f in tree.path_frames(n))
+    ]
     # FLOPs of Conv_0's forward conv: 2 × output elements × (3·3 window × 3 input features), 2 runs
-    forward = [n for n in nodes(tree, "operator", "conv_general_dilated", backward=False)
-               if any(f.kind == "module" and f.name == "CNN/Conv_0" for f in tree.path_frames(n))]
+    forward = [
+        n
+        for n in nodes(tree, "operator", "conv_general_dilated", backward=False)
+        if any(f.kind == "module" and f.name == "CNN/Conv_0" for f in tree.path_frames(n))
+    ]
     assert len(forward) == 1 and tree.value(forward[0], "count") == 2
     assert tree.value(forward[0], "flops") == 2 * 2 * (16 * 16 * 16 * 16) * (3 * 3 * 3)
     # Conv_0 reads the input, so its only backward conv is its weight gradient
@@ -143,7 +183,9 @@ def test_cnn_weight_gradient_conv_sits_under_backward_and_its_conv_module(tmp_pa
     assert tree.path_frames(convs[0])[0].name == "backward"
     # what XLA left without metadata is placed, not parked at the program's top level
     for n in nodes(tree, "compiled", "jit_train_step"):
-        assert not [k for k in tree.children(n) if tree.node_frame(k).kind == "operator"], tree.path_frames(n)
+        assert not [k for k in tree.children(n) if tree.node_frame(k).kind == "operator"], (
+            tree.path_frames(n)
+        )
 
 
 class MnistCNN(nn.Module):
@@ -162,7 +204,9 @@ class MnistCNN(nn.Module):
         return nn.Dense(10)(x.reshape((x.shape[0], -1)))
 
 
-def assert_weight_gradients_under_their_convs(profile, raw: str, program: str, kernels: dict[str, tuple]) -> None:
+def assert_weight_gradients_under_their_convs(
+    profile, raw: str, program: str, kernels: dict[str, tuple]
+) -> None:
     """Each conv's weight gradient, found in JAX's own HLO text (a convolution whose
     output has the conv's kernel shape) and in the raw trace, is in the tree under
     ``backward › … › <conv module>`` with the trace's time, and no BatchNorm holds a conv."""
@@ -175,19 +219,26 @@ def assert_weight_gradients_under_their_convs(profile, raw: str, program: str, k
         found = {}
         for text in texts:
             found.update(kernel_shaped_convolutions(text, shape))
-        (wgrad, has_metadata), = [(n, m) for n, m in found.items() if n in traced]  # one weight gradient per conv
+        ((wgrad, has_metadata),) = [
+            (n, m) for n, m in found.items() if n in traced
+        ]  # one weight gradient per conv
         bare += not has_metadata
         ops = [n for n in nodes(tree, "operator") if tree.node_frame(n).detail == wgrad]
         assert ops and sum(time[n] for n in ops) == traced[wgrad], module
         for op in ops:
             path = tree.path_frames(op)
-            assert path[0].name == "backward" and path[-1].backward and path[-1].name == "conv_general_dilated"
+            assert (
+                path[0].name == "backward"
+                and path[-1].backward
+                and path[-1].name == "conv_general_dilated"
+            )
             modules = [f.name for f in path if f.kind == "module"]
             assert modules[-1] == module, [f.label() for f in path]
     assert bare, "XLA kept every weight gradient's metadata: this test no longer pins the bug"
     for op in nodes(tree, "operator", "conv_general_dilated"):
-        assert not any(f.kind == "module" and "BatchNorm" in f.name for f in tree.path_frames(op)), \
-            [f.label() for f in tree.path_frames(op)]
+        assert not any(
+            f.kind == "module" and "BatchNorm" in f.name for f in tree.path_frames(op)
+        ), [f.label() for f in tree.path_frames(op)]
 
 
 @pytest.mark.slow
@@ -201,8 +252,12 @@ def test_a_linen_conv_weight_gradient_is_not_billed_to_the_batchnorm_after_it(tm
     tx = optax.adam(1e-3)
 
     def loss_fn(params, stats, x):
-        logits, updated = model.apply({"params": params, "batch_stats": stats}, x, True, mutable=["batch_stats"])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), updated["batch_stats"]
+        logits, updated = model.apply(
+            {"params": params, "batch_stats": stats}, x, True, mutable=["batch_stats"]
+        )
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), updated[
+            "batch_stats"
+        ]
 
     @jax.jit
     def train_step(params, stats, opt, x):
@@ -219,7 +274,9 @@ def test_a_linen_conv_weight_gradient_is_not_billed_to_the_batchnorm_after_it(tm
     step()
     profile, raw = profile_with_trace(tmp_path, step)
     assert_ops_match_the_trace(profile.tree, raw)
-    kernels = {f"MnistCNN/Conv_{i}": variables["params"][f"Conv_{i}"]["kernel"].shape for i in (0, 1)}
+    kernels = {
+        f"MnistCNN/Conv_{i}": variables["params"][f"Conv_{i}"]["kernel"].shape for i in (0, 1)
+    }
     assert_weight_gradients_under_their_convs(profile, raw, "jit_train_step", kernels)
     assert violations(profile) == []
 
@@ -256,8 +313,12 @@ def test_an_nnx_conv_weight_gradient_is_not_billed_to_the_batchnorm_after_it(tmp
     def step():
         nnx_step(model, optimizer, x).block_until_ready()
 
-    profile, raw = profile_with_trace(tmp_path, step)  # traced at step 0, under the profiler's NNX scopes
+    profile, raw = profile_with_trace(
+        tmp_path, step
+    )  # traced at step 0, under the profiler's NNX scopes
     assert_ops_match_the_trace(profile.tree, raw)
-    kernels = {f"NnxConvNet/{conv}": getattr(model, conv).kernel[...].shape for conv in ("conv1", "conv2")}
+    kernels = {
+        f"NnxConvNet/{conv}": getattr(model, conv).kernel[...].shape for conv in ("conv1", "conv2")
+    }
     assert_weight_gradients_under_their_convs(profile, raw, "jit_nnx_step", kernels)
     assert violations(profile) == []

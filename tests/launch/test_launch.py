@@ -21,23 +21,39 @@ from .conftest import split_stderr
 PY = "/usr/bin/python3"
 
 
-@pytest.mark.parametrize("argv, environ, why", [
-    ([PY, "train.py"], {}, None),
-    ([PY, "-m", "pkg.train"], {}, None),
-    ([PY, "train.py"], {"RANK": "1", "LOCAL_RANK": "1"}, None),  # a torchrun worker
-    ([PY, "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"], {}, "torchrun agent"),
-    ([PY, "-m", "torch.distributed.run", "train.py"], {}, "torchrun agent"),
-    ([PY, "/venv/bin/accelerate", "launch", "train.py"], {}, "torchrun agent"),
-    ([PY, "-m", "accelerate.commands.launch", "train.py"], {}, "torchrun agent"),
-    ([PY, "/venv/bin/deepspeed", "train.py"], {}, "torchrun agent"),
-    ([PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6)",
-      "--multiprocessing-fork"], {"RANK": "0"}, "multiprocessing"),
-    ([PY, "-c", "from multiprocessing.forkserver import main; main(1)"], {}, "multiprocessing"),
-    ([PY, "-c", "from multiprocessing.resource_tracker import main;main(5)"], {}, "multiprocessing"),
-    ([PY, "/venv/torch/_inductor/compile_worker/__main__.py"], {}, "compile worker"),
-    ([PY, "train.py"], {CLAIMED_ENV: "41"}, "child of the profiled process 41"),
-    ([PY, "train.py"], {RUN_ENV: ""}, "not started by deepcontext run"),
-])
+@pytest.mark.parametrize(
+    "argv, environ, why",
+    [
+        ([PY, "train.py"], {}, None),
+        ([PY, "-m", "pkg.train"], {}, None),
+        ([PY, "train.py"], {"RANK": "1", "LOCAL_RANK": "1"}, None),  # a torchrun worker
+        ([PY, "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"], {}, "torchrun agent"),
+        ([PY, "-m", "torch.distributed.run", "train.py"], {}, "torchrun agent"),
+        ([PY, "/venv/bin/accelerate", "launch", "train.py"], {}, "torchrun agent"),
+        ([PY, "-m", "accelerate.commands.launch", "train.py"], {}, "torchrun agent"),
+        ([PY, "/venv/bin/deepspeed", "train.py"], {}, "torchrun agent"),
+        (
+            [
+                PY,
+                "-B",
+                "-c",
+                "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6)",
+                "--multiprocessing-fork",
+            ],
+            {"RANK": "0"},
+            "multiprocessing",
+        ),
+        ([PY, "-c", "from multiprocessing.forkserver import main; main(1)"], {}, "multiprocessing"),
+        (
+            [PY, "-c", "from multiprocessing.resource_tracker import main;main(5)"],
+            {},
+            "multiprocessing",
+        ),
+        ([PY, "/venv/torch/_inductor/compile_worker/__main__.py"], {}, "compile worker"),
+        ([PY, "train.py"], {CLAIMED_ENV: "41"}, "child of the profiled process 41"),
+        ([PY, "train.py"], {RUN_ENV: ""}, "not started by deepcontext run"),
+    ],
+)
 def test_which_processes_are_profiled(argv, environ, why):
     reason = chosen({RUN_ENV: "{}", **environ}, argv)
     assert (reason is None) if why is None else (why in reason)
@@ -55,7 +71,9 @@ def test_run_name_says_when_and_what():
     now = datetime.datetime(2026, 12, 1, 9, 30, 12)
     assert run_name(["python", "scripts/train.py", "--x"], now) == "2026-12-01_09-30-12_train"
     assert run_name(["python", "-m", "pkg.fit"], now) == "2026-12-01_09-30-12_pkg.fit"
-    assert run_name(["torchrun", "--nproc-per-node", "2", "ddp.py"], now) == "2026-12-01_09-30-12_ddp"
+    assert (
+        run_name(["torchrun", "--nproc-per-node", "2", "ddp.py"], now) == "2026-12-01_09-30-12_ddp"
+    )
     assert run_name(["bash", "go.sh"], now) == "2026-12-01_09-30-12_bash"
     assert run_name(["python", "my run!.py"], now) == "2026-12-01_09-30-12_my-run"
 
@@ -68,12 +86,21 @@ def _args(**kw):
 def test_options_override_the_config_file_which_overrides_the_environment(tmp_path, monkeypatch):
     config = tmp_path / "dc.yaml"
     config.write_text("steps: {start: 7, count: 4}\nmode: comprehensive\ncpu_sampling_hz: 50\n")
-    monkeypatch.setenv("DEEPCONTEXT_CONFIG", '{"cpu_sampling_hz": 10, "system_interval_ms": 0, "steps": {"every": 20}}')
+    monkeypatch.setenv(
+        "DEEPCONTEXT_CONFIG",
+        '{"cpu_sampling_hz": 10, "system_interval_ms": 0, "steps": {"every": 20}}',
+    )
     fields = config_fields(_args(config=str(config), steps="2:3"), "r1")
     assert fields["steps"] == {"start": 2, "count": 3, "every": 20}  # merged field by field
-    assert fields["mode"] == "comprehensive" and fields["cpu_sampling_hz"] == 50 and fields["system_interval_ms"] == 0
+    assert (
+        fields["mode"] == "comprehensive"
+        and fields["cpu_sampling_hz"] == 50
+        and fields["system_interval_ms"] == 0
+    )
     assert fields["run"] == "r1" and fields["logdir"] == str((tmp_path.cwd() / "out").resolve())
-    env = child_environment(RunSettings(logdir="/l", run="r1"), fields, {"PYTHONPATH": "/mine", CLAIMED_ENV: "3"})
+    env = child_environment(
+        RunSettings(logdir="/l", run="r1"), fields, {"PYTHONPATH": "/mine", CLAIMED_ENV: "3"}
+    )
     assert env["PYTHONPATH"].endswith("launch/boot:/mine") and CLAIMED_ENV not in env
     assert RunSettings.from_env(env) == RunSettings(logdir="/l", run="r1")
 
@@ -92,30 +119,51 @@ def test_bad_fields_are_named(tmp_path):
         RunSettings.from_env({RUN_ENV: '{"logdir": 1}'})
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--steps", "x", "t.py"], "--steps must be START:COUNT"),
-    (["nothere.py"], "script 'nothere.py' does not exist"),
-    (["ls"], "to run another command put it after --"),
-    ([], "nothing to run"),
-    (["--step-function", "train_step", "t.py"], "--step-function must be MODULE:QUALNAME"),
-    (["--logdir", "t.py", "t.py"], "--logdir '{tmp}/t.py' is a file, not a directory"),
-    (["--logdir", "t.py/runs", "t.py"], "--logdir '{tmp}/t.py/runs' lies under '{tmp}/t.py', which is a file"),
-    (["--", "t.py", "a"], "'t.py' is a file here, not a command on PATH; to profile it: deepcontext run t.py a"),
-    (["--", "./t.py"], "'./t.py' is not executable; to profile it: deepcontext run ./t.py"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "x", "t.py"], "--steps must be START:COUNT"),
+        (["nothere.py"], "script 'nothere.py' does not exist"),
+        (["ls"], "to run another command put it after --"),
+        ([], "nothing to run"),
+        (["--step-function", "train_step", "t.py"], "--step-function must be MODULE:QUALNAME"),
+        (["--logdir", "t.py", "t.py"], "--logdir '{tmp}/t.py' is a file, not a directory"),
+        (
+            ["--logdir", "t.py/runs", "t.py"],
+            "--logdir '{tmp}/t.py/runs' lies under '{tmp}/t.py', which is a file",
+        ),
+        (
+            ["--", "t.py", "a"],
+            "'t.py' is a file here, not a command on PATH; to profile it: deepcontext run t.py a",
+        ),
+        (["--", "./t.py"], "'./t.py' is not executable; to profile it: deepcontext run ./t.py"),
+    ],
+)
 def test_the_command_refuses_bad_input_before_running_anything(tmp_path, args, message):
     (tmp_path / "t.py").write_text("open('ran', 'w').close()\n")
-    done = subprocess.run([sys.executable, "-m", "dc_core", "run", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "dc_core", "run", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and message.format(tmp=tmp_path) in done.stderr, done.stderr
     assert not (tmp_path / "ran").exists() and not (tmp_path / "deepcontext").exists()
 
 
 def test_a_missing_command_fails_as_a_shell_would(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", "--", "no-such-command-xyz"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "dc_core", "run", "--no-report", "--", "no-such-command-xyz"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 127 and "cannot start 'no-such-command-xyz'" in done.stderr
-    assert "PYTHONPATH" not in done.stdout + done.stderr and "DeepContext ·" not in done.stdout  # nothing ran
+    assert (
+        "PYTHONPATH" not in done.stdout + done.stderr and "DeepContext ·" not in done.stdout
+    )  # nothing ran
 
 
 def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):
@@ -124,8 +172,9 @@ def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):
     (tmp_path / "watched_pkg" / "sub.py").write_text("VALUE = 2\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
-    finder = AfterImport({"watched_pkg.sub": lambda m: seen.append(m.VALUE),
-                          "watched_pkg": lambda m: 1 / 0})  # a failing callback: logged, the import still works
+    finder = AfterImport(
+        {"watched_pkg.sub": lambda m: seen.append(m.VALUE), "watched_pkg": lambda m: 1 / 0}
+    )  # a failing callback: logged, the import still works
     finder.install()
     try:
         import watched_pkg.sub
@@ -143,13 +192,23 @@ def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):
 def test_the_program_runs_as_its_own_main_with_its_own_argv(tmp_path, form):
     (tmp_path / "probe.py").write_text(
         "import sys\nprint(__name__, sys.argv[1:], sys.argv[0].endswith('probe.py'))\n"
-        "print('to stderr', file=sys.stderr)\nsys.exit(5)\n")
+        "print('to stderr', file=sys.stderr)\nsys.exit(5)\n"
+    )
     target = ["probe.py", "a", "--b"] if form == "script" else ["-m", "probe", "a", "--b"]
-    done = subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", *target], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    alone = subprocess.run([sys.executable, *target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "dc_core", "run", "--no-report", *target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    alone = subprocess.run(
+        [sys.executable, *target], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == alone.returncode == 5
-    assert done.stdout == alone.stdout == "__main__ ['a', '--b'] True\n"  # byte for byte: the run says nothing there
+    assert (
+        done.stdout == alone.stdout == "__main__ ['a', '--b'] True\n"
+    )  # byte for byte: the run says nothing there
     own, said = split_stderr(done.stderr)
     assert own == alone.stderr == "to stderr\n"
     assert "the command exited with status 5 · 1 process profiled" in said
@@ -169,9 +228,24 @@ def test_a_process_that_ends_while_its_time_range_is_being_set_up_exits_as_it_wo
         "            time.sleep(3)\n"
         "sys.meta_path.insert(0, Stall())\n"
         "assert halfway.wait(120)\n"
-        "print('half made:', not hasattr(sys.modules['dc_core.record.session'], 'active_sessions'))\n")
-    done = subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", "--time-fallback", "0.2", "short.py"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        "print('half made:', not hasattr(sys.modules['dc_core.record.session'], 'active_sessions'))\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dc_core",
+            "run",
+            "--no-report",
+            "--time-fallback",
+            "0.2",
+            "short.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0 and done.stdout == "half made: True\n", done.stdout + done.stderr
     assert split_stderr(done.stderr)[0] == "", done.stderr
 
@@ -181,13 +255,25 @@ def test_a_process_that_cannot_be_hooked_runs_unprofiled_with_one_warning(tmp_pa
 
     (tmp_path / "probe.py").write_text("print('ran')\n")
     env = {**__import__("os").environ, "PYTHONPATH": BOOT_DIR, RUN_ENV: '{"not": "settings"}'}
-    done = subprocess.run([sys.executable, "probe.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "probe.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout == "ran\n"
-    assert done.stderr.count("\n") == 1 and "could not hook this process" in done.stderr and RUN_ENV in done.stderr
+    assert (
+        done.stderr.count("\n") == 1
+        and "could not hook this process" in done.stderr
+        and RUN_ENV in done.stderr
+    )
 
 
-@pytest.mark.timeout(300)  # a 4 s script: a hang at its exit fails here, not after the suite's 600 s
+@pytest.mark.timeout(
+    300
+)  # a 4 s script: a hang at its exit fails here, not after the suite's 600 s
 def test_view_opens_the_tab_on_the_logdir_when_the_run_ends(tmp_path, monkeypatch):
     import dc_core.cli.view as view
     from dc_core.cli import main
@@ -200,9 +286,25 @@ def test_view_opens_the_tab_on_the_logdir_when_the_run_ends(tmp_path, monkeypatc
     (tmp_path / "busy.py").write_text(
         "import threading, time\nend = time.monotonic() + 120\n"
         "while time.monotonic() < end and any(t.name == 'deepcontext-time-range' for t in threading.enumerate()):\n"
-        "    sum(range(1000))\n")
-    assert main(["run", "--view", "--no-report", "--time-fallback", "0.5", "--time-window", "0.5", "--logdir", "runs",
-                 "busy.py"]) == 0
+        "    sum(range(1000))\n"
+    )
+    assert (
+        main(
+            [
+                "run",
+                "--view",
+                "--no-report",
+                "--time-fallback",
+                "0.5",
+                "--time-window",
+                "0.5",
+                "--logdir",
+                "runs",
+                "busy.py",
+            ]
+        )
+        == 0
+    )
     assert opened == [str(tmp_path / "runs")]
     [profile] = [read_profile(f) for f in find_profiles(tmp_path / "runs")]
     assert profile.framework == "python" and profile.step_source.startswith("a time range")

@@ -16,7 +16,10 @@ from dc_core import ProfilerConfig
 from dc_core.record.config import resolve
 
 #: Every C0 and C1 control character, DEL, and the bidi embeddings, overrides and isolates.
-CONTROLS = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]]
+CONTROLS = [
+    chr(c)
+    for c in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+]
 
 
 def _escaped(char: str) -> str:
@@ -48,8 +51,14 @@ def test_names_that_only_look_odd_are_kept():
 
 
 def _deepcontext_run(tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dc_core", "run", "--no-report", *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "dc_core", "run", "--no-report", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_deepcontext_run_refuses_a_run_name_with_a_newline_and_runs_nothing(tmp_path):
@@ -57,7 +66,9 @@ def test_deepcontext_run_refuses_a_run_name_with_a_newline_and_runs_nothing(tmp_
     done = _deepcontext_run(tmp_path, "--run", "a\nb", "t.py")
     assert done.returncode == 2, done.stderr
     # `deepcontext run` names its runs itself; a --run, were it taken, goes through the config's check
-    assert "unrecognized arguments: --run" in done.stderr or ("run must be" in done.stderr and "\\n" in done.stderr)
+    assert "unrecognized arguments: --run" in done.stderr or (
+        "run must be" in done.stderr and "\\n" in done.stderr
+    )
     assert not (tmp_path / "ran").exists() and not (tmp_path / "deepcontext").exists()
 
 

@@ -24,7 +24,11 @@ def line_of(script: Path, text: str) -> int:
 
 def _paths(tree, kind: str = "operator") -> list[list[str]]:
     """The labelled path of every node of ``kind``."""
-    return [[f.label() for f in tree.path_frames(n)] for n in range(1, len(tree)) if tree.node_frame(n).kind == kind]
+    return [
+        [f.label() for f in tree.path_frames(n)]
+        for n in range(1, len(tree))
+        if tree.node_frame(n).kind == kind
+    ]
 
 
 def _count(tree, *labels: str) -> int:
@@ -39,8 +43,11 @@ def _op_counts(tree, *prefix: str, op: str = "dot_general") -> list[int]:
     counts = []
     for n in range(1, len(tree)):
         frames = tree.path_frames(n)
-        if frames[-1].kind == "operator" and frames[-1].name == op and \
-                [f.label() for f in frames[:len(prefix)]] == list(prefix):
+        if (
+            frames[-1].kind == "operator"
+            and frames[-1].name == op
+            and [f.label() for f in frames[: len(prefix)]] == list(prefix)
+        ):
             counts.append(tree.excl["count"][n])
     assert counts, (prefix, [p for p in _paths(tree) if p[-1].startswith(op)])
     return counts
@@ -48,9 +55,18 @@ def _op_counts(tree, *prefix: str, op: str = "dot_general") -> list[int]:
 
 def test_a_flax_script_is_profiled_from_its_jitted_train_step(tmp_path):
     script = SCRIPTS / "jax_linen.py"
-    loop, step, loss, apply, dense, evaluate, helper = (line_of(script, text) for text in (
-        "= train_step(state, (x, y))", "jax.value_and_grad(loss_fn)", "logits = model.apply", "nn.Dense(64)(x)",
-        "return nn.Dense(10)(x)", "jnp.argmax(model.apply", "return (x - x.mean"))
+    loop, step, loss, apply, dense, evaluate, helper = (
+        line_of(script, text)
+        for text in (
+            "= train_step(state, (x, y))",
+            "jax.value_and_grad(loss_fn)",
+            "logits = model.apply",
+            "nn.Dense(64)(x)",
+            "return nn.Dense(10)(x)",
+            "jnp.argmax(model.apply",
+            "return (x - x.mean",
+        )
+    )
     done = deepcontext_run(tmp_path, "--steps", "2:3", str(script))
     assert done.returncode == 0, done.stderr
     printed = done.stdout.splitlines()
@@ -58,17 +74,28 @@ def test_a_flax_script_is_profiled_from_its_jitted_train_step(tmp_path):
     assert printed[0] == "lowered train_step True" and "donated True" in printed
     assert [line.split()[0] for line in printed].count("step") == 3
     [profile] = run_profiles(tmp_path)
-    assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3 and profile.framework == "jax"
+    assert (
+        profile.steps == (2, 5) and len(profile.step_times_ns) == 3 and profile.framework == "jax"
+    )
     source = profile.step_source
-    assert source == f"each call of jax.jit train_step, called repeatedly at jax_linen.py:{loop}; step 0 is call 3"
+    assert (
+        source
+        == f"each call of jax.jit train_step, called repeatedly at jax_linen.py:{loop}; step 0 is call 3"
+    )
     assert f"steps: {source}" in done.stderr  # the report says how the steps were found
     tree = profile.tree
     in_model = (f"jax_linen.py:{step} train_step", f"jax_linen.py:{loss} loss_fn", "MLP (MLP)")
     # the script's own lines and the Flax modules, forward and backward; each op once per step
-    assert set(_op_counts(tree, "forward", *in_model, f"jax_linen.py:{apply} MLP.__call__",
-                          "MLP/Dense_0 (Dense)")) == {3}
-    assert set(_op_counts(tree, "backward", *in_model, f"jax_linen.py:{dense} MLP.__call__",
-                          "MLP/Dense_1 (Dense)")) == {3}
+    assert set(
+        _op_counts(
+            tree, "forward", *in_model, f"jax_linen.py:{apply} MLP.__call__", "MLP/Dense_0 (Dense)"
+        )
+    ) == {3}
+    assert set(
+        _op_counts(
+            tree, "backward", *in_model, f"jax_linen.py:{dense} MLP.__call__", "MLP/Dense_1 (Dense)"
+        )
+    ) == {3}
     assert tree.find("optimizer") is not None
     # the jitted helper called three times from one line inside the step was traced, never run: not the step
     assert [p for p in _paths(tree) if f"jax_linen.py:{helper} standardize" in p]
@@ -79,25 +106,49 @@ def test_a_flax_script_is_profiled_from_its_jitted_train_step(tmp_path):
 
 def test_an_nnx_jit_step_is_found_with_its_modules_named(tmp_path):
     script = SCRIPTS / "jax_nnx.py"
-    loop, step, loss, first, layers, last = (line_of(script, text) for text in (
-        "loss = train_step(", "nnx.value_and_grad(loss_fn)", "model(x), y)", "self.linear1(x)", "layer(x)",
-        "return self.linear2"))
+    loop, step, loss, first, layers, last = (
+        line_of(script, text)
+        for text in (
+            "loss = train_step(",
+            "nnx.value_and_grad(loss_fn)",
+            "model(x), y)",
+            "self.linear1(x)",
+            "layer(x)",
+            "return self.linear2",
+        )
+    )
     done = deepcontext_run(tmp_path, "--steps", "2:3", str(script))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("nnx loss ")
-    assert "no module frames" not in done.stderr  # named though traced before it was known to be the step
+    assert (
+        "no module frames" not in done.stderr
+    )  # named though traced before it was known to be the step
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (2, 5)
     # nnx.jit runs a jax.jit inside, called from Flax's files: only the script's call counts
-    assert profile.step_source == (f"each call of nnx.jit train_step, called repeatedly at "
-                                          f"jax_nnx.py:{loop}; step 0 is call 3")
+    assert profile.step_source == (
+        f"each call of nnx.jit train_step, called repeatedly at jax_nnx.py:{loop}; step 0 is call 3"
+    )
     tree = profile.tree
     model = (f"jax_nnx.py:{step} train_step", f"jax_nnx.py:{loss} loss_fn", "MLP (MLP)")
-    assert set(_op_counts(tree, "forward", *model, f"jax_nnx.py:{first} MLP.__call__", "MLP/linear1 (Linear)")) == {3}
-    assert set(_op_counts(tree, "backward", *model, f"jax_nnx.py:{last} MLP.__call__", "MLP/linear2 (Linear)")) == {3}
+    assert set(
+        _op_counts(
+            tree, "forward", *model, f"jax_nnx.py:{first} MLP.__call__", "MLP/linear1 (Linear)"
+        )
+    ) == {3}
+    assert set(
+        _op_counts(
+            tree, "backward", *model, f"jax_nnx.py:{last} MLP.__call__", "MLP/linear2 (Linear)"
+        )
+    ) == {3}
     # the two layers called from one line are told apart by their attribute paths, classes recorded
     for index in (0, 1):
-        path = ("forward", *model, f"jax_nnx.py:{layers} MLP.__call__", f"MLP/layers/{index} (Linear)")
+        path = (
+            "forward",
+            *model,
+            f"jax_nnx.py:{layers} MLP.__call__",
+            f"MLP/layers/{index} (Linear)",
+        )
         assert set(_op_counts(tree, *path)) == {3}
     assert not [p for p in _paths(tree, "module") if p[-1].startswith("MLP/layers (")]
 
@@ -106,39 +157,64 @@ def test_a_named_nnx_step_is_one_step_per_call_from_its_first(tmp_path):
     script = SCRIPTS / "jax_nnx.py"
     loop = line_of(script, "loss = train_step(")
     # __main__ also names the script's module; flax's inner jax.jit carries the same name
-    done = deepcontext_run(tmp_path, "--steps", "2:3", "--step-function", "__main__:train_step", str(script))
+    done = deepcontext_run(
+        tmp_path, "--steps", "2:3", "--step-function", "__main__:train_step", str(script)
+    )
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
-    assert profile.step_source == (f"each call of nnx.jit train_step, named by --step-function "
-                                          f"__main__:train_step (first called at jax_nnx.py:{loop}); step 0 is call 1")
+    assert profile.step_source == (
+        f"each call of nnx.jit train_step, named by --step-function "
+        f"__main__:train_step (first called at jax_nnx.py:{loop}); step 0 is call 1"
+    )
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
-    model = [p for p in _paths(profile.tree, "module") if p[-1] == "MLP/linear1 (Linear)" and p[0] == "forward"]
-    assert len(model) == 1 and set(_op_counts(profile.tree, *model[0])) == {3}  # once per call, not twice
+    model = [
+        p
+        for p in _paths(profile.tree, "module")
+        if p[-1] == "MLP/linear1 (Linear)" and p[0] == "forward"
+    ]
+    assert len(model) == 1 and set(_op_counts(profile.tree, *model[0])) == {
+        3
+    }  # once per call, not twice
 
 
 def test_step_function_names_the_step_the_search_would_miss(tmp_path):
     script = SCRIPTS / "jax_named.py"
-    augment, batches, loop, update = (line_of(script, text) for text in (
-        "return x + 0.01", "batches = [augment", "w, loss = train_step(", "loss, grad = jax.value_and_grad"))
+    augment, batches, loop, update = (
+        line_of(script, text)
+        for text in (
+            "return x + 0.01",
+            "batches = [augment",
+            "w, loss = train_step(",
+            "loss, grad = jax.value_and_grad",
+        )
+    )
     (tmp_path / "found").mkdir()
     found = deepcontext_run(tmp_path / "found", "--steps", "0:2", str(script))
     assert found.returncode == 0, found.stderr
-    [guess] = run_profiles(tmp_path / "found")  # the augmentation over the data, called first from one line
+    [guess] = run_profiles(
+        tmp_path / "found"
+    )  # the augmentation over the data, called first from one line
     assert f"jax.jit augment, called repeatedly at jax_named.py:{batches}" in guess.step_source
 
-    named = deepcontext_run(tmp_path, "--steps", "2:3", "--step-function", "jax_named:train_step", str(script))
+    named = deepcontext_run(
+        tmp_path, "--steps", "2:3", "--step-function", "jax_named:train_step", str(script)
+    )
     assert named.returncode == 0, named.stderr
     assert named.stdout == found.stdout
     [profile] = run_profiles(tmp_path)
     # ``train_step = jax.jit(update)``: named by the script's attribute, reported with its function
-    assert profile.step_source == (f"each call of jax.jit update, named by --step-function "
-                                          f"jax_named:train_step (first called at jax_named.py:{loop}); "
-                                          f"step 0 is call 1")
+    assert profile.step_source == (
+        f"each call of jax.jit update, named by --step-function "
+        f"jax_named:train_step (first called at jax_named.py:{loop}); "
+        f"step 0 is call 1"
+    )
     assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3
     for phase in ("forward", "backward"):
         assert set(_op_counts(profile.tree, phase, f"jax_named.py:{update} update")) == {3}
     # the augmentation ran before step 0: nothing of it is in the window
-    assert not [p for p in _paths(profile.tree, "python") if p[-1] == f"jax_named.py:{augment} augment"]
+    assert not [
+        p for p in _paths(profile.tree, "python") if p[-1] == f"jax_named.py:{augment} augment"
+    ]
 
 
 def test_jitted_functions_behave_as_they_do_alone(tmp_path):

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's"
+)
 
 #: A command that says its pid and its parent's, then waits a minute.
 SLEEPER = """
@@ -38,11 +40,29 @@ def _kill_the_run_and_watch(tmp_path: Path, command: list[str], expected: int) -
     processes said their pid, SIGKILL the run; the pids still alive 2 s later."""
     pids = tmp_path / "pids"
     pids.mkdir()
-    run = subprocess.Popen([sys.executable, "-m", "dc_core", "run", "--no-report", "--logdir", str(tmp_path / "logs"),
-                            "--", *command, str(pids)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dc_core",
+            "run",
+            "--no-report",
+            "--logdir",
+            str(tmp_path / "logs"),
+            "--",
+            *command,
+            str(pids),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
-        while len(list(pids.iterdir())) < expected and time.monotonic() < deadline and run.poll() is None:
+        while (
+            len(list(pids.iterdir())) < expected
+            and time.monotonic() < deadline
+            and run.poll() is None
+        ):
             time.sleep(0.05)
         started = [int(p.stem) for p in pids.iterdir()]
         assert len(started) == expected, started
@@ -71,5 +91,13 @@ def test_sigkill_of_the_run_ends_torchruns_agent_and_workers(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(script),
+    ]
     assert _kill_the_run_and_watch(tmp_path, command, expected=2) == []

@@ -43,16 +43,28 @@ def run_log(tmp_path: Path) -> str:
 
 def forward_modules(tree) -> set[tuple[str, str]]:
     """``{(name, class)}`` of the module frames under the forward phase."""
-    return {(tree.node_frame(n).name, tree.node_frame(n).detail) for n in tree.find_all(lambda f: f.kind == "module")
-            if tree.path_frames(n)[0].name == "forward"}
+    return {
+        (tree.node_frame(n).name, tree.node_frame(n).detail)
+        for n in tree.find_all(lambda f: f.kind == "module")
+        if tree.path_frames(n)[0].name == "forward"
+    }
 
 
 def test_a_lightning_trainer_gets_the_callback_and_its_steps(tmp_path):
     pytest.importorskip("lightning")
     script = SCRIPTS / "lightning_fit.py"
-    module, main, step, forward = (line_of(script, text) for text in (
-        "    main()", "fitting.fit(model", "return F.cross_entropy(self.encoder(x), y)", "return self.layers(x)"))
-    done = deepcontext_run(tmp_path, "--steps", "2:3", str(script), "--bad-first", "--inspect", "--test")
+    module, main, step, forward = (
+        line_of(script, text)
+        for text in (
+            "    main()",
+            "fitting.fit(model",
+            "return F.cross_entropy(self.encoder(x), y)",
+            "return self.layers(x)",
+        )
+    )
+    done = deepcontext_run(
+        tmp_path, "--steps", "2:3", str(script), "--bad-first", "--inspect", "--test"
+    )
     assert done.returncode == 0, done.stderr
     # the failed Trainer's error is the script's; the wrapper keeps the signature and pickles as the plain callback
     assert "bad trainer: ValueError You selected an invalid accelerator name" in done.stdout
@@ -65,14 +77,26 @@ def test_a_lightning_trainer_gets_the_callback_and_its_steps(tmp_path):
     assert profile.step_source.startswith("Lightning Trainer optimizer steps (trainer.global_step)")
     assert "steps: Lightning Trainer optimizer steps" in done.stderr
     tree = profile.tree
-    assert {"forward", "backward", "optimizer"} <= {tree.node_frame(n).name for n in tree.children(0)}
-    linear = tree.find("forward", f"lightning_fit.py:{module} <module>", f"lightning_fit.py:{main} main",
-                       f"lightning_fit.py:{step} LitMLP.training_step", "encoder (Encoder)",
-                       f"lightning_fit.py:{forward} Encoder.forward", "encoder.layers (Sequential)",
-                       "encoder.layers.0 (Linear)", "aten::linear")
+    assert {"forward", "backward", "optimizer"} <= {
+        tree.node_frame(n).name for n in tree.children(0)
+    }
+    linear = tree.find(
+        "forward",
+        f"lightning_fit.py:{module} <module>",
+        f"lightning_fit.py:{main} main",
+        f"lightning_fit.py:{step} LitMLP.training_step",
+        "encoder (Encoder)",
+        f"lightning_fit.py:{forward} Encoder.forward",
+        "encoder.layers (Sequential)",
+        "encoder.layers.0 (Linear)",
+        "aten::linear",
+    )
     assert linear is not None and tree.excl["count"][linear] == 3  # once per step of the window
-    backward = [n for n in tree.find_all(lambda f: f.kind == "operator" and f.backward)
-                if "encoder.layers.0" in [f.name for f in tree.path_frames(n)]]
+    backward = [
+        n
+        for n in tree.find_all(lambda f: f.kind == "operator" and f.backward)
+        if "encoder.layers.0" in [f.name for f in tree.path_frames(n)]
+    ]
     assert backward and all(tree.path_frames(n)[0].name == "backward" for n in backward)
     # Lightning's own frames are skipped, as with the callback written in the script
     assert not any("/lightning/" in tree.node_frame(n).file for n in range(1, len(tree)))
@@ -86,26 +110,38 @@ def test_a_hugging_face_trainer_gets_the_callback_and_its_steps(tmp_path):
     assert "trained to step 12" in done.stdout
     name, profile = only_profile(tmp_path)
     assert name == "steps-2-4.pb" and profile.steps == (2, 5) and len(profile.step_times_ns) == 3
-    assert profile.step_source.startswith("Hugging Face Trainer optimizer steps (state.global_step)")
+    assert profile.step_source.startswith(
+        "Hugging Face Trainer optimizer steps (state.global_step)"
+    )
     tree = profile.tree
-    assert {"forward", "backward", "optimizer"} <= {tree.node_frame(n).name for n in tree.children(0)}
-    assert {("transformer.h.0.attn", "GPT2Attention"), ("transformer.h.1.mlp", "GPT2MLP")} <= forward_modules(tree)
+    assert {"forward", "backward", "optimizer"} <= {
+        tree.node_frame(n).name for n in tree.children(0)
+    }
+    assert {
+        ("transformer.h.0.attn", "GPT2Attention"),
+        ("transformer.h.1.mlp", "GPT2MLP"),
+    } <= forward_modules(tree)
     attn = tree.find_all(lambda f: f.kind == "module" and f.name == "transformer.h.0.attn")
     assert {tree.path_frames(n)[0].name for n in attn} == {"forward", "backward"}
     # the path runs from the script's lines into the model; transformers' trainer frames are skipped
     [first] = [n for n in attn if tree.path_frames(n)[0].name == "forward"]
     python = [f for f in tree.path_frames(first) if f.kind == "python"]
-    assert python[0].label().startswith("hf_train.py:") and not any("/transformers/" in f.file for f in python)
+    assert python[0].label().startswith("hf_train.py:") and not any(
+        "/transformers/" in f.file for f in python
+    )
     assert "WARNING" not in run_log(tmp_path)
 
 
-@pytest.mark.parametrize("framework, script, module", [
-    # the Lightning script passes DeepContextCallback(...) to its Trainer
-    ("lightning", "lightning_fit.py", ("encoder.layers.0", "Linear")),
-    # the HF script adds it with trainer.add_callback after Trainer(...): the run's callback,
-    # added meanwhile, stands down when training begins
-    ("transformers", "hf_train.py", ("transformer.h.0.attn", "GPT2Attention")),
-])
+@pytest.mark.parametrize(
+    "framework, script, module",
+    [
+        # the Lightning script passes DeepContextCallback(...) to its Trainer
+        ("lightning", "lightning_fit.py", ("encoder.layers.0", "Linear")),
+        # the HF script adds it with trainer.add_callback after Trainer(...): the run's callback,
+        # added meanwhile, stands down when training begins
+        ("transformers", "hf_train.py", ("transformer.h.0.attn", "GPT2Attention")),
+    ],
+)
 def test_a_scripts_own_callback_is_kept_alone(tmp_path, framework, script, module):
     pytest.importorskip(framework)
     done = deepcontext_run(tmp_path, str(SCRIPTS / script), "--own-callback")

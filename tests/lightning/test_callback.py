@@ -10,9 +10,7 @@ pytest.importorskip("lightning")
 
 from dc_core.store.logdir import load_profiles
 from dc_lightning import DeepContextCallback, is_available
-
 from tests.conftest import module_calls
-
 from tests.lightning.workload import (
     DemoTransformerModule,
     SequentialModule,
@@ -36,15 +34,32 @@ def test_window_phases_and_modules_beside_the_scalars(tmp_path):
     callback = fit(tmp_path, DeepContextCallback(steps={"start": 2, "count": 3}, **QUIET))
     # the TensorBoard logger's version_0 is the run: the tab sits beside its scalars
     (path,) = callback.written
-    assert path.relative_to(tmp_path).parts[:4] == ("lightning_logs", "version_0", "plugins", "deepcontext")
-    assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "lightning_logs/version_0").iterdir())
+    assert path.relative_to(tmp_path).parts[:4] == (
+        "lightning_logs",
+        "version_0",
+        "plugins",
+        "deepcontext",
+    )
+    assert any(
+        p.name.startswith("events.out.tfevents")
+        for p in (tmp_path / "lightning_logs/version_0").iterdir()
+    )
     (profile,), errors = load_profiles(tmp_path / "lightning_logs")
     assert errors == [] and profile.run == "version_0"
-    assert profile.steps == (2, 5) and len(profile.step_times_ns) == 3 and path.name == "steps-2-4.pb"
+    assert (
+        profile.steps == (2, 5) and len(profile.step_times_ns) == 3 and path.name == "steps-2-4.pb"
+    )
     tree = profile.tree
-    assert {tree.node_frame(n).name for n in tree.children(0)} >= {"forward", "backward", "optimizer"}
-    (attn,) = [n for n in tree.find_all(lambda f: f.name == "net.blocks.0.attn")
-               if tree.path_frames(n)[0].name == "forward"]
+    assert {tree.node_frame(n).name for n in tree.children(0)} >= {
+        "forward",
+        "backward",
+        "optimizer",
+    }
+    (attn,) = [
+        n
+        for n in tree.find_all(lambda f: f.name == "net.blocks.0.attn")
+        if tree.path_frames(n)[0].name == "forward"
+    ]
     assert tree.node_frame(attn).detail == "SelfAttention" and module_calls(tree, attn) == 3
     backward = tree.find_all(lambda f: f.kind == "operator" and f.backward)
     assert any("net.blocks.0.attn" in [f.name for f in tree.path_frames(n)] for n in backward)
@@ -69,30 +84,50 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     (profile,), _ = load_profiles(tmp_path)
     assert profile.steps == (1, 3) and len(profile.step_times_ns) == 2
     tree = profile.tree
-    (attn,) = [n for n in tree.find_all(lambda f: f.name == "net.blocks.0.attn")
-               if tree.path_frames(n)[0].name == "forward"]
+    (attn,) = [
+        n
+        for n in tree.find_all(lambda f: f.name == "net.blocks.0.attn")
+        if tree.path_frames(n)[0].name == "forward"
+    ]
     assert module_calls(tree, attn) == 4  # 2 optimizer steps × 2 micro-batches
 
 
 def test_user_logdir_wins_and_validation_is_its_own_window(tmp_path, capsys):
-    callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 1, "count": 2},
-                                   profile_eval=True, **QUIET)
-    fit(tmp_path, callback, max_steps=4, val=loader(batches=3), val_check_interval=4, num_sanity_val_steps=2)
+    callback = DeepContextCallback(
+        logdir=str(tmp_path / "prof"), steps={"start": 1, "count": 2}, profile_eval=True, **QUIET
+    )
+    fit(
+        tmp_path,
+        callback,
+        max_steps=4,
+        val=loader(batches=3),
+        val_check_interval=4,
+        num_sanity_val_steps=2,
+    )
     profiles, _ = load_profiles(tmp_path / "prof")
     by_run = {p.run: p for p in profiles}
     assert sorted(by_run) == [".", "validation"]
     assert by_run["."].steps == (1, 3)
     validation = by_run["validation"]  # sanity-check batches are not counted
     assert validation.steps == (0, 2) and len(validation.step_times_ns) == 2
-    assert "backward" not in {validation.tree.node_frame(n).name for n in validation.tree.children(0)}
+    assert "backward" not in {
+        validation.tree.node_frame(n).name for n in validation.tree.children(0)
+    }
     # two profiles, said once: the first, and how to open the logdir
-    (said,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DeepContext wrote")]
+    (said,) = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("DeepContext wrote")
+    ]
     assert said.startswith(f"DeepContext wrote {tmp_path / 'prof'}/") and said.endswith(
-        f"or open the tab with `deepcontext view {tmp_path / 'prof'}`")
+        f"or open the tab with `deepcontext view {tmp_path / 'prof'}`"
+    )
 
 
 def test_no_eval_window_by_default_and_nothing_outside_windows(tmp_path):
-    callback = DeepContextCallback(logdir=str(tmp_path / "prof"), steps={"start": 100, "count": 1}, **QUIET)
+    callback = DeepContextCallback(
+        logdir=str(tmp_path / "prof"), steps={"start": 100, "count": 1}, **QUIET
+    )
     fit(tmp_path, callback, max_steps=3, val=loader(batches=2), val_check_interval=2)
     assert callback.written == [] and not (tmp_path / "prof").exists()
 
@@ -100,8 +135,15 @@ def test_no_eval_window_by_default_and_nothing_outside_windows(tmp_path):
 def test_pytorch_lightning_trainer_accepts_it(tmp_path):
     pl = pytest.importorskip("pytorch_lightning")
     callback = DeepContextCallback(logdir=str(tmp_path), steps={"start": 1, "count": 1}, **QUIET)
-    pl.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, callbacks=[callback]).fit(_pl_module(pl), loader())
+    pl.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    ).fit(_pl_module(pl), loader())
     assert [p.name for p in callback.written] == ["steps-1-1.pb"]
 
 
@@ -122,19 +164,34 @@ def _pl_module(pl):
 
 def _modules(tree):
     """``{(name, class)}`` of the module frames under the forward phase."""
-    return {(tree.node_frame(n).name, tree.node_frame(n).detail) for n in tree.find_all(lambda f: f.kind == "module")
-            if tree.path_frames(n)[0].name == "forward"}
+    return {
+        (tree.node_frame(n).name, tree.node_frame(n).detail)
+        for n in tree.find_all(lambda f: f.kind == "module")
+        if tree.path_frames(n)[0].name == "forward"
+    }
 
 
 def test_regression_submodules_named_from_the_lightning_module(tmp_path):
     # training_step calls self.net first: it used to be the root, naming `Sequential`, `0`, `2`
-    callback = fit(tmp_path, DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET), SequentialModule(),
-                   max_steps=3)
+    callback = fit(
+        tmp_path,
+        DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET),
+        SequentialModule(),
+        max_steps=3,
+    )
     (profile,), _ = load_profiles(tmp_path)
-    assert _modules(profile.tree) == {("net", "Sequential"), ("net.0", "Linear"), ("net.1", "ReLU"),
-                                      ("net.2", "Linear")}
+    assert _modules(profile.tree) == {
+        ("net", "Sequential"),
+        ("net.0", "Linear"),
+        ("net.1", "ReLU"),
+        ("net.2", "Linear"),
+    }
     tree = profile.tree
-    (second,) = [n for n in tree.find_all(lambda f: f.name == "net.2") if tree.path_frames(n)[0].name == "forward"]
+    (second,) = [
+        n
+        for n in tree.find_all(lambda f: f.name == "net.2")
+        if tree.path_frames(n)[0].name == "forward"
+    ]
     assert [f.name for f in tree.path_frames(second) if f.kind == "module"] == ["net", "net.2"]
     assert [p.name for p in callback.written] == ["steps-1-2.pb"]
 
@@ -146,8 +203,12 @@ def test_regression_model_code_shipped_in_lightning_is_not_skipped(tmp_path):
     import lightning
     from lightning.pytorch.demos import Transformer
 
-    fit(tmp_path, DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET), DemoTransformerModule(),
-        max_steps=3)
+    fit(
+        tmp_path,
+        DeepContextCallback(steps={"start": 1, "count": 2}, **QUIET),
+        DemoTransformerModule(),
+        max_steps=3,
+    )
     (profile,), _ = load_profiles(tmp_path)
     tree = profile.tree
     frames = [tree.node_frame(n) for n in range(1, len(tree))]
@@ -156,8 +217,16 @@ def test_regression_model_code_shipped_in_lightning_is_not_skipped(tmp_path):
     forward = {f.line for f in frames if f.kind == "python" and f.name == "Transformer.forward"}
     assert forward and forward <= set(body)
     assert {first + i for i, text in enumerate(lines) if "self.transformer(" in text} <= forward
-    demo = {f.name for f in frames if f.kind == "python" and f.file.endswith("lightning/pytorch/demos/transformer.py")}
-    assert demo == {"Transformer.forward", "Transformer.generate_square_subsequent_mask", "PositionalEncoding.forward"}
+    demo = {
+        f.name
+        for f in frames
+        if f.kind == "python" and f.file.endswith("lightning/pytorch/demos/transformer.py")
+    }
+    assert demo == {
+        "Transformer.forward",
+        "Transformer.generate_square_subsequent_mask",
+        "PositionalEncoding.forward",
+    }
     package = os.path.dirname(lightning.__file__)
     machinery = {f.file for f in frames if f.file.startswith(package) and "/demos/" not in f.file}
     assert machinery == set()
@@ -165,7 +234,11 @@ def test_regression_model_code_shipped_in_lightning_is_not_skipped(tmp_path):
 
 
 def test_gradient_clipping_is_part_of_the_update(tmp_path):
-    callback = fit(tmp_path, DeepContextCallback(steps={"start": 2, "count": 2}, **QUIET), gradient_clip_val=0.5)
+    fit(
+        tmp_path,
+        DeepContextCallback(steps={"start": 2, "count": 2}, **QUIET),
+        gradient_clip_val=0.5,
+    )
     (profile,), _ = load_profiles(tmp_path / "lightning_logs")
     tree = profile.tree
     norms = tree.find_all(lambda f: f.kind == "operator" and "_foreach_norm" in f.name)

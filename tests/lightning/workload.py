@@ -66,12 +66,20 @@ class DemoTransformerModule(pl.LightningModule):
 
 
 def loader(batches: int = 16, batch: int = 4, vocab: int = 64, context: int = 16, seed: int = 0):
-    tokens = torch.randint(0, vocab, (batches * batch, context + 1), generator=torch.Generator().manual_seed(seed))
+    tokens = torch.randint(
+        0, vocab, (batches * batch, context + 1), generator=torch.Generator().manual_seed(seed)
+    )
     data = torch.utils.data.TensorDataset(tokens[:, :-1], tokens[:, 1:])
     return torch.utils.data.DataLoader(data, batch_size=batch)
 
 
 def trainer(**kwargs):
-    settings = dict(accelerator="cpu", devices=1, enable_checkpointing=False, enable_progress_bar=False,
-                    enable_model_summary=False, log_every_n_steps=1)
+    settings = dict(
+        accelerator="cpu",
+        devices=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
     return pl.Trainer(**{**settings, **kwargs})

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-from dc_core.model.processors import collapse_recursion, filter_kinds, merge, merge_ranks, prune_small
+from dc_core.model.processors import (
+    collapse_recursion,
+    filter_kinds,
+    merge,
+    merge_ranks,
+    prune_small,
+)
 from dc_core.model.tree import Frame, tree_from_lists
 from dc_core.model.views import bottom_up, flat, view
 
 
 def sample():
     return tree_from_lists(
-        ("forward",
-         ("python:train|train.py:10",
-          ("module:blocks.0 @cpu_time_ns=5",
-           "aten::mm @cpu_time_ns=100,count=2",
-           "aten::softmax @cpu_time_ns=30,count=2"),
-          "aten::mm @cpu_time_ns=50,count=1")),
+        (
+            "forward",
+            (
+                "python:train|train.py:10",
+                (
+                    "module:blocks.0 @cpu_time_ns=5",
+                    "aten::mm @cpu_time_ns=100,count=2",
+                    "aten::softmax @cpu_time_ns=30,count=2",
+                ),
+                "aten::mm @cpu_time_ns=50,count=1",
+            ),
+        ),
         ("backward", ("python:train|train.py:10", "aten::mm [backward] @cpu_time_ns=200,count=2")),
     )
 
@@ -53,7 +65,12 @@ def test_bottom_up_selected_frames_use_inclusive_cost():
 
 
 def test_flat_counts_recursion_once():
-    tree = tree_from_lists(("python:f|a.py:1 @cpu_time_ns=1", ("python:f|a.py:1 @cpu_time_ns=2", "aten::add @cpu_time_ns=4")))
+    tree = tree_from_lists(
+        (
+            "python:f|a.py:1 @cpu_time_ns=1",
+            ("python:f|a.py:1 @cpu_time_ns=2", "aten::add @cpu_time_ns=4"),
+        )
+    )
     rows = {r.frame.name: r for r in flat(tree)}
     assert rows["f"].excl["cpu_time_ns"] == 3
     assert rows["f"].incl["cpu_time_ns"] == 7  # not 7 + 6
@@ -88,7 +105,14 @@ def test_filter_kinds_splices_children():
 def test_flat_view_is_one_level_of_frames_with_their_own_cost():
     shown = view(sample(), "flat")
     flat_tree = shown.tree
-    assert {flat_tree.node_frame(k).label(): shown.excl["cpu_time_ns"][k] for k in flat_tree.children(0)} == {
-        "forward": 0, "train.py:10 train": 0, "blocks.0": 5, "aten::mm": 150, "aten::softmax": 30,
-        "backward": 0, "aten::mm [backward]": 200,
+    assert {
+        flat_tree.node_frame(k).label(): shown.excl["cpu_time_ns"][k] for k in flat_tree.children(0)
+    } == {
+        "forward": 0,
+        "train.py:10 train": 0,
+        "blocks.0": 5,
+        "aten::mm": 150,
+        "aten::softmax": 30,
+        "backward": 0,
+        "aten::mm [backward]": 200,
     }

@@ -13,7 +13,9 @@ from dc_core.record.validate import INT64_MAX
 
 
 def test_count_zero_names_field_and_range():
-    with pytest.raises(ValueError, match=r"steps\.count must be an integer in \[1, 2\*\*62 - 1\], got 0"):
+    with pytest.raises(
+        ValueError, match=r"steps\.count must be an integer in \[1, 2\*\*62 - 1\], got 0"
+    ):
         StepRange(count=0)
 
 
@@ -26,11 +28,23 @@ def test_every_smaller_than_count_is_rejected():
     "field, value, message",
     [
         ("mode", "full", r"mode must be one of lightweight, comprehensive"),
-        ("cpu_sampling_hz", -1, r"cpu_sampling_hz must be a finite number, 0 \(off\) or in \[0.01, 10000.0\]"),
-        ("system_interval_ms", 5, r"system_interval_ms must be an integer, 0 \(off\) or in \[10, 3600000\]"),
+        (
+            "cpu_sampling_hz",
+            -1,
+            r"cpu_sampling_hz must be a finite number, 0 \(off\) or in \[0.01, 10000.0\]",
+        ),
+        (
+            "system_interval_ms",
+            5,
+            r"system_interval_ms must be an integer, 0 \(off\) or in \[10, 3600000\]",
+        ),
         ("run", "../escape", r"run must be a relative name"),
-        pytest.param("native", "yes", r"native must be true or false",  # the old name, checked as before
-                     marks=pytest.mark.filterwarnings("ignore::DeprecationWarning")),
+        pytest.param(
+            "native",
+            "yes",
+            r"native must be true or false",  # the old name, checked as before
+            marks=pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+        ),
         ("collector", "fast", r"collector must be one of native, reference, got 'fast'"),
     ],
 )
@@ -56,13 +70,17 @@ def test_the_old_name_native_is_collector_with_one_deprecation_warning(native, c
         assert config.native is native  # read under its old name too
     assert len(_deprecations(record)) == 1
     with pytest.warns(DeprecationWarning) as record:
-        session = Session(logdir=str(tmp_path), native=False, cpu_sampling_hz=0, system_interval_ms=0)
+        session = Session(
+            logdir=str(tmp_path), native=False, cpu_sampling_hz=0, system_interval_ms=0
+        )
     assert len(_deprecations(record)) == 1
     assert type(session.collector) is reference.Collector  # the behaviour of collector="reference"
     session.close()
 
 
-@pytest.mark.parametrize("text, name", [('{"native": false}', None), ("native: false\n", "dc.yaml")])
+@pytest.mark.parametrize(
+    "text, name", [('{"native": false}', None), ("native: false\n", "dc.yaml")]
+)
 def test_env_may_still_say_native(text, name, monkeypatch, tmp_path):
     if name is not None:
         (tmp_path / name).write_text(text)
@@ -161,7 +179,10 @@ def test_nan_sampling_rate_is_rejected_at_creation():
     # NaN passed both bounds and `nan > 0` is False: the sampler was silently off.
     with pytest.raises(ValueError) as info:
         ProfilerConfig(cpu_sampling_hz=NAN)
-    assert str(info.value) == "cpu_sampling_hz must be a finite number, 0 (off) or in [0.01, 10000.0], got nan"
+    assert (
+        str(info.value)
+        == "cpu_sampling_hz must be a finite number, 0 (off) or in [0.01, 10000.0], got nan"
+    )
 
 
 def _make(field: str, value):
@@ -233,7 +254,10 @@ def test_max_nodes_above_int64_is_rejected_at_creation():
     # The native collector takes an int64_t: 2**63 was a TypeError when the window opened.
     with pytest.raises(ValueError) as info:
         ProfilerConfig(max_nodes=2**63)
-    assert str(info.value) == "max_nodes must be an integer in [1000, 2**63 - 1], got 9223372036854775808"
+    assert (
+        str(info.value)
+        == "max_nodes must be an integer in [1000, 2**63 - 1], got 9223372036854775808"
+    )
     assert ProfilerConfig(max_nodes=INT64_MAX).max_nodes == INT64_MAX
 
 
@@ -244,7 +268,9 @@ def test_step_fields_stay_below_never_so_windows_fit_int64():
 
 
 def test_nan_analyzer_threshold_is_rejected_at_creation():
-    with pytest.raises(ValueError, match=r"^analyzer\.gpu_idle\.min_idle must be a finite number >= 0, got nan$"):
+    with pytest.raises(
+        ValueError, match=r"^analyzer\.gpu_idle\.min_idle must be a finite number >= 0, got nan$"
+    ):
         ProfilerConfig(analyzer={"gpu_idle.min_idle": NAN})
 
 
@@ -261,25 +287,34 @@ def test_unknown_analyzer_rule_is_rejected_at_creation(tmp_path):
     with pytest.raises(ValueError) as info:
         Session(logdir=str(tmp_path), analyzer={"gpu_idel.min_idle": 0.5})
     message = str(info.value)
-    assert message.startswith("analyzer.gpu_idel.min_idle: unknown analyzer rule 'gpu_idel'; rules: ")
+    assert message.startswith(
+        "analyzer.gpu_idel.min_idle: unknown analyzer rule 'gpu_idel'; rules: "
+    )
     assert all(rule in message for rule in RULE_IDS)
 
 
 def test_unknown_rule_enabled_switch_is_rejected_at_creation():
     # The analyzer itself accepts any "<rule>.enabled", so a typo turned nothing off.
-    with pytest.raises(ValueError, match=r"analyzer\.hotspt\.enabled: unknown analyzer rule 'hotspt'"):
+    with pytest.raises(
+        ValueError, match=r"analyzer\.hotspt\.enabled: unknown analyzer rule 'hotspt'"
+    ):
         ProfilerConfig(analyzer={"hotspt.enabled": 0})
 
 
 def test_unknown_threshold_of_known_rule_lists_the_rules_thresholds():
-    with pytest.raises(ValueError, match=r"analyzer\.hotspot\.min: unknown threshold of rule 'hotspot'; "
-                                         r"known: hotspot\.min_share, hotspot\.top, hotspot\.enabled"):
+    with pytest.raises(
+        ValueError,
+        match=r"analyzer\.hotspot\.min: unknown threshold of rule 'hotspot'; "
+        r"known: hotspot\.min_share, hotspot\.top, hotspot\.enabled",
+    ):
         ProfilerConfig(analyzer={"hotspot.min": 0.1})
 
 
 @pytest.mark.parametrize("value", [0.5, 2, "off", None])
 def test_enabled_switch_other_than_0_or_1_is_rejected_at_creation(value):
-    with pytest.raises(ValueError, match=r"analyzer\.hotspot\.enabled must be 0 or 1 \(false or true\)"):
+    with pytest.raises(
+        ValueError, match=r"analyzer\.hotspot\.enabled must be 0 or 1 \(false or true\)"
+    ):
         ProfilerConfig(analyzer={"hotspot.enabled": value})
 
 
@@ -300,7 +335,10 @@ def test_analyzer_overrides_are_kept_as_checked_floats_and_copied():
 
 def test_run_with_nul_byte_is_rejected_at_creation():
     # mkdir raised at window close: nothing was written.
-    with pytest.raises(ValueError, match=r"^run must be a relative name \(.*\): contains a NUL byte, got 'exp\\x001'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^run must be a relative name \(.*\): contains a NUL byte, got 'exp\\x001'$",
+    ):
         ProfilerConfig(run="exp\x001")
 
 
@@ -317,14 +355,20 @@ def test_run_with_nul_byte_is_rejected_at_creation():
         (7, "not a string"),
         ("a\nb", r"contains the control character '\\n'"),  # `--run "a\nb"` made such a directory
         ("exp\x1b[2J", r"contains the control character '\\x1b'"),
-        ("run\u202egpj.exe", r"contains the control character '\\u202e'"),  # shows reversed in a listing
+        (
+            "run\u202egpj.exe",
+            r"contains the control character '\\u202e'",
+        ),  # shows reversed in a listing
         ("a\x85b", r"contains the control character '\\x85'"),
     ],
 )
 def test_run_that_cannot_be_a_directory_under_logdir_is_rejected_at_creation(run, problem):
-    with pytest.raises(ValueError, match=rf"run must be a relative name \(names joined by '/', no '\.\.', no control "
-                                         rf"characters, "
-                                         rf"each name at most 255 bytes of UTF-8\): {problem}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"run must be a relative name \(names joined by '/', no '\.\.', no control "
+        rf"characters, "
+        rf"each name at most 255 bytes of UTF-8\): {problem}",
+    ):
         ProfilerConfig(run=run)
 
 
@@ -334,7 +378,9 @@ def test_nested_and_unusual_but_valid_runs_are_accepted(run):
 
 
 def test_logdir_with_nul_byte_is_rejected_at_creation():
-    with pytest.raises(ValueError, match=r"logdir must be a path without NUL bytes, got 'runs\\x00'"):
+    with pytest.raises(
+        ValueError, match=r"logdir must be a path without NUL bytes, got 'runs\\x00'"
+    ):
         ProfilerConfig(logdir="runs\x00")
 
 
@@ -378,7 +424,10 @@ def test_unreadable_config_file_names_variable_and_path(monkeypatch, tmp_path):
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(Path, "open", denied)
-    assert _env_error(monkeypatch, str(path)) == f"{ENV_VAR} file {str(path)!r}: cannot read: Permission denied"
+    assert (
+        _env_error(monkeypatch, str(path))
+        == f"{ENV_VAR} file {str(path)!r}: cannot read: Permission denied"
+    )
 
 
 def test_config_path_too_long_names_variable(monkeypatch):
@@ -391,15 +440,23 @@ def test_config_path_too_long_names_variable(monkeypatch):
 
 @pytest.mark.parametrize(
     "name, text, parser",
-    [("dc.yaml", "steps: [\n", "YAML"), ("dc.json", '{"steps": ', "JSON"), ("dc.json", "[" * 100_000, "JSON")],
+    [
+        ("dc.yaml", "steps: [\n", "YAML"),
+        ("dc.json", '{"steps": ', "JSON"),
+        ("dc.json", "[" * 100_000, "JSON"),
+    ],
 )
 def test_malformed_config_file_names_variable_and_path(monkeypatch, tmp_path, name, text, parser):
     path = tmp_path / name
     path.write_text(text)
-    assert _env_error(monkeypatch, str(path)).startswith(f"{ENV_VAR} file {str(path)!r}: cannot parse as {parser}: ")
+    assert _env_error(monkeypatch, str(path)).startswith(
+        f"{ENV_VAR} file {str(path)!r}: cannot parse as {parser}: "
+    )
 
 
-@pytest.mark.parametrize("raw", ['{"steps": ', '{"max_nodes": ' + "1" * 5000 + "}", '{"a":' * 100_000])
+@pytest.mark.parametrize(
+    "raw", ['{"steps": ', '{"max_nodes": ' + "1" * 5000 + "}", '{"a":' * 100_000]
+)
 def test_malformed_inline_json_names_variable(monkeypatch, raw):
     # Too many digits and deep nesting raised a bare ValueError / RecursionError before.
     assert _env_error(monkeypatch, raw).startswith(f"{ENV_VAR} (inline JSON) is not valid JSON: ")
@@ -415,20 +472,27 @@ def test_config_file_holding_a_list_names_variable_and_path(monkeypatch, tmp_pat
 def test_huge_config_file_is_refused_by_name(monkeypatch, tmp_path):
     path = tmp_path / "dc.json"
     path.write_bytes(b" " * (2 << 20))
-    assert _env_error(monkeypatch, str(path)).startswith(f"{ENV_VAR} file {str(path)!r} is larger than 1048576 bytes")
+    assert _env_error(monkeypatch, str(path)).startswith(
+        f"{ENV_VAR} file {str(path)!r} is larger than 1048576 bytes"
+    )
 
 
 def test_nan_in_config_file_names_variable_path_and_field(monkeypatch, tmp_path):
     path = tmp_path / "dc.yaml"
     path.write_text("cpu_sampling_hz: .nan\nanalyzer:\n  hotspot.top: .inf\n")
     message = _env_error(monkeypatch, str(path))
-    assert message == (f"{ENV_VAR} file {str(path)!r}: cpu_sampling_hz must be a finite number, "
-                       "0 (off) or in [0.01, 10000.0], got nan")
+    assert message == (
+        f"{ENV_VAR} file {str(path)!r}: cpu_sampling_hz must be a finite number, "
+        "0 (off) or in [0.01, 10000.0], got nan"
+    )
 
 
 def test_nan_in_inline_json_names_variable_and_field(monkeypatch):
     message = _env_error(monkeypatch, '{"time_range": {"duration_s": NaN}}')
-    assert message == f"{ENV_VAR} (inline JSON): time_range.duration_s must be a finite number >= 0.001, got nan"
+    assert (
+        message
+        == f"{ENV_VAR} (inline JSON): time_range.duration_s must be a finite number >= 0.001, got nan"
+    )
 
 
 def test_config_file_with_byte_order_mark_is_read(monkeypatch, tmp_path):

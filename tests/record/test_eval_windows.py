@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 
 from dc_core.record.eval_windows import EvalWindows, batch_count
-from dc_core.store.logdir import load_profiles
 from dc_core.record.session import Session
+from dc_core.store.logdir import load_profiles
 
 
 def test_each_loop_counts_its_own_batches_and_flushes_at_close(tmp_path):
-    make = functools.partial(Session, None, logdir=str(tmp_path), cpu_sampling_hz=0, system_interval_ms=0)
+    make = functools.partial(
+        Session, None, logdir=str(tmp_path), cpu_sampling_hz=0, system_interval_ms=0
+    )
     train = make(run="fit", steps={"start": 0, "count": 2})
     evals = EvalWindows(make)
     for loop, batches in (("validation", 3), ("test", 1), ("validation", 1)):
@@ -23,7 +25,10 @@ def test_each_loop_counts_its_own_batches_and_flushes_at_close(tmp_path):
     assert evals.steps == {"validation": 4, "test": 1} and evals.open == "test"
     written = evals.close()
     train.close()
-    assert sorted(p.relative_to(tmp_path).parts[0:2] for p in written) == [("fit", "test"), ("fit", "validation")]
+    assert sorted(p.relative_to(tmp_path).parts[0:2] for p in written) == [
+        ("fit", "test"),
+        ("fit", "validation"),
+    ]
     profiles, errors = load_profiles(tmp_path)
     assert errors == []
     # a window as long as the training one, counted from each loop's first batch
@@ -56,4 +61,8 @@ def test_batch_count_of_loaders_without_a_length():
             raise TypeError("an iterable dataset has no length")
 
     assert batch_count([1, 2, 3]) == 3
-    assert batch_count(Endless()) is None and batch_count(iter([])) is None and batch_count(None) is None
+    assert (
+        batch_count(Endless()) is None
+        and batch_count(iter([])) is None
+        and batch_count(None) is None
+    )

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from dc_core.demo.workload import train
-from dc_core.store.logdir import load_profiles
 from dc_core.record.adapter import Adapter
 from dc_core.record.session import Session, active_sessions
+from dc_core.store.logdir import load_profiles
 
 
 def labels(tree, node):
@@ -23,11 +23,20 @@ def test_window_steps_phases_and_lines(tmp_path):
     (profile,), errors = load_profiles(tmp_path)
     assert errors == [] and profile.steps == (2, 5) and len(profile.step_times_ns) == 3
     tree = profile.tree
-    assert {tree.node_frame(k).name for k in tree.children(0)} >= {"forward", "backward", "dataloader", "optimizer"}
+    assert {tree.node_frame(k).name for k in tree.children(0)} >= {
+        "forward",
+        "backward",
+        "dataloader",
+        "optimizer",
+    }
     (featurize,) = tree.find_all(lambda f: f.name == "demo::featurize")
     path = tree.path_frames(featurize)
     # phase, then the Python stack (pytest's frames outermost), ending in the workload
-    assert path[0].name == "forward" and [f.name for f in path[-3:]] == ["train", "forward", "demo::featurize"]
+    assert path[0].name == "forward" and [f.name for f in path[-3:]] == [
+        "train",
+        "forward",
+        "demo::featurize",
+    ]
     assert path[-3].file.endswith("dc_core/demo/workload.py") and path[-2].line > 0
     assert all(f.kind == "python" for f in path[1:-1])
     assert tree.value(featurize, "count") == 3  # once per profiled step, exactly
@@ -90,8 +99,12 @@ class BrokenAdapter(Adapter):
 
 def test_internal_error_logged_once_disables_and_training_goes_on(tmp_path, caplog):
     adapter = BrokenAdapter()
-    session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 2, "every": 2, "repeat": 0},
-                      adapter=adapter, cpu_sampling_hz=0)
+    session = Session(
+        logdir=str(tmp_path),
+        steps={"start": 0, "count": 2, "every": 2, "repeat": 0},
+        adapter=adapter,
+        cpu_sampling_hz=0,
+    )
     with caplog.at_level(logging.ERROR, logger="deepcontext"):
         for step in range(6):
             session.step_begin(step)
@@ -105,7 +118,9 @@ def test_internal_error_logged_once_disables_and_training_goes_on(tmp_path, capl
 def test_unwritable_logdir_never_stops_training(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    session = Session(logdir=str(blocker / "sub"), steps={"start": 0, "count": 1}, cpu_sampling_hz=0)
+    session = Session(
+        logdir=str(blocker / "sub"), steps={"start": 0, "count": 1}, cpu_sampling_hz=0
+    )
     with caplog.at_level(logging.WARNING, logger="deepcontext"):
         session.step_begin(0)
         session.step_end(0)
@@ -119,8 +134,11 @@ def test_unwritable_logdir_warns_once_and_stops_periodic_windows(tmp_path, caplo
     kept paying for a profile that could never be written."""
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    session = Session(logdir=str(blocker / "sub"), steps={"start": 0, "count": 1, "every": 2, "repeat": 0},
-                      cpu_sampling_hz=0)
+    session = Session(
+        logdir=str(blocker / "sub"),
+        steps={"start": 0, "count": 1, "every": 2, "repeat": 0},
+        cpu_sampling_hz=0,
+    )
     opened = []
     with caplog.at_level(logging.WARNING, logger="deepcontext"):
         for step in range(10):
@@ -129,14 +147,20 @@ def test_unwritable_logdir_warns_once_and_stops_periodic_windows(tmp_path, caplo
             session.step_end(step)
     session.close()
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1 and "could not write" in warnings[0] and "profiling stops" in warnings[0]
+    assert (
+        len(warnings) == 1 and "could not write" in warnings[0] and "profiling stops" in warnings[0]
+    )
     assert opened == [True] + [False] * 9  # no window after the first failed write
     assert session not in active_sessions()
 
 
 def test_fork_in_the_middle_of_a_window(tmp_path):
-    session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 3}, cpu_sampling_hz=200,
-                      system_interval_ms=20)
+    session = Session(
+        logdir=str(tmp_path),
+        steps={"start": 0, "count": 3},
+        cpu_sampling_hz=200,
+        system_interval_ms=20,
+    )
     session.step_begin(0)
     pid = os.fork()
     if pid == 0:  # the child: must not write the parent's window, must not hang
@@ -197,8 +221,10 @@ def test_a_loop_that_ends_inside_a_window_writes_it_as_partial_of_its_plan(tmp_p
     session.close()
     (profile,), _ = load_profiles(tmp_path)
     assert profile.steps == (5, 6) and profile.planned_window == (5, 8)
-    assert window_label(profile.steps, profile.step_times_ns, profile.planned_window) == \
-        "step 5 (partial: step 5 timed, of steps 5–7 planned)"
+    assert (
+        window_label(profile.steps, profile.step_times_ns, profile.planned_window)
+        == "step 5 (partial: step 5 timed, of steps 5–7 planned)"
+    )
 
 
 def test_the_session_state_says_why_profiling_is_off(tmp_path):
@@ -206,7 +232,9 @@ def test_the_session_state_says_why_profiling_is_off(tmp_path):
 
     assert Session(logdir=str(tmp_path), enabled=False).state is State.OFF
     session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 2}, cpu_sampling_hz=0)
-    assert session.state is State.ON and type(session.adapter) is Adapter  # the base one: hooks nothing
+    assert (
+        session.state is State.ON and type(session.adapter) is Adapter
+    )  # the base one: hooks nothing
     session.step_begin(0)
     assert session.window == (0, 2) and session.last_step == 0
     session.fail(RuntimeError("profiler bug"), "test")

@@ -13,7 +13,9 @@ QUIET = dict(cpu_sampling_hz=0, system_interval_ms=0)
 
 class Loop(StepLoop):
     def __init__(self, **overrides):
-        super().__init__(None, framework="python", default_phase="forward", **{**QUIET, **overrides})
+        super().__init__(
+            None, framework="python", default_phase="forward", **{**QUIET, **overrides}
+        )
         self.events = []
 
     def _on_start(self):
@@ -34,7 +36,9 @@ def test_steps_count_from_zero_and_the_window_holds_its_steps(tmp_path):
     (profile,), errors = load_profiles(tmp_path)
     assert errors == [] and profile.steps == (2, 4) and len(profile.step_times_ns) == 2
     assert profile.tree.find("optimizer") is not None
-    assert prof.written == [tmp_path / "plugins" / "deepcontext" / prof.written[0].parent.name / "steps-2-3.pb"]
+    assert prof.written == [
+        tmp_path / "plugins" / "deepcontext" / prof.written[0].parent.name / "steps-2-3.pb"
+    ]
 
 
 def test_outside_a_window_a_phase_does_nothing(tmp_path):

@@ -6,7 +6,9 @@ from dc_core.record.config import StepRange, TimeRange
 from dc_core.record.windows import WindowSchedule
 
 
-def drive(schedule: WindowSchedule, steps: int, clock=lambda step: step * 1_000_000_000) -> list[tuple[int, int]]:
+def drive(
+    schedule: WindowSchedule, steps: int, clock=lambda step: step * 1_000_000_000
+) -> list[tuple[int, int]]:
     """Run ``steps`` steps; return the (first, last) steps of each window seen."""
     windows, current = [], None
     for step in range(steps):

@@ -31,8 +31,12 @@ class Point:
 
 #: Every hook boundary of the Python capture path.
 POINTS = {
-    "operator": Point("enter", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
-    "operator exit": Point("exit", ("ops.py", "__torch_function__"), depth=1),  # through the shared Interceptor
+    "operator": Point(
+        "enter", ("ops.py", "__torch_function__"), depth=1
+    ),  # through the shared Interceptor
+    "operator exit": Point(
+        "exit", ("ops.py", "__torch_function__"), depth=1
+    ),  # through the shared Interceptor
     "aten": Point("enter", ("ops.py", "_dispatch"), depth=1),
     "backward": Point("enter", ("autograd.py", "_open")),
     "module": Point("enter", ("modules.py", "pre")),
@@ -47,9 +51,13 @@ POINTS = {
 #: and their exits are C++ callbacks: no Python boundary to fault), plus the
 #: native capture's own start and stop.
 NATIVE_POINTS = {
-    "operator": Point("intern", ("state.py", "_path_frame"), depth=1),  # naming a module, inside an op's callback
+    "operator": Point(
+        "intern", ("state.py", "_path_frame"), depth=1
+    ),  # naming a module, inside an op's callback
     "phase": POINTS["phase"],
-    "backward": Point("enter", ("phases.py", "_begin"), depth=3),  # autograd.backward's phase wrapper
+    "backward": Point(
+        "enter", ("phases.py", "_begin"), depth=3
+    ),  # autograd.backward's phase wrapper
     "collective": POINTS["collective"],
     "sampler": POINTS["sampler"],
     "writer": POINTS["writer"],
@@ -117,12 +125,16 @@ class FaultyCollector:
 
 
 def _called_from(caller: tuple[str, str], depth: int) -> bool:
-    frame = sys._getframe(3 + depth)  # _called_from <- _maybe_fail <- the proxy method <- its caller
+    frame = sys._getframe(
+        3 + depth
+    )  # _called_from <- _maybe_fail <- the proxy method <- its caller
     code = frame.f_code
     return code.co_name == caller[1] and os.path.basename(code.co_filename) == caller[0]
 
 
-def inject(monkeypatch: Any, point: str, nth: int = 1, capture: str = "python") -> list[FaultyCollector]:
+def inject(
+    monkeypatch: Any, point: str, nth: int = 1, capture: str = "python"
+) -> list[FaultyCollector]:
     """Make every collector created from now on a `FaultyCollector` faulting at
     ``point`` of capture path ``capture`` (forced through the config); returns them."""
     import json

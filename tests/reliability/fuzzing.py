@@ -30,14 +30,20 @@ from hypothesis import strategies as st
 from dc_core.store import profile_pb2
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile, ProfileError, decode, encode
-
 from tests.reliability.test_readers import chain_profile, model_profile, snapshot_profile
 
 TIME_LIMIT_S = 5.0
 MEMORY_LIMIT = 256 << 20
 DEFAULT_CASES = 2000
 #: Share of the cases each test runs: cheap ones more.
-SHARES = {"decode": 0.4, "readers": 0.28, "plugin": 0.175, "cli": 0.075, "index": 0.05, "layout": 0.02}
+SHARES = {
+    "decode": 0.4,
+    "readers": 0.28,
+    "plugin": 0.175,
+    "cli": 0.075,
+    "index": 0.05,
+    "layout": 0.02,
+}
 
 
 def _cases(test: str) -> int:
@@ -49,8 +55,16 @@ def fuzz(test: str):
     """Hypothesis settings: deterministic by default, no example database in the checkout."""
     chosen = os.environ.get("DEEPCONTEXT_FUZZ_SEED")
     configured = settings(
-        max_examples=_cases(test), derandomize=chosen is None, deadline=None, database=None, print_blob=False,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+        max_examples=_cases(test),
+        derandomize=chosen is None,
+        deadline=None,
+        database=None,
+        print_blob=False,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
     return (lambda f: seed(int(chosen))(configured(f))) if chosen else configured
 
@@ -105,17 +119,23 @@ def bounded(what: str):
 # --- the corpus: real profiles, as the writer writes them ------------------------
 
 
-CORPUS = (lambda: model_profile(0), lambda: model_profile(1, scale=3), lambda: model_profile(0, (8, 10), scale=2),
-          snapshot_profile)
+CORPUS = (
+    lambda: model_profile(0),
+    lambda: model_profile(1, scale=3),
+    lambda: model_profile(0, (8, 10), scale=2),
+    snapshot_profile,
+)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def corpus() -> tuple[bytes, ...]:
     """The files the cases start from, as `write_profile` writes them (not a
     fixture: hypothesis prints a failing case's arguments, and these are large)."""
     root = Path(tempfile.mkdtemp(prefix="dc-corpus-"))
     try:
-        return tuple(write_profile(make(), root, f"c{i}").read_bytes() for i, make in enumerate(CORPUS))
+        return tuple(
+            write_profile(make(), root, f"c{i}").read_bytes() for i, make in enumerate(CORPUS)
+        )
     finally:
         shutil.rmtree(root)
 
@@ -130,25 +150,58 @@ class Long(str):
 # --- mutations ---------------------------------------------------------------------
 
 INDEX = st.integers(0, 10**6)  # taken modulo the length it indexes
-ODD_TEXT = st.sampled_from([
-    "", "\x00", "a\x00b.py", "²", "٣", "\u202eevil", "😀" * 3, "[bold red]x[/]", "<img src=x onerror=alert(1)>",
-    Long("x" * 100_000), Long("/" * 5000), "../../../etc/passwd", "/dev/zero", "/proc/self/mem", "C:\\x", " ",
-    "\n\r\t", "%s%n", "{}", "NaN", "/w/model.py",
-]) | st.text(max_size=30)
+ODD_TEXT = st.sampled_from(
+    [
+        "",
+        "\x00",
+        "a\x00b.py",
+        "²",
+        "٣",
+        "\u202eevil",
+        "😀" * 3,
+        "[bold red]x[/]",
+        "<img src=x onerror=alert(1)>",
+        Long("x" * 100_000),
+        Long("/" * 5000),
+        "../../../etc/passwd",
+        "/dev/zero",
+        "/proc/self/mem",
+        "C:\\x",
+        " ",
+        "\n\r\t",
+        "%s%n",
+        "{}",
+        "NaN",
+        "/w/model.py",
+    ]
+) | st.text(max_size=30)
 INT64 = st.sampled_from([2**63 - 1, -(2**63), -1, 0, 1, 10**18]) | st.integers(-(2**63), 2**63 - 1)
 UINT32 = st.sampled_from([0, 1, 3, 7, 8, 2**32 - 1]) | st.integers(0, 2**32 - 1)
 INT32 = st.sampled_from([-(2**31), -1, 0, 1, 2**31 - 1]) | st.integers(-(2**31), 2**31 - 1)
 FLOAT = st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, -0.0]) | st.floats()
-EVIDENCE = st.sampled_from([
-    "", "{", "null", "[]", "1e999", '"x"', '{"node": "x", "steps": 5}', '{"a": ' * 40 + "1" + "}" * 40,
-    "[" * 5000 + "]" * 5000, '{"run": ".", "rank": 0, "steps": [5, 8]}', "{\"\\u0000\": NaN}",
-]) | st.text(max_size=20)
-HUGE_LENGTHS = st.sampled_from([
-    b"\x5a\xff\xff\xff\xff\x0f",  # field 11 (the tree), 4 GiB long
-    b"\x52\xff\xff\xff\x7f",  # a string 256 MiB long
-    b"\x7a\xff\xff\xff\xff\xff\xff\xff\xff\x7f",  # a finding 2**63 long
-    b"\x0a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",  # an over-long varint
-])
+EVIDENCE = st.sampled_from(
+    [
+        "",
+        "{",
+        "null",
+        "[]",
+        "1e999",
+        '"x"',
+        '{"node": "x", "steps": 5}',
+        '{"a": ' * 40 + "1" + "}" * 40,
+        "[" * 5000 + "]" * 5000,
+        '{"run": ".", "rank": 0, "steps": [5, 8]}',
+        '{"\\u0000": NaN}',
+    ]
+) | st.text(max_size=20)
+HUGE_LENGTHS = st.sampled_from(
+    [
+        b"\x5a\xff\xff\xff\xff\x0f",  # field 11 (the tree), 4 GiB long
+        b"\x52\xff\xff\xff\x7f",  # a string 256 MiB long
+        b"\x7a\xff\xff\xff\xff\xff\xff\xff\xff\x7f",  # a finding 2**63 long
+        b"\x0a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",  # an over-long varint
+    ]
+)
 
 
 def _item(repeated, i):
@@ -203,7 +256,13 @@ def _finding(msg, i, evidence, node):
 
 
 def _scalars(msg, start, end, step_times, rank, world, start_ns, version):
-    msg.step_start, msg.step_end, msg.rank, msg.world_size, msg.version = start, end, rank, world, version
+    msg.step_start, msg.step_end, msg.rank, msg.world_size, msg.version = (
+        start,
+        end,
+        rank,
+        world,
+        version,
+    )
     msg.start_unix_ns = msg.init_ns = start_ns
     del msg.step_times_ns[:]
     msg.step_times_ns.extend(step_times)
@@ -224,8 +283,14 @@ def _chain(msg, depth, recursion):
 
 
 def _clear(msg, part):
-    owner, field = {"parents": (msg.tree, "parent"), "frames": (msg.tree, "frames"), "metrics": (msg.tree, "metrics"),
-                    "strings": (msg, "strings"), "system": (msg, "system"), "findings": (msg, "findings")}[part]
+    owner, field = {
+        "parents": (msg.tree, "parent"),
+        "frames": (msg.tree, "frames"),
+        "metrics": (msg.tree, "metrics"),
+        "strings": (msg, "strings"),
+        "system": (msg, "system"),
+        "findings": (msg, "findings"),
+    }[part]
     owner.ClearField(field)
 
 
@@ -243,16 +308,37 @@ def _twin(msg, node):
 STRUCTURAL = {
     "parent": (_parent, st.tuples(INDEX, st.integers(0, 60))),
     "frame_ref": (_frame_ref, st.tuples(INDEX, INDEX)),
-    "frame": (_frame, st.tuples(INDEX, st.sampled_from(["kind", "name", "file", "detail", "line"]), UINT32)),
+    "frame": (
+        _frame,
+        st.tuples(INDEX, st.sampled_from(["kind", "name", "file", "detail", "line"]), UINT32),
+    ),
     "string": (_string, st.tuples(INDEX, ODD_TEXT)),
-    "metric": (_metric, st.tuples(INDEX, INDEX, INT64, st.none() | ODD_TEXT, st.none() | st.booleans())),
+    "metric": (
+        _metric,
+        st.tuples(INDEX, INDEX, INT64, st.none() | ODD_TEXT, st.none() | st.booleans()),
+    ),
     "series": (_series, st.tuples(INDEX, FLOAT, st.booleans())),
     "finding": (_finding, st.tuples(INDEX, EVIDENCE, INT32)),
-    "scalars": (_scalars, st.tuples(INT64, INT64, st.lists(INT64, max_size=5), INT32, INT32, INT64,
-                                    st.sampled_from([1, 1, 0, 2, 2**32 - 1]))),
+    "scalars": (
+        _scalars,
+        st.tuples(
+            INT64,
+            INT64,
+            st.lists(INT64, max_size=5),
+            INT32,
+            INT32,
+            INT64,
+            st.sampled_from([1, 1, 0, 2, 2**32 - 1]),
+        ),
+    ),
     "texts": (_texts, st.tuples(ODD_TEXT)),
     "chain": (_chain, st.tuples(st.sampled_from([3, 1100]), st.booleans())),
-    "clear": (_clear, st.tuples(st.sampled_from(["parents", "frames", "strings", "metrics", "system", "findings"]))),
+    "clear": (
+        _clear,
+        st.tuples(
+            st.sampled_from(["parents", "frames", "strings", "metrics", "system", "findings"])
+        ),
+    ),
     "twin": (_twin, st.tuples(INDEX)),
 }
 
@@ -261,7 +347,7 @@ def _flip(data, pos, bit):
     if not data:
         return data
     i = pos % len(data)
-    return data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1:]
+    return data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1 :]
 
 
 def _truncate(data, pos):
@@ -275,7 +361,7 @@ def _insert(data, pos, chunk):
 
 def _delete(data, pos, count):
     i = pos % (len(data) + 1)
-    return data[:i] + data[i + count:]
+    return data[:i] + data[i + count :]
 
 
 BYTEWISE = {
@@ -285,7 +371,9 @@ BYTEWISE = {
     "delete": (_delete, st.tuples(INDEX, st.integers(1, 16))),
 }
 
-MUTATION = st.one_of(*[st.tuples(st.just(name), args) for name, (_, args) in {**STRUCTURAL, **BYTEWISE}.items()])
+MUTATION = st.one_of(
+    *[st.tuples(st.just(name), args) for name, (_, args) in {**STRUCTURAL, **BYTEWISE}.items()]
+)
 MUTATIONS = st.lists(MUTATION, min_size=1, max_size=4)
 
 
@@ -319,13 +407,24 @@ CASE = dict(base=st.integers(0, len(CORPUS) - 1), mutations=MUTATIONS)
 
 #: Every C0 and C1 control character but NUL (no file name can hold it), DEL,
 #: and the bidi embeddings, overrides and isolates.
-CONTROLS = tuple(chr(c) for c in [*range(1, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
-NAME = st.lists(st.sampled_from(CONTROLS) | st.sampled_from(list("ab-_.\u00e9")), min_size=1, max_size=5).map(
-    "".join).filter(lambda name: name not in (".", ".."))
+CONTROLS = tuple(
+    chr(c)
+    for c in [*range(1, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+)
+NAME = (
+    st.lists(
+        st.sampled_from(CONTROLS) | st.sampled_from(list("ab-_.\u00e9")), min_size=1, max_size=5
+    )
+    .map("".join)
+    .filter(lambda name: name not in (".", ".."))
+)
 #: Where a link is (a profile file, a rank directory, a ``plugins/deepcontext``,
 #: a run directory), where it leads, and a name for it.
-LINK = st.tuples(st.sampled_from(["file", "rank", "plugin", "run"]),
-                 st.sampled_from(["in", "out", "passwd", "dangling", "loop"]), NAME)
+LINK = st.tuples(
+    st.sampled_from(["file", "rank", "plugin", "run"]),
+    st.sampled_from(["in", "out", "passwd", "dangling", "loop"]),
+    NAME,
+)
 LAYOUT = st.lists(LINK, min_size=1, max_size=6)
 PLUGIN_DIR = Path("plugins") / "deepcontext"
 

@@ -18,7 +18,6 @@ torch = pytest.importorskip("torch")
 import dc_torch
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import load_profiles
-
 from tests.invariants import violations
 from tests.reliability.faults import PATHS, inject
 from tests.reliability.workload import same_training, single_process_group, torch_state, train
@@ -29,7 +28,11 @@ QUIET = {"system_interval_ms": 0}
 
 
 def _errors(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "deepcontext" and r.levelno >= logging.ERROR]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "deepcontext" and r.levelno >= logging.ERROR
+    ]
 
 
 @pytest.fixture
@@ -43,7 +46,9 @@ def process_group(tmp_path):
 
 
 @pytest.mark.parametrize(("capture", "point"), CASES)
-def test_fault_leaves_training_and_torch_as_they_were(point, capture, tmp_path, monkeypatch, caplog, request):
+def test_fault_leaves_training_and_torch_as_they_were(
+    point, capture, tmp_path, monkeypatch, caplog, request
+):
     if point == "collective":
         request.getfixturevalue("process_group")
     mode = "comprehensive" if point == "aten" else "lightweight"
@@ -53,8 +58,13 @@ def test_fault_leaves_training_and_torch_as_they_were(point, capture, tmp_path, 
     made = inject(monkeypatch, point, nth=1 if point in once else 2, capture=capture)
     logdir = tmp_path / "logs"
     with caplog.at_level(logging.WARNING, logger="deepcontext"):
-        with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=1, count=2), mode=mode,
-                              cpu_sampling_hz=50 if point == "sampler" else 0, **QUIET) as prof:
+        with dc_torch.profile(
+            logdir=str(logdir),
+            steps=StepRange(start=1, count=2),
+            mode=mode,
+            cpu_sampling_hz=50 if point == "sampler" else 0,
+            **QUIET,
+        ) as prof:
             profiled = train(profiler=prof)
             during = torch_state()
     assert [c.raised for c in made] == [1], f"the {point} fault never fired"
@@ -66,7 +76,9 @@ def test_fault_leaves_training_and_torch_as_they_were(point, capture, tmp_path, 
     profiles, bad = load_profiles(logdir)
     assert not bad
     if point in ("writer", "capture start"):
-        assert profiles == []  # the writer failed, or the window never opened: nothing half-written either
+        assert (
+            profiles == []
+        )  # the writer failed, or the window never opened: nothing half-written either
         assert not list(logdir.rglob("*.partial")) if logdir.exists() else True
     else:
         assert [p.steps[0] for p in profiles] == [1]  # the partial window, from its first step
@@ -81,8 +93,12 @@ def test_repeated_faults_never_stack_modes(faults, tmp_path, monkeypatch):
     for i in range(faults):
         with monkeypatch.context() as patch:
             inject(patch, "operator", nth=1)
-            with dc_torch.profile(logdir=str(tmp_path / str(i)), steps=StepRange(start=0, count=2),
-                                  cpu_sampling_hz=0, **QUIET) as prof:
+            with dc_torch.profile(
+                logdir=str(tmp_path / str(i)),
+                steps=StepRange(start=0, count=2),
+                cpu_sampling_hz=0,
+                **QUIET,
+            ) as prof:
                 train(steps=2, profiler=prof)
                 assert torch._C._len_torch_function_stack() == 0  # gone at the next step boundary
     assert torch_state() == before
@@ -92,8 +108,12 @@ def test_profilers_closed_out_of_order_restore_torch(tmp_path):
     """Regression (issue 11 item 3): closing the first of two open profilers first
     left ``zero_grad`` and ``DataLoader.__next__`` patched and a mode on the stack."""
     before = torch_state()
-    first = dc_torch.profile(logdir=str(tmp_path / "a"), steps=StepRange(start=0, count=5), cpu_sampling_hz=0, **QUIET)
-    second = dc_torch.profile(logdir=str(tmp_path / "b"), steps=StepRange(start=0, count=5), cpu_sampling_hz=0, **QUIET)
+    first = dc_torch.profile(
+        logdir=str(tmp_path / "a"), steps=StepRange(start=0, count=5), cpu_sampling_hz=0, **QUIET
+    )
+    second = dc_torch.profile(
+        logdir=str(tmp_path / "b"), steps=StepRange(start=0, count=5), cpu_sampling_hz=0, **QUIET
+    )
     first.start()
     second.start()
     train(steps=2)
@@ -113,14 +133,18 @@ def test_exit_failure_never_reaches_the_user(tmp_path, monkeypatch, caplog, pyth
     ``finally`` replaced the user's result with the profiler's exception."""
     inject(monkeypatch, "operator exit", nth=1)
     with caplog.at_level(logging.ERROR, logger="deepcontext"):
-        with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), cpu_sampling_hz=0, **QUIET):
+        with dc_torch.profile(
+            logdir=str(tmp_path), steps=StepRange(start=0, count=1), cpu_sampling_hz=0, **QUIET
+        ):
             out = torch.mm(torch.ones(2, 3), torch.ones(3, 2))
     assert out.tolist() == [[3.0, 3.0], [3.0, 3.0]]
     assert len(_errors(caplog)) == 1
 
 
 @pytest.mark.parametrize("calls", [7, 40, 70])
-def test_an_error_inside_the_native_callback_stops_it_and_turns_the_profiler_off(calls, tmp_path, caplog):
+def test_an_error_inside_the_native_callback_stops_it_and_turns_the_profiler_off(
+    calls, tmp_path, caplog
+):
     """C++ errors in the RecordFunction callback never reach torch's dispatcher:
     the capture stops at once, the window closes with what it had, one error is
     logged and the profiler is off; training is bit-identical. The operators
@@ -138,15 +162,22 @@ def test_an_error_inside_the_native_callback_stops_it_and_turns_the_profiler_off
     extension.inject_fault(calls)  # the callback that many calls into the window throws
     try:
         with caplog.at_level(logging.WARNING, logger="deepcontext"):
-            with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=1, count=2), capture="native",
-                                  cpu_sampling_hz=0, **QUIET) as prof:
+            with dc_torch.profile(
+                logdir=str(logdir),
+                steps=StepRange(start=1, count=2),
+                capture="native",
+                cpu_sampling_hz=0,
+                **QUIET,
+            ) as prof:
                 profiled = train(profiler=prof)
     finally:
         extension.inject_fault(-1)
     assert same_training(profiled, plain)
     assert torch_state() == before and not extension.active()
     errors = _errors(caplog)
-    assert len(errors) == 1 and "disabled itself" in errors[0] and "injected fault" in errors[0], errors
+    assert len(errors) == 1 and "disabled itself" in errors[0] and "injected fault" in errors[0], (
+        errors
+    )
     assert prof.session.disabled
     profiles, bad = load_profiles(logdir)
     assert not bad and [p.steps[0] for p in profiles] == [1]

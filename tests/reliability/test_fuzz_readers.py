@@ -32,23 +32,29 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dc_core.analyzer import analyze, analyze_ranks
-from dc_core.cli import main
+from dc_core.cli import main, present
 from dc_core.ensemble import cross_rank, merge
 from dc_core.ensemble.index import INDEX_FROM, index_dirs
 from dc_core.ensemble.rows import merged_json
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
-from dc_core.cli import present
 from dc_core.model import views
 from dc_core.model.processors import collapse_recursion, filter_kinds, merge_ranks, prune_small
 from dc_core.store.logdir import find_profiles, write_profile
 from dc_core.store.profile import Profile, ProfileError, decode, encode
-
 from tests.reliability.fuzzing import (
-    BYTEWISE, CASE, CONTROLS, LAYOUT, bounded, build_layout, corpus, decoded, fuzz, mutate,
+    BYTEWISE,
+    CASE,
+    CONTROLS,
+    LAYOUT,
+    bounded,
+    build_layout,
+    corpus,
+    decoded,
+    fuzz,
+    mutate,
 )
 from tests.reliability.test_readers import model_profile
-
 
 # --- decode -------------------------------------------------------------------------
 
@@ -94,7 +100,11 @@ def test_report_exporters_and_analyzer_give_a_result(base, mutations):
         rows = views.flat(tree)
         assert sum(r.nodes for r in rows) == len(tree) - 1
         views.bottom_up(tree, "incl", ["operator"])
-        prune_small(tree, metric), collapse_recursion(tree), filter_kinds(tree, ["native", "kernel"])
+        (
+            prune_small(tree, metric),
+            collapse_recursion(tree),
+            filter_kinds(tree, ["native", "kernel"]),
+        )
         merged = merge_ranks([tree, other.tree], [profile.rank, other.rank])
         assert merged.total(metric) == tree.total(metric) + other.tree.total(metric)
         present.rank_top_frames([profile, other], metric)
@@ -126,8 +136,15 @@ def indexed_window(tmp_path_factory):
 
 
 @fuzz("index")
-@given(mutations=st.lists(st.tuples(st.sampled_from(["meta.json", "0.npy"]),
-                                    st.sampled_from(sorted(BYTEWISE)), st.data()), min_size=1, max_size=3))
+@given(
+    mutations=st.lists(
+        st.tuples(
+            st.sampled_from(["meta.json", "0.npy"]), st.sampled_from(sorted(BYTEWISE)), st.data()
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_a_damaged_index_is_rebuilt_and_never_trusted(indexed_window, mutations):
     files, good, place, saved = indexed_window
     damaged = dict(saved)
@@ -161,8 +178,12 @@ def _run(argv: list[str]) -> tuple[int, str]:
 
 
 @fuzz("cli")
-@given(**CASE, view=st.sampled_from(["top-down", "bottom-up", "flat"]), fmt=st.sampled_from(FORMATS),
-       dry_run=st.booleans())
+@given(
+    **CASE,
+    view=st.sampled_from(["top-down", "bottom-up", "flat"]),
+    fmt=st.sampled_from(FORMATS),
+    dry_run=st.booleans(),
+)
 def test_cli_names_the_bad_file_and_goes_on(cli_logdir, base, mutations, view, fmt, dry_run):
     data = mutate(corpus()[base], mutations)
     bad = cli_logdir / "run" / "plugins" / "deepcontext" / "1-node-a" / "steps-20-20.pb"
@@ -183,7 +204,10 @@ def test_cli_names_the_bad_file_and_goes_on(cli_logdir, base, mutations, view, f
             flat_text = text.replace("\n", "")
             if rejected:
                 assert str(bad) in flat_text, (argv, text[-2000:])  # named...
-            assert any(good in flat_text for good in ("steps-5-7", "steps5-7", '"steps": [5, 8]', "steps 5")), argv
+            assert any(
+                good in flat_text
+                for good in ("steps-5-7", "steps5-7", '"steps": [5, 8]', "steps 5")
+            ), argv
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
 
@@ -220,37 +244,68 @@ def test_plugin_answers_4xx_never_500(plugin_env, base, mutations, query):
     size = len(profile.tree) if isinstance(profile, Profile) else 1
     ref = {"run": "run", "rank": 1, "window": "20-21"}
     nodes = sorted({0, min(1, size - 1), size // 2, size - 1})
-    requests = [("/runs", {}), ("/window", ref), ("/children", {**ref, "node": ",".join(map(str, nodes))}),
-                ("/hotpath", ref), ("/flat", {**ref, "sort": "name"}), ("/flat", {**ref, "kinds": "operator"}),
-                ("/bottomup", ref), ("/search", {**ref, "q": query}), ("/flame", {**ref, "min": 0}),
-                ("/diff", {**ref, "b_run": "run", "b_rank": 0, "b_window": "5-8"}),
-                ("/diff", {"run": "run", "rank": 0, "window": "5-8", "b_run": "run", "b_rank": 1, "b_window": "20-21"}),
-                ("/diff/children", {**ref, "b_run": "run", "b_rank": 0, "b_window": "5-8", "node": 0}),
-                ("/ranks", {"run": "run", "window": "20-21", "metric": "count"})]
+    requests = [
+        ("/runs", {}),
+        ("/window", ref),
+        ("/children", {**ref, "node": ",".join(map(str, nodes))}),
+        ("/hotpath", ref),
+        ("/flat", {**ref, "sort": "name"}),
+        ("/flat", {**ref, "kinds": "operator"}),
+        ("/bottomup", ref),
+        ("/search", {**ref, "q": query}),
+        ("/flame", {**ref, "min": 0}),
+        ("/diff", {**ref, "b_run": "run", "b_rank": 0, "b_window": "5-8"}),
+        (
+            "/diff",
+            {
+                "run": "run",
+                "rank": 0,
+                "window": "5-8",
+                "b_run": "run",
+                "b_rank": 1,
+                "b_window": "20-21",
+            },
+        ),
+        ("/diff/children", {**ref, "b_run": "run", "b_rank": 0, "b_window": "5-8", "node": 0}),
+        ("/ranks", {"run": "run", "window": "20-21", "metric": "count"}),
+    ]
     requests += [(route, {**ref, "node": n}) for n in nodes for route in ("/node", "/source")]
     # the same bytes as rank 2 of the two-rank window 5-7: the merged routes read it too
     (root / "run" / "plugins" / "deepcontext" / "2-node-a").mkdir(exist_ok=True)
     (root / "run" / "plugins" / "deepcontext" / "2-node-a" / "steps-5-7.pb").write_bytes(data)
     merged = {"run": "run", "window": "5-8"}
-    requests += [("/allranks", merged), ("/allranks/children", {**merged, "node": 0}),
-                 ("/allranks/node", {**merged, "node": 1}), ("/allranks/locate", {**merged, "node": 1, "rank": 0}),
-                 ("/windows", {**merged, "rank": 0, "node": 1, "from": "all"}),
-                 ("/windows", {**ref, "node": min(1, size - 1)})]
+    requests += [
+        ("/allranks", merged),
+        ("/allranks/children", {**merged, "node": 0}),
+        ("/allranks/node", {**merged, "node": 1}),
+        ("/allranks/locate", {**merged, "node": 1, "rank": 0}),
+        ("/windows", {**merged, "rank": 0, "node": 1, "from": "all"}),
+        ("/windows", {**ref, "node": min(1, size - 1)}),
+    ]
     with bounded(f"plugin {mutations!r:.300}"):
         for route, query_args in requests:
             response = api.get(route, **query_args)
             body = response.get_json()
             assert response.status_code in (200, 400, 404, 422), (route, response.status_code, body)
             if response.status_code == 422:
-                assert "run/plugins/deepcontext/1-node-a/steps-20-20.pb" in body["error"], (route, body)
-            if route == "/allranks" and not isinstance(profile, Profile):  # the bad rank named, the others merged
-                assert any("2-node-a/steps-5-7.pb" in name for name in body["errors"]), body["errors"]
+                assert "run/plugins/deepcontext/1-node-a/steps-20-20.pb" in body["error"], (
+                    route,
+                    body,
+                )
+            if route == "/allranks" and not isinstance(
+                profile, Profile
+            ):  # the bad rank named, the others merged
+                assert any("2-node-a/steps-5-7.pb" in name for name in body["errors"]), body[
+                    "errors"
+                ]
             if isinstance(profile, Profile) and route != "/source":
                 assert response.status_code == 200, (route, body)
             if route == "/bottomup" and response.status_code == 200 and body["rows"]:
                 deeper = api.get(route, **ref, path=body["rows"][0]["id"])
                 assert deeper.status_code == 200, deeper.get_json()
-        assert api.json("/window", run="run", rank=0, window="5-8")["nodes"] > 1  # the others still served
+        assert (
+            api.json("/window", run="run", rank=0, window="5-8")["nodes"] > 1
+        )  # the others still served
 
 
 # --- hostile logdir layouts ------------------------------------------------------------
@@ -270,7 +325,9 @@ def layouts(tmp_path_factory):
 
 
 def _inside(path: Path, root: Path) -> bool:
-    return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == os.path.realpath(root)
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == os.path.realpath(
+        root
+    )
 
 
 @fuzz("layout")
@@ -280,7 +337,9 @@ def test_a_hostile_layout_is_read_from_inside_the_logdir_only(layouts, links, na
 
 
 def test_every_control_and_bidi_character_in_a_name_is_read_and_shown_escaped(tmp_path):
-    kinds = itertools.cycle(itertools.product(["file", "rank", "plugin", "run"], ["in", "out", "passwd", "dangling"]))
+    kinds = itertools.cycle(
+        itertools.product(["file", "rank", "plugin", "run"], ["in", "out", "passwd", "dangling"])
+    )
     _check_layout(tmp_path, [(*next(kinds), f"x{char}y") for char in CONTROLS], named_by_link=True)
 
 
@@ -309,18 +368,30 @@ def _check_layout(place: Path, links: list[tuple[str, str, str]], named_by_link:
             assert {("run", 0), ("stash", 3)} <= {(f.run, f.rank) for f in files}
             status, text = _run(["report", str(given_dir), "--json"])
             assert status == 0 and "Traceback" not in text, text[-2000:]
-            doc = json.loads(text[text.index('{"version"'):])
+            doc = json.loads(text[text.index('{"version"') :])
             assert len(doc["profiles"]) + len(doc["errors"]) == len(files)
             assert not doc["errors"] and "root:" not in text
             status, text = _run(["report", str(given_dir)])
             assert status == 0 and "Traceback" not in text
-            assert not any(char in text for char in CONTROLS if char != "\n"), repr(text[-2000:])  # escaped
-            api = Api(DeepContextPlugin(TBContext(logdir=str(given_dir)),
-                                        store=ProfileStore(given_dir, listing_ttl_s=0)))
+            assert not any(char in text for char in CONTROLS if char != "\n"), repr(
+                text[-2000:]
+            )  # escaped
+            api = Api(
+                DeepContextPlugin(
+                    TBContext(logdir=str(given_dir)), store=ProfileStore(given_dir, listing_ttl_s=0)
+                )
+            )
             runs = api.json("/runs")["runs"]
-            served = {(r["run"], rank["rank"], w) for r in runs for rank in r["ranks"] for w in rank["windows"]}
+            served = {
+                (r["run"], rank["rank"], w)
+                for r in runs
+                for rank in r["ranks"]
+                for w in rank["windows"]
+            }
             assert served == {(f.run, f.rank, f"{f.steps[0]}-{f.steps[1]}") for f in files}
-            for run, rank, window in sorted(served):  # every run listed opens, whatever its name holds
+            for run, rank, window in sorted(
+                served
+            ):  # every run listed opens, whatever its name holds
                 response = api.get("/window", run=run, rank=rank, window=window)
                 assert response.status_code == 200, (run, response.get_json())
     finally:

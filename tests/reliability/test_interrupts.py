@@ -25,7 +25,6 @@ import dc_core
 import dc_torch
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import load_profiles
-
 from tests.reliability.workload import torch_state, train
 
 OURS = tuple(os.path.dirname(m.__file__) + os.sep for m in (dc_core, dc_torch))
@@ -35,8 +34,17 @@ CASES = 40  # sampled, beside every line where a window opens or closes
 #: Where a window opens and closes: every line of these is a case.
 EDGES = {"__enter__", "__exit__", "start", "stop", "close", "_open", "_close_window"}
 #: Where hooks go in and come out: sampled, with the rest of the profiler's lines.
-HOOKING = {"_stop_collecting", "install", "uninstall", "restore", "_remove_modes", "_take_off", "_patch",
-           "_unpatch", "_restore"}
+HOOKING = {
+    "_stop_collecting",
+    "install",
+    "uninstall",
+    "restore",
+    "_remove_modes",
+    "_take_off",
+    "_patch",
+    "_unpatch",
+    "_restore",
+}
 
 
 class InterruptAtLine:
@@ -66,8 +74,12 @@ def _profiled_loop(tmp_path, tracer: InterruptAtLine) -> str:
     sys.settrace(tracer)
     try:
         # windows at step 0 (opened inside ``__enter__``) and step 2 (inside ``step()``)
-        with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1, every=2, repeat=2),
-                              cpu_sampling_hz=0, system_interval_ms=0) as prof:
+        with dc_torch.profile(
+            logdir=str(tmp_path),
+            steps=StepRange(start=0, count=1, every=2, repeat=2),
+            cpu_sampling_hz=0,
+            system_interval_ms=0,
+        ) as prof:
             train(steps=3, profiler=prof)
     except KeyboardInterrupt:
         return "interrupted"
@@ -88,7 +100,9 @@ def test_ctrl_c_anywhere_in_the_profiler_restores_torch(tmp_path):
     rng = random.Random(11)
     edges = [line for line in dry.lines if line[0] in EDGES]
     hooking = [line for line in dry.lines if line[0] in HOOKING]
-    points = sorted(set(edges + rng.sample(hooking, CASES // 2) + rng.sample(dry.lines, CASES // 2)))
+    points = sorted(
+        set(edges + rng.sample(hooking, CASES // 2) + rng.sample(dry.lines, CASES // 2))
+    )
     outcomes = []
     for at in points:
         logdir = tmp_path / f"{at[0]}-{at[1]}"
@@ -111,15 +125,21 @@ def test_ctrl_c_while_hooks_go_in_is_held_until_they_are_all_in(tmp_path):
     def install_interrupted(self, session):
         signal.raise_signal(signal.SIGINT)  # arrives while the hooks go in
         real(self, session)
-        state = torch_state()  # every hook of either capture path in: module hooks or the RecordFunction callback
+        state = (
+            torch_state()
+        )  # every hook of either capture path in: module hooks or the RecordFunction callback
         seen.append(state["module hooks"] != [] or state["RecordFunction callback"])
 
     before = torch_state()
     TorchAdapter.install = install_interrupted
     try:
         with pytest.raises(KeyboardInterrupt):
-            with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), cpu_sampling_hz=0,
-                                  system_interval_ms=0):
+            with dc_torch.profile(
+                logdir=str(tmp_path),
+                steps=StepRange(start=0, count=2),
+                cpu_sampling_hz=0,
+                system_interval_ms=0,
+            ):
                 pytest.fail("the body must not run: Ctrl-C was pressed while entering")
     finally:
         TorchAdapter.install = real

@@ -35,17 +35,24 @@ JOB = textwrap.dedent("""
 
 def test_sigkill_at_random_moments_leaves_only_whole_profiles(tmp_path):
     rng = random.Random(5)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]),
+    }
     for round_ in range(4):
         logdir = tmp_path / str(round_)
-        job = subprocess.Popen([sys.executable, "-c", JOB, str(logdir)], stdout=subprocess.PIPE, text=True, env=env)
+        job = subprocess.Popen(
+            [sys.executable, "-c", JOB, str(logdir)], stdout=subprocess.PIPE, text=True, env=env
+        )
         assert job.stdout.readline().strip() == "writing"
         time.sleep(rng.uniform(0.0, 0.3))
         job.send_signal(signal.SIGKILL)
         assert job.wait() == -signal.SIGKILL
         listed = find_profiles(logdir)
         profiles, errors = load_profiles(logdir)
-        assert errors == [] and len(profiles) == len(listed) >= 4  # steps 0-3 at least, every one whole
+        assert (
+            errors == [] and len(profiles) == len(listed) >= 4
+        )  # steps 0-3 at least, every one whole
         assert sorted(p.steps[0] for p in profiles) == list(range(len(profiles)))
         assert all(p.tree.find_all(lambda f: f.name == "work") for p in profiles)
         names = {p.name for p in logdir.rglob("*") if p.is_file()}

@@ -15,21 +15,27 @@ from pathlib import Path
 
 import pytest
 
-from dc_core.store import profile_pb2
-
-from dc_core.model import views
 from dc_core.analyzer import analyze, analyze_ranks
 from dc_core.cli import main
+from dc_core.cli.present import report_json
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
-from dc_core.store.logdir import (
-    DEFAULT_MAX_BYTES, MAX_BYTES_ENV, STALE_TEMP_S, find_profiles, load_profiles, max_profile_bytes, profile_path,
-    read_profile, write_profile,
-)
+from dc_core.model import views
 from dc_core.model.processors import collapse_recursion, prune_small
-from dc_core.store.profile import Profile, ProfileError, Series, decode, encode
-from dc_core.cli.present import report_json
 from dc_core.model.tree import Frame, Tree, tree_from_lists
+from dc_core.store import profile_pb2
+from dc_core.store.logdir import (
+    DEFAULT_MAX_BYTES,
+    MAX_BYTES_ENV,
+    STALE_TEMP_S,
+    find_profiles,
+    load_profiles,
+    max_profile_bytes,
+    profile_path,
+    read_profile,
+    write_profile,
+)
+from dc_core.store.profile import Profile, ProfileError, Series, decode, encode
 
 # --- the profiles: real ones, written by the project's own writer -------------
 
@@ -37,19 +43,43 @@ from dc_core.model.tree import Frame, Tree, tree_from_lists
 def model_tree(scale: int = 1) -> Tree:
     """A small tree holding a frame of every kind."""
     return tree_from_lists(
-        ("forward",
-            ("python:train_step|/w/train.py:12",
-                ("module:encoder",
-                    ("python:forward|/w/model.py:3",
-                        (f"aten::mm @cpu_time_ns={300 * scale},count=3",
-                            ("native:at::native::cpu_mm @cpu_time_ns=40,samples=2",
-                                f"kernel:sgemm_128 @device_time_ns={900 * scale}")),
-                        "aten::relu @cpu_time_ns=50,count=1,alloc_bytes=4096")),
-                ("compiled:graph_0 @cpu_time_ns=70", "kernel:triton_fused @device_time_ns=120,flops=1000"))),
-        ("backward",
-            ("module:encoder",
-                ("python:forward|/w/model.py:3",
-                    ("aten::mm [backward] @cpu_time_ns=600,count=3", "kernel:sgemm_128 @device_time_ns=1800")))),
+        (
+            "forward",
+            (
+                "python:train_step|/w/train.py:12",
+                (
+                    "module:encoder",
+                    (
+                        "python:forward|/w/model.py:3",
+                        (
+                            f"aten::mm @cpu_time_ns={300 * scale},count=3",
+                            (
+                                "native:at::native::cpu_mm @cpu_time_ns=40,samples=2",
+                                f"kernel:sgemm_128 @device_time_ns={900 * scale}",
+                            ),
+                        ),
+                        "aten::relu @cpu_time_ns=50,count=1,alloc_bytes=4096",
+                    ),
+                ),
+                (
+                    "compiled:graph_0 @cpu_time_ns=70",
+                    "kernel:triton_fused @device_time_ns=120,flops=1000",
+                ),
+            ),
+        ),
+        (
+            "backward",
+            (
+                "module:encoder",
+                (
+                    "python:forward|/w/model.py:3",
+                    (
+                        "aten::mm [backward] @cpu_time_ns=600,count=3",
+                        "kernel:sgemm_128 @device_time_ns=1800",
+                    ),
+                ),
+            ),
+        ),
         ("optimizer", "python:step|/w/optim.py:1 @cpu_time_ns=100,count=1"),
         ("dataloader", "python:__next__|/w/data.py:9 @cpu_time_ns=5000,samples=5"),
     )
@@ -61,28 +91,53 @@ def model_profile(rank: int = 0, steps: tuple[int, int] = (5, 8), scale: int = 1
     mm = tree.find("forward", "train.py:12 train_step", "encoder", "model.py:3 forward", "aten::mm")
     times = list(range(0, 700 * 10_000_000, 10_000_000))  # more points than the tab draws
     return Profile(
-        tree=tree, steps=steps, step_times_ns=[10_000_000 * scale, 12_000_000, 30_000_000][: steps[1] - steps[0]],
-        rank=rank, host="node-a", framework="torch", world_size=2, start_unix_ns=1_700_000_000_000_000_000,
-        duration_ns=52_000_000, init_ns=3_000_000,
-        system=[Series("cpu_percent", 0, [0, 5_000_000], [20.0, 80.0]),
-                Series("rss_bytes", -1, times, [1e9 + 1e6 * i for i in range(len(times))]),
-                Series("gpu_util_percent", 0, [0, 5_000_000], [10.0, 90.0])],
-        drops={"nodes": 0, "events": 2}, env={"torch": "2.13.0", "host": "node-a"},
+        tree=tree,
+        steps=steps,
+        step_times_ns=[10_000_000 * scale, 12_000_000, 30_000_000][: steps[1] - steps[0]],
+        rank=rank,
+        host="node-a",
+        framework="torch",
+        world_size=2,
+        start_unix_ns=1_700_000_000_000_000_000,
+        duration_ns=52_000_000,
+        init_ns=3_000_000,
+        system=[
+            Series("cpu_percent", 0, [0, 5_000_000], [20.0, 80.0]),
+            Series("rss_bytes", -1, times, [1e9 + 1e6 * i for i in range(len(times))]),
+            Series("gpu_util_percent", 0, [0, 5_000_000], [10.0, 90.0]),
+        ],
+        drops={"nodes": 0, "events": 2},
+        env={"torch": "2.13.0", "host": "node-a"},
         findings=[
-            {"rule": "hotspot", "severity": "info", "message": "mm is hot", "suggestion": "fuse it",
-             "path": ["forward", "aten::mm"], "evidence": {"share": 0.5, "operators": ["aten::mm"],
-                                                          "split": {"forward_ns": 300}}, "node": mm},
-            {"rule": "memory_growth", "severity": "warning", "message": "rss grows", "suggestion": "detach",
-             "path": [], "evidence": {"run": ".", "rank": rank, "steps": list(steps)}, "node": -1},
+            {
+                "rule": "hotspot",
+                "severity": "info",
+                "message": "mm is hot",
+                "suggestion": "fuse it",
+                "path": ["forward", "aten::mm"],
+                "evidence": {"share": 0.5, "operators": ["aten::mm"], "split": {"forward_ns": 300}},
+                "node": mm,
+            },
+            {
+                "rule": "memory_growth",
+                "severity": "warning",
+                "message": "rss grows",
+                "suggestion": "detach",
+                "path": [],
+                "evidence": {"run": ".", "rank": rank, "steps": list(steps)},
+                "node": -1,
+            },
         ],
     )
 
 
 def model_logdir(root: Path) -> list[Path]:
     """Two ranks of one window and a second window of rank 0, under run ``run``."""
-    return [write_profile(model_profile(0, (5, 8)), root, "run"),
-            write_profile(model_profile(1, (5, 8), scale=3), root, "run"),
-            write_profile(model_profile(0, (8, 10), scale=2), root, "run")]
+    return [
+        write_profile(model_profile(0, (5, 8)), root, "run"),
+        write_profile(model_profile(1, (5, 8), scale=3), root, "run"),
+        write_profile(model_profile(0, (8, 10), scale=2), root, "run"),
+    ]
 
 
 def chain_profile(depth: int, recursion: bool = False, rank: int = 0) -> Profile:
@@ -91,7 +146,9 @@ def chain_profile(depth: int, recursion: bool = False, rank: int = 0) -> Profile
     tree = Tree()
     node = tree.child(0, Frame("phase", "forward"))
     for level in range(depth):
-        frame = Frame("python", "f" if recursion else f"f{level}", "/w/deep.py", 1 if recursion else level + 1)
+        frame = Frame(
+            "python", "f" if recursion else f"f{level}", "/w/deep.py", 1 if recursion else level + 1
+        )
         node = tree.child(node, frame)
         tree.add(node, "cpu_time_ns", 10)
         if level % 2 == 0:
@@ -110,9 +167,21 @@ def snapshot_profile() -> Profile:
     op = c.intern(3, "aten::add", detail="cpu")
     node = c.path(0, [forward, line, op])
     c.add(node, c.metric("cpu_time_ns", "ns"), 1234)
-    monitor = {"t_ns": [100, 200, 300], "rss_bytes": [1, 2, 3], "cpu_percent": [[10.0, 20.0], [30.0], []]}
-    return profile_from_snapshot(c.snapshot(), monitor, window_t0=100, steps=(3, 5), step_times_ns=[7, 9],
-                                 rank=2, host="h/ost", run="r")
+    monitor = {
+        "t_ns": [100, 200, 300],
+        "rss_bytes": [1, 2, 3],
+        "cpu_percent": [[10.0, 20.0], [30.0], []],
+    }
+    return profile_from_snapshot(
+        c.snapshot(),
+        monitor,
+        window_t0=100,
+        steps=(3, 5),
+        step_times_ns=[7, 9],
+        rank=2,
+        host="h/ost",
+        run="r",
+    )
 
 
 def message(profile: Profile) -> profile_pb2.Profile:
@@ -121,7 +190,9 @@ def message(profile: Profile) -> profile_pb2.Profile:
     return msg
 
 
-def place(logdir: Path, data: bytes, rank: int = 0, steps: tuple[int, int] = (5, 8), run: str = "run") -> Path:
+def place(
+    logdir: Path, data: bytes, rank: int = 0, steps: tuple[int, int] = (5, 8), run: str = "run"
+) -> Path:
     """Raw bytes where a profile of ``run``/``rank``/``steps`` is looked for."""
     path = profile_path(logdir, run, rank, "node-a", steps)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,19 +203,24 @@ def place(logdir: Path, data: bytes, rank: int = 0, steps: tuple[int, int] = (5,
 # --- item 2: parents that are no tree --------------------------------------------
 
 
-@pytest.mark.parametrize("rewire", [
-    {2: 3, 3: 2},  # a two-node cycle
-    {4: 4},  # a node its own parent
-    {1: 9},  # a forward parent (into the subtree below)
-    {5: -1},  # a second root
-])
+@pytest.mark.parametrize(
+    "rewire",
+    [
+        {2: 3, 3: 2},  # a two-node cycle
+        {4: 4},  # a node its own parent
+        {1: 9},  # a forward parent (into the subtree below)
+        {5: -1},  # a second root
+    ],
+)
 def test_parent_cycle_is_rejected_not_looped(tmp_path, capsys, rewire):
     msg = message(model_profile())
     for node, parent in rewire.items():
         msg.tree.parent[node] = parent
     with pytest.raises(ProfileError) as caught:
         decode(msg.SerializeToString(), "cycle.pb")
-    node = min(n for n, p in rewire.items() if not 0 <= p < n)  # the first node whose parent is not before it
+    node = min(
+        n for n, p in rewire.items() if not 0 <= p < n
+    )  # the first node whose parent is not before it
     why = f"corrupt profile (parents do not form a tree: node {node} has parent {rewire[node]}, not a node before it)"
     assert caught.value.file == "cycle.pb" and caught.value.message == why
     # every reader names it and goes on with the others
@@ -153,10 +229,11 @@ def test_parent_cycle_is_rejected_not_looped(tmp_path, capsys, rewire):
     start = time.monotonic()
     assert main(["report", str(tmp_path), "--view", "bottom-up", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["profiles"]) == 3 and doc["errors"] == [
-        {"file": str(bad), "message": why}]
+    assert len(doc["profiles"]) == 3 and doc["errors"] == [{"file": str(bad), "message": why}]
     assert main(["export", str(tmp_path), "--format", "pprof", "--out", str(tmp_path / "out")]) == 0
-    assert f"skipped {bad}: {why}" in " ".join(capsys.readouterr().out.split())  # the path alone on a line if long
+    assert f"skipped {bad}: {why}" in " ".join(
+        capsys.readouterr().out.split()
+    )  # the path alone on a line if long
     assert len(list((tmp_path / "out").iterdir())) == 3
     assert time.monotonic() - start < 30
 
@@ -183,15 +260,23 @@ def test_every_writer_puts_parents_before_children(collector):
 # --- item 4: one bad file must not stop a reader -----------------------------------
 
 
-@pytest.mark.parametrize("evidence, why", [
-    ("{not json", "unreadable evidence"),
-    ("[" * 100_000 + "]" * 100_000, "unreadable evidence"),  # deeper than the parser's stack
-    ('{"a": ' * 40 + "1" + "}" * 40, "nested at most 32"),  # parses, but TensorBoard's cleaner recurses
-    ("[1, 2]", "not a JSON object"),
-    ('"text"', "not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "evidence, why",
+    [
+        ("{not json", "unreadable evidence"),
+        ("[" * 100_000 + "]" * 100_000, "unreadable evidence"),  # deeper than the parser's stack
+        (
+            '{"a": ' * 40 + "1" + "}" * 40,
+            "nested at most 32",
+        ),  # parses, but TensorBoard's cleaner recurses
+        ("[1, 2]", "not a JSON object"),
+        ('"text"', "not a JSON object"),
+    ],
+)
 def test_bad_evidence_json_is_named_not_a_traceback(tmp_path, capsys, monkeypatch, evidence, why):
-    monkeypatch.setenv("COLUMNS", "1000")  # each skipped file on one line, whatever the path's length
+    monkeypatch.setenv(
+        "COLUMNS", "1000"
+    )  # each skipped file on one line, whatever the path's length
     msg = message(model_profile(1))
     msg.findings[0].evidence_json = evidence
     with pytest.raises(ProfileError, match=why) as caught:
@@ -202,8 +287,12 @@ def test_bad_evidence_json_is_named_not_a_traceback(tmp_path, capsys, monkeypatc
     export = ["export", str(tmp_path), "--format", "hatchet", "--out", str(tmp_path / "o")]
     for argv in (["report", str(tmp_path)], export, ["analyze", str(tmp_path), "--dry-run"]):
         assert main(argv) == 0, argv
-        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped")]
-        assert lines == [f"skipped {bad}: corrupt profile ({caught.value.message.split('(', 1)[1]}"], argv
+        lines = [
+            line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped")
+        ]
+        assert lines == [
+            f"skipped {bad}: corrupt profile ({caught.value.message.split('(', 1)[1]}"
+        ], argv
     assert read_profile(good).rank == 0
 
 
@@ -220,7 +309,9 @@ def test_superscript_rank_directory_is_skipped_not_a_crash(tmp_path, capsys, nam
 
 
 def test_oversized_file_is_refused_by_name_without_reading_it(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "1000")  # each skipped file on one line, whatever the path's length
+    monkeypatch.setenv(
+        "COLUMNS", "1000"
+    )  # each skipped file on one line, whatever the path's length
     monkeypatch.delenv(MAX_BYTES_ENV, raising=False)
     good = write_profile(model_profile(0), tmp_path, "run")
     huge = place(tmp_path, b"", rank=1)
@@ -228,7 +319,9 @@ def test_oversized_file_is_refused_by_name_without_reading_it(tmp_path, capsys, 
         handle.truncate(DEFAULT_MAX_BYTES + 1)
     tracemalloc.start()
     try:
-        with pytest.raises(ProfileError, match=r"512\.0 MiB is over the 512 MiB size limit") as caught:
+        with pytest.raises(
+            ProfileError, match=r"512\.0 MiB is over the 512 MiB size limit"
+        ) as caught:
             read_profile(huge)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -243,12 +336,18 @@ def test_oversized_file_is_refused_by_name_without_reading_it(tmp_path, capsys, 
     monkeypatch.delenv(MAX_BYTES_ENV)
     export = ["export", str(tmp_path), "--format", "chrome", "--out", str(tmp_path / "o")]
     for argv in (["report", str(tmp_path)], export, ["analyze", str(tmp_path), "--dry-run"]):
-        assert main(argv + ["--max-file-mb", str((size - 1) / 2**20)]) == 1, argv  # nothing left to read
-        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped")]
-        assert lines == [f"skipped {good}: {size} bytes is over the {size - 1} bytes size limit for profiles "
-                         f"(raise it with {MAX_BYTES_ENV} or --max-file-mb)",
-                         f"skipped {huge}: 512.0 MiB is over the {size - 1} bytes size limit for profiles "
-                         f"(raise it with {MAX_BYTES_ENV} or --max-file-mb)"], argv
+        assert main(argv + ["--max-file-mb", str((size - 1) / 2**20)]) == 1, (
+            argv
+        )  # nothing left to read
+        lines = [
+            line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped")
+        ]
+        assert lines == [
+            f"skipped {good}: {size} bytes is over the {size - 1} bytes size limit for profiles "
+            f"(raise it with {MAX_BYTES_ENV} or --max-file-mb)",
+            f"skipped {huge}: 512.0 MiB is over the {size - 1} bytes size limit for profiles "
+            f"(raise it with {MAX_BYTES_ENV} or --max-file-mb)",
+        ], argv
 
 
 def test_invalid_size_cap_names_the_variable(tmp_path, capsys, monkeypatch):
@@ -259,7 +358,10 @@ def test_invalid_size_cap_names_the_variable(tmp_path, capsys, monkeypatch):
         monkeypatch.setenv(MAX_BYTES_ENV, value)
         assert main(["report", str(tmp_path)]) == 2
         assert MAX_BYTES_ENV in capsys.readouterr().err
-    assert max_profile_bytes({MAX_BYTES_ENV: " 1024 "}) == 1024 and max_profile_bytes({}) == DEFAULT_MAX_BYTES
+    assert (
+        max_profile_bytes({MAX_BYTES_ENV: " 1024 "}) == 1024
+        and max_profile_bytes({}) == DEFAULT_MAX_BYTES
+    )
     with pytest.raises(SystemExit):
         main(["report", str(tmp_path), "--max-file-mb", "nan"])
     assert "--max-file-mb" in capsys.readouterr().err
@@ -271,7 +373,9 @@ def test_a_fifo_named_like_a_profile_does_not_block_readers(tmp_path):
     os.mkfifo(fifo)
     assert [f.path for f in find_profiles(tmp_path)] == [good]
     caught: list = []
-    reader = threading.Thread(target=lambda: caught.append(_error_of(lambda: read_profile(fifo))), daemon=True)
+    reader = threading.Thread(
+        target=lambda: caught.append(_error_of(lambda: read_profile(fifo))), daemon=True
+    )
     reader.start()
     reader.join(5)
     assert caught and caught[0] == f"{fifo}: not a regular file"
@@ -287,8 +391,12 @@ def _error_of(call) -> str | None:
 
 def test_series_with_mismatched_columns_is_rejected(tmp_path):
     msg = message(model_profile())
-    del msg.system[1].t_ns[10:]  # 700 values, 10 times: the tab's downsampling indexed past the times
-    with pytest.raises(ProfileError, match="system series has times and values of different lengths"):
+    del msg.system[1].t_ns[
+        10:
+    ]  # 700 values, 10 times: the tab's downsampling indexed past the times
+    with pytest.raises(
+        ProfileError, match="system series has times and values of different lengths"
+    ):
         decode(msg.SerializeToString(), "series.pb")
 
 
@@ -342,7 +450,9 @@ def test_bottom_up_of_a_deep_chain_is_bounded_and_keeps_totals():
     assert out.total("cpu_time_ns") == tree.total("cpu_time_ns")
     small = views.bottom_up(tree, max_nodes=100)
     assert len(small) <= 100 + len(tree.frames)
-    assert {small.node_frame(k).label(): small.inclusive("cpu_time_ns")[k] for k in small.children(0)} == totals
+    assert {
+        small.node_frame(k).label(): small.inclusive("cpu_time_ns")[k] for k in small.children(0)
+    } == totals
 
 
 def _count_nodes(root: dict) -> int:
@@ -359,10 +469,14 @@ def test_report_json_and_hatchet_of_a_100000_deep_chain(tmp_path, capsys):
     write_profile(chain_profile(100_000, recursion=True), tmp_path)
     assert main(["report", str(tmp_path), "--json"]) == 0
     out = capsys.readouterr().out
-    assert out.count('"children": [') == 2 + 100_000 + 50_000  # the root, forward, the chain, its operators
+    assert (
+        out.count('"children": [') == 2 + 100_000 + 50_000
+    )  # the root, forward, the chain, its operators
     assert out.startswith('{"version": 1, "profiles": [{"run": ".", "rank": 0')
     assert out.rstrip().endswith('"findings": []}], "errors": []}')
-    assert main(["export", str(tmp_path), "--format", "hatchet", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(["export", str(tmp_path), "--format", "hatchet", "--out", str(tmp_path / "out")]) == 0
+    )
     (written,) = (tmp_path / "out").iterdir()
     text = written.read_text()
     assert text.count('"children": [') == 1 + 100_000 + 50_000  # no root in Hatchet's literal
@@ -388,41 +502,53 @@ def test_nested_dumps_is_json_dumps_at_any_depth():
 
 def test_nul_in_a_frames_file_name_is_400_not_500(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
-    from tests.tensorboard.conftest import Api
+    from tensorboard.plugins.base_plugin import TBContext
 
     from dc_core.tensorboard.plugin import DeepContextPlugin
     from dc_core.tensorboard.store import ProfileStore
-    from tensorboard.plugins.base_plugin import TBContext
+    from tests.tensorboard.conftest import Api
 
     tree = tree_from_lists(("forward", "python:f|/w/a\x00b.py:3 @cpu_time_ns=5"))
     write_profile(Profile(tree=tree, steps=(0, 1)), tmp_path, "run")
     monkeypatch.chdir(tmp_path)
-    api = Api(DeepContextPlugin(TBContext(logdir=str(tmp_path)), store=ProfileStore(tmp_path, listing_ttl_s=0)))
+    api = Api(
+        DeepContextPlugin(
+            TBContext(logdir=str(tmp_path)), store=ProfileStore(tmp_path, listing_ttl_s=0)
+        )
+    )
     body = api.json("/source", status=400, run="run", rank=0, window="0-1", node=2)
     assert "NUL" in body["error"]
 
 
-def test_analyze_on_a_read_only_logdir_is_one_line_per_file_not_a_traceback(tmp_path, capsys, monkeypatch):
+def test_analyze_on_a_read_only_logdir_is_one_line_per_file_not_a_traceback(
+    tmp_path, capsys, monkeypatch
+):
     paths = model_logdir(tmp_path)
     before = [p.read_bytes() for p in paths]
 
     def read_only(*args, **kwargs):
         raise PermissionError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(tempfile, "mkstemp", read_only)  # what mkstemp raises there (root ignores chmod)
+    monkeypatch.setattr(
+        tempfile, "mkstemp", read_only
+    )  # what mkstemp raises there (root ignores chmod)
     assert main(["analyze", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     errors = captured.err.strip().splitlines()
     assert len(errors) == len(paths) and "Traceback" not in captured.err
     assert sorted(errors) == sorted(
-        f"error: cannot store the findings in {path}: Read-only file system (they are printed only)" for path in paths)
+        f"error: cannot store the findings in {path}: Read-only file system (they are printed only)"
+        for path in paths
+    )
     assert "hotspot" in captured.out  # the findings were still computed and shown, for every file
     assert captured.out.count("run rank") == len(paths)
     assert [p.read_bytes() for p in paths] == before
 
 
 @pytest.mark.parametrize("stored_rank", [3, -1])
-def test_analyze_rewrites_in_place_when_the_stored_rank_differs_from_its_directory(tmp_path, stored_rank):
+def test_analyze_rewrites_in_place_when_the_stored_rank_differs_from_its_directory(
+    tmp_path, stored_rank
+):
     path = write_profile(model_profile(0), tmp_path, "run")
     moved = model_profile(0)
     moved.rank = stored_rank  # -1 would go to "-1-node-a", a directory no reader lists
@@ -432,8 +558,12 @@ def test_analyze_rewrites_in_place_when_the_stored_rank_differs_from_its_directo
     assert files == [str(path.relative_to(tmp_path))]
     stored = read_profile(path)
     assert stored.rank == stored_rank
-    assert [f["message"] for f in stored.findings] == [f["message"] for f in analyze(read_profile(path))]
-    assert "hotspot" in {f["rule"] for f in stored.findings} and "rss grows" not in str(stored.findings)
+    assert [f["message"] for f in stored.findings] == [
+        f["message"] for f in analyze(read_profile(path))
+    ]
+    assert "hotspot" in {f["rule"] for f in stored.findings} and "rss grows" not in str(
+        stored.findings
+    )
 
 
 def test_stale_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_path):
@@ -449,4 +579,5 @@ def test_stale_temporaries_of_killed_writers_are_removed_on_the_next_write(tmp_p
     assert [f.path for f in find_profiles(tmp_path)] == [first]  # never read
     second = write_profile(model_profile(0, (5, 8)), tmp_path)
     assert sorted(p.name for p in first.parent.iterdir()) == sorted(
-        [first.name, second.name, live.name, foreign.name])
+        [first.name, second.name, live.name, foreign.name]
+    )

@@ -25,12 +25,19 @@ HOSTILE = (CLEAR, CLIPBOARD, TITLE, REVERSE, "\x00", "\x9b", "\r")
 
 
 def _hostile(tmp_path: Path, run: str) -> Path:
-    tree = tree_from_lists((
-        f"forward{CLEAR} @cpu_time_ns=1000000",
-        (f"python:step{REVERSE}gpj.exe|t.py:3", f"aten::mm{CLIPBOARD} @cpu_time_ns=30000000,count=100"),
-        f"aten::add{TITLE}\x00\x9b\r @cpu_time_ns=20000000,count=100",
-    ))
-    profile = Profile(tree=tree, steps=(0, 3), step_times_ns=[17_000_000] * 3, run=f"{run}{CLEAR}{REVERSE}")
+    tree = tree_from_lists(
+        (
+            f"forward{CLEAR} @cpu_time_ns=1000000",
+            (
+                f"python:step{REVERSE}gpj.exe|t.py:3",
+                f"aten::mm{CLIPBOARD} @cpu_time_ns=30000000,count=100",
+            ),
+            f"aten::add{TITLE}\x00\x9b\r @cpu_time_ns=20000000,count=100",
+        )
+    )
+    profile = Profile(
+        tree=tree, steps=(0, 3), step_times_ns=[17_000_000] * 3, run=f"{run}{CLEAR}{REVERSE}"
+    )
     return write_profile(profile, tmp_path, run)
 
 
@@ -42,7 +49,9 @@ def test_visible_escapes_what_a_terminal_acts_on_and_keeps_the_rest():
 
 
 @pytest.mark.parametrize("tty", [False, True], ids=["piped", "colour"])
-@pytest.mark.parametrize("command", [["report"], ["analyze"], ["diff"], ["export", "--format", "speedscope"]])
+@pytest.mark.parametrize(
+    "command", [["report"], ["analyze"], ["diff"], ["export", "--format", "speedscope"]]
+)
 def test_every_command_shows_a_hostile_profiles_names_escaped(tmp_path, command, tty):
     a, b = _hostile(tmp_path, "a"), _hostile(tmp_path, "b")
     args = [*command, str(a), str(b)] if command == ["diff"] else [*command, str(tmp_path / "a")]
@@ -51,8 +60,14 @@ def test_every_command_shows_a_hostile_profiles_names_escaped(tmp_path, command,
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     if tty:
         env["FORCE_COLOR"] = "1"  # styled output, as on a terminal: the console's own codes only
-    done = subprocess.run([sys.executable, "-m", "dc_core", *args], capture_output=True, text=True, env=env,
-                          timeout=120, errors="replace")
+    done = subprocess.run(
+        [sys.executable, "-m", "dc_core", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        errors="replace",
+    )
     out = done.stdout + done.stderr
     assert done.returncode in (0, 1), out
     for raw in HOSTILE:

@@ -61,8 +61,9 @@ def _closure_fails():
 CASES = {
     "forward": lambda: nn.Sequential(nn.Linear(2, 2), Bad())(torch.ones(1, 2)),
     "backward": lambda: Boom.apply(torch.ones(2, requires_grad=True)).sum().backward(),
-    "autograd.grad": lambda: torch.autograd.grad(Boom.apply(torch.ones(2, requires_grad=True)).sum(),
-                                                 [torch.ones(2, requires_grad=True)]),
+    "autograd.grad": lambda: torch.autograd.grad(
+        Boom.apply(torch.ones(2, requires_grad=True)).sum(), [torch.ones(2, requires_grad=True)]
+    ),
     "dataloader": lambda: next(iter(torch.utils.data.DataLoader(Samples(), batch_size=2))),
     "operator": lambda: torch.mm(torch.ones(2, 3), torch.ones(2, 3)),
     "functional": lambda: nn.functional.layer_norm(torch.ones(2, 3), (4,)),
@@ -79,14 +80,20 @@ def _raised(case) -> BaseException:
 
 
 def _frames(exc: BaseException) -> list[tuple[str, str]]:
-    return [(f.filename.rsplit("/", 1)[-1], f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    return [
+        (f.filename.rsplit("/", 1)[-1], f.name) for f in traceback.extract_tb(exc.__traceback__)
+    ]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_users_traceback_is_the_one_it_has_alone(case, capture_path, tmp_path):
     alone = _raised(CASES[case])
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=5), cpu_sampling_hz=0,
-                          system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=0, count=5),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         prof.step()
         profiled = _raised(CASES[case])
     assert not prof.session.disabled  # the user's error is not the profiler's
@@ -96,7 +103,10 @@ def test_the_users_traceback_is_the_one_it_has_alone(case, capture_path, tmp_pat
     if capture_path == "native":
         assert seen == plain
     else:  # torch's own frames for the hooks, and the function a mode ran again
-        assert _without_reentries([f for f in seen if f not in TORCH_DISPATCH]) == plain, (seen, plain)
+        assert _without_reentries([f for f in seen if f not in TORCH_DISPATCH]) == plain, (
+            seen,
+            plain,
+        )
 
 
 def _without_reentries(frames: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -105,7 +115,9 @@ def _without_reentries(frames: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [f for i, f in enumerate(frames) if i == 0 or f != frames[i - 1]]
 
 
-def test_a_profiler_error_is_not_the_context_of_the_users_error(tmp_path, monkeypatch, python_capture):
+def test_a_profiler_error_is_not_the_context_of_the_users_error(
+    tmp_path, monkeypatch, python_capture
+):
     """Regression: the user's call, run again after the profiler's own failure
     inside the profiler's handler, chained that failure to the user's error."""
     from dc_torch import ops
@@ -114,8 +126,12 @@ def test_a_profiler_error_is_not_the_context_of_the_users_error(tmp_path, monkey
         raise RuntimeError("the profiler's own")
 
     monkeypatch.setattr(ops, "classify", broken)
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=5), cpu_sampling_hz=0,
-                          system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=0, count=5),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         prof.step()
         raised = _raised(CASES["operator"])
     assert prof.session.disabled  # the profiler failed and said so
@@ -136,4 +152,6 @@ def test_a_jitted_functions_error_has_no_frame_of_the_wrapper_around_it():
     alone = _raised(lambda: jax.jit(step)(jax.numpy.ones(3)[:, None]))
     wrapped = _raised(lambda: Jitted(jax.jit(step), "jax.jit")(jax.numpy.ones(3)[:, None]))
     assert type(wrapped) is type(alone) and str(wrapped) == str(alone)
-    assert _frames(wrapped) == _frames(alone) and not [f for f in _frames(wrapped) if f[0] == "launch.py"]
+    assert _frames(wrapped) == _frames(alone) and not [
+        f for f in _frames(wrapped) if f[0] == "launch.py"
+    ]

@@ -12,17 +12,20 @@ torch = pytest.importorskip("torch")
 
 import dc_torch
 from dc_core.record.config import StepRange
-
 from tests.reliability.workload import torch_state
 
 QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
 
 
 def _window(tmp_path, **config):
-    return dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET, **config)
+    return dc_torch.profile(
+        logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET, **config
+    )
 
 
-def _backward_once_failing(error: BaseException, retain_graph: bool) -> tuple[list[str], list[float]]:
+def _backward_once_failing(
+    error: BaseException, retain_graph: bool
+) -> tuple[list[str], list[float]]:
     """A hook raises ``error`` in the first backward; the user catches it and
     runs backward again. Returns what the user saw and the gradient."""
     a = torch.ones(2, requires_grad=True)
@@ -48,10 +51,13 @@ def _backward_once_failing(error: BaseException, retain_graph: bool) -> tuple[li
     return seen, a.grad.tolist() if a.grad is not None else []
 
 
-@pytest.mark.parametrize("error, retain_graph", [
-    (ValueError("from the user's hook"), True),
-    (torch.OutOfMemoryError("CUDA out of memory (the user's)"), False),
-])
+@pytest.mark.parametrize(
+    "error, retain_graph",
+    [
+        (ValueError("from the user's hook"), True),
+        (torch.OutOfMemoryError("CUDA out of memory (the user's)"), False),
+    ],
+)
 def test_user_exception_in_backward_reaches_the_user_once(error, retain_graph, tmp_path, caplog):
     """Regression: the backward runner sat inside the profiler's ``except``: a
     hook's ValueError never reached the user and backward ran twice
@@ -63,7 +69,9 @@ def test_user_exception_in_backward_reaches_the_user_once(error, retain_graph, t
             profiled = _backward_once_failing(error, retain_graph)
     assert profiled == plain
     assert plain[0][0].startswith(type(error).__name__)
-    assert not prof.session.disabled and not caplog.records  # the user's error is not the profiler's
+    assert (
+        not prof.session.disabled and not caplog.records
+    )  # the user's error is not the profiler's
 
 
 def test_failing_pass_through_call_is_the_users(tmp_path, caplog):
@@ -80,7 +88,9 @@ def test_failing_pass_through_call_is_the_users(tmp_path, caplog):
     assert prof.written and torch_state()["function modes"] == []
 
 
-def test_user_call_runs_once_when_the_profiler_fails_around_it(tmp_path, monkeypatch, caplog, python_capture):
+def test_user_call_runs_once_when_the_profiler_fails_around_it(
+    tmp_path, monkeypatch, caplog, python_capture
+):
     """A profiler error after the user's call (recording its output) must not
     run the call again: an in-place op applied twice would change the result."""
     from dc_torch import ops

@@ -28,7 +28,9 @@ class Net(nn.Module):
         return torch.softmax(self.out(h), dim=-1)
 
 
-def train(steps: int = 4, profiler: Any = None, seed: int = 0) -> tuple[list[float], dict[str, torch.Tensor]]:
+def train(
+    steps: int = 4, profiler: Any = None, seed: int = 0
+) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Losses and final weights of ``steps`` SGD steps (``profiler.step()`` after each)."""
     torch.manual_seed(seed)
     model = Net()
@@ -52,8 +54,10 @@ def train(steps: int = 4, profiler: Any = None, seed: int = 0) -> tuple[list[flo
 def same_training(a: tuple, b: tuple) -> bool:
     """Bit-identical losses and weights."""
     (losses_a, weights_a), (losses_b, weights_b) = a, b
-    return losses_a == losses_b and weights_a.keys() == weights_b.keys() and all(
-        torch.equal(weights_a[k], weights_b[k]) for k in weights_a
+    return (
+        losses_a == losses_b
+        and weights_a.keys() == weights_b.keys()
+        and all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
     )
 
 
@@ -66,8 +70,12 @@ def torch_state() -> dict[str, Any]:
 
     C = torch._C
     return {
-        "function modes": [C._get_function_stack_at(i) for i in range(C._len_torch_function_stack())],
-        "dispatch modes": [C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())],
+        "function modes": [
+            C._get_function_stack_at(i) for i in range(C._len_torch_function_stack())
+        ],
+        "dispatch modes": [
+            C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())
+        ],
         "module pre-hooks": list(module_mod._global_forward_pre_hooks.values()),
         "module hooks": list(module_mod._global_forward_hooks.values()),
         "optimizer pre-hooks": list(optimizer_mod._global_optimizer_pre_hooks.values()),

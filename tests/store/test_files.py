@@ -7,24 +7,41 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
+from dc_core.model.tree import tree_from_lists
 from dc_core.store import profile_pb2
 from dc_core.store.logdir import find_profiles, load_profiles, read_profile, write_profile
 from dc_core.store.profile import SCHEMA_VERSION, Profile, ProfileError, Series, decode, encode
-from dc_core.model.tree import tree_from_lists
 
 
 def make_profile(rank: int = 0, steps=(5, 8)) -> Profile:
     tree = tree_from_lists(("forward", ("python:step|t.py:3", "aten::mm @cpu_time_ns=100,count=3")))
     return Profile(
-        tree=tree, steps=steps, step_times_ns=[10, 20, 30], rank=rank, host="hostA", framework="torch",
-        system=[Series("cpu_percent", 0, [0, 5], [12.5, 50.0]), Series("rss_bytes", -1, [0], [1e6])],
-        drops={"nodes": 2}, env={"torch": "2.13.0"},
-        findings=[{"rule": "hotspot", "severity": "info", "message": "m", "suggestion": "s",
-                   "path": ["forward", "aten::mm"], "evidence": {"share": 0.5}, "node": 3}],
+        tree=tree,
+        steps=steps,
+        step_times_ns=[10, 20, 30],
+        rank=rank,
+        host="hostA",
+        framework="torch",
+        system=[
+            Series("cpu_percent", 0, [0, 5], [12.5, 50.0]),
+            Series("rss_bytes", -1, [0], [1e6]),
+        ],
+        drops={"nodes": 2},
+        env={"torch": "2.13.0"},
+        findings=[
+            {
+                "rule": "hotspot",
+                "severity": "info",
+                "message": "m",
+                "suggestion": "s",
+                "path": ["forward", "aten::mm"],
+                "evidence": {"share": 0.5},
+                "node": 3,
+            }
+        ],
     )
 
 
@@ -45,16 +62,22 @@ def test_layout_and_discovery(tmp_path):
     write_profile(make_profile(0), tmp_path / "nested" / "runB")
     files = find_profiles(tmp_path)
     assert [(f.run, f.rank, f.steps) for f in files] == [
-        ("nested/runB", 0, (5, 8)), ("runA", 0, (5, 8)), ("runA", 1, (5, 8))]
+        ("nested/runB", 0, (5, 8)),
+        ("runA", 0, (5, 8)),
+        ("runA", 1, (5, 8)),
+    ]
     assert files[1].path == tmp_path / "runA/plugins/deepcontext/0-hostA/steps-5-7.pb"
     assert read_profile(files[2]).rank == 1
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda data: data[: len(data) // 2], "corrupt profile"),
-    (lambda data: b"\xff\xff\xff garbage", "corrupt profile"),
-    (lambda data: b"", "not a DeepContext profile"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda data: data[: len(data) // 2], "corrupt profile"),
+        (lambda data: b"\xff\xff\xff garbage", "corrupt profile"),
+        (lambda data: b"", "not a DeepContext profile"),
+    ],
+)
 def test_bad_files_are_named_and_skipped(tmp_path, damage, message):
     good = write_profile(make_profile(0), tmp_path)
     bad = write_profile(make_profile(1), tmp_path)

@@ -36,8 +36,13 @@ def scalar(parent: list[int]) -> int | None:
 
 
 SIZES = [VECTOR_FROM - 1, VECTOR_FROM, 92, 100_000]
-DAMAGE = {"self": lambda i: i, "forward": lambda i: i + 1, "far forward": lambda i: 2**31 - 1,
-          "negative": lambda i: -1, "very negative": lambda i: -(2**31)}
+DAMAGE = {
+    "self": lambda i: i,
+    "forward": lambda i: i + 1,
+    "far forward": lambda i: 2**31 - 1,
+    "negative": lambda i: -1,
+    "very negative": lambda i: -(2**31),
+}
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -48,8 +53,10 @@ def test_a_parent_not_before_its_child_is_refused_naming_the_node(n, how):
         parent[node] = DAMAGE[how](node)
         with pytest.raises(ProfileError) as caught:
             decode(encoded(parent), "run/steps-5-7.pb")
-        assert str(caught.value) == (f"run/steps-5-7.pb: corrupt profile (parents do not form a tree: "
-                                     f"node {node} has parent {parent[node]}, not a node before it)"), (how, node)
+        assert str(caught.value) == (
+            f"run/steps-5-7.pb: corrupt profile (parents do not form a tree: "
+            f"node {node} has parent {parent[node]}, not a node before it)"
+        ), (how, node)
 
 
 @pytest.mark.parametrize("n", [92, 100_000])
@@ -67,9 +74,14 @@ def test_trees_whose_parents_come_first_decode(n):
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
-@given(st.integers(1, 3 * VECTOR_FROM).flatmap(
-    lambda n: st.lists(st.integers(-3, n + 2) | st.sampled_from([-(2**31), 2**31 - 1]), min_size=n, max_size=n)),
-    st.booleans())
+@given(
+    st.integers(1, 3 * VECTOR_FROM).flatmap(
+        lambda n: st.lists(
+            st.integers(-3, n + 2) | st.sampled_from([-(2**31), 2**31 - 1]), min_size=n, max_size=n
+        )
+    ),
+    st.booleans(),
+)
 def test_both_paths_reject_exactly_the_same_trees(parent, mostly_good):
     parent = [-1, *parent[1:]]
     if mostly_good:  # a valid tree with one node changed: the error is where the change is

@@ -40,7 +40,7 @@ def test_syncs_keep_their_order_and_submit_waits_once_depth_syncs_wait(tmp_path,
     done: list[Path] = []
     w = ProfileWriter(done.append, lambda path, exc: None)
     paths = [tmp_path / f"{i}.pb" for i in range(DEPTH + 2)]
-    for i, path in enumerate(paths[:DEPTH + 1]):  # one being synced, DEPTH waiting
+    for i, path in enumerate(paths[: DEPTH + 1]):  # one being synced, DEPTH waiting
         w.submit(bytes([i]), path)
         assert path.read_bytes() == bytes([i])  # there for every reader before its fsync
     last = threading.Thread(target=w.submit, args=(b"last", paths[-1]))
@@ -62,7 +62,9 @@ def test_a_failed_write_is_reported_and_the_next_one_is_still_written(tmp_path):
     w.submit(b"x", tmp_path / "missing-dir" / "a.pb")
     w.submit(b"y", tmp_path / "b.pb")
     w.close()
-    assert [p.name for p, _ in failures] == ["a.pb"] and isinstance(failures[0][1], FileNotFoundError)
+    assert [p.name for p, _ in failures] == ["a.pb"] and isinstance(
+        failures[0][1], FileNotFoundError
+    )
     assert done == [tmp_path / "b.pb"] and (tmp_path / "b.pb").read_bytes() == b"y"
 
 
@@ -77,10 +79,14 @@ def _loop(session: Session, steps: int, between=lambda step: None) -> None:
 
 def test_a_window_closes_without_waiting_for_the_disk_and_its_file_is_there(tmp_path, monkeypatch):
     gate, reached = _gated(monkeypatch)
-    session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 2}, cpu_sampling_hz=0, framework="python")
+    session = Session(
+        logdir=str(tmp_path), steps={"start": 0, "count": 2}, cpu_sampling_hz=0, framework="python"
+    )
     _loop(session, 4)  # the window (steps 0-1) closed at step 1's end; its fsync cannot run yet
     (visible,) = tmp_path.rglob("steps-0-1.pb")
-    assert read_profile(visible).steps == (0, 2) and session.written == []  # readable, not yet reported
+    assert (
+        read_profile(visible).steps == (0, 2) and session.written == []
+    )  # readable, not yet reported
     deadline = time.monotonic() + 10
     while not reached and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -91,22 +97,34 @@ def test_a_window_closes_without_waiting_for_the_disk_and_its_file_is_there(tmp_
     assert written == visible and written.parent.parent == tmp_path / "plugins" / "deepcontext"
 
 
-@pytest.mark.parametrize(("step", "error"), [("write_visible", OSError(28, "No space left on device")),
-                                             ("sync_file", OSError(5, "Input/output error"))])
-def test_a_failed_write_or_fsync_warns_once_leaves_no_file_and_stops_later_windows(tmp_path, monkeypatch, caplog,
-                                                                                     step, error):
+@pytest.mark.parametrize(
+    ("step", "error"),
+    [
+        ("write_visible", OSError(28, "No space left on device")),
+        ("sync_file", OSError(5, "Input/output error")),
+    ],
+)
+def test_a_failed_write_or_fsync_warns_once_leaves_no_file_and_stops_later_windows(
+    tmp_path, monkeypatch, caplog, step, error
+):
     def fails(*args: object) -> None:
         raise error
 
     monkeypatch.setattr(writer_mod, step, fails)
-    session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 1, "every": 3, "repeat": 0},
-                      cpu_sampling_hz=0, framework="python")
+    session = Session(
+        logdir=str(tmp_path),
+        steps={"start": 0, "count": 1, "every": 3, "repeat": 0},
+        cpu_sampling_hz=0,
+        framework="python",
+    )
     with caplog.at_level(logging.WARNING, logger="deepcontext"):
         _loop(session, 2)
         session._writer.flush()  # a failed fsync is known before the next window is due
         _loop(session, 7)  # steps 0..6 again: windows at 3 and 6 would open
         session.close()
-    warnings = [r.getMessage() for r in caplog.records if "could not write its profile" in r.getMessage()]
+    warnings = [
+        r.getMessage() for r in caplog.records if "could not write its profile" in r.getMessage()
+    ]
     assert len(warnings) == 1 and error.strerror in warnings[0]
     assert session.disabled and session.written == [] and not list(tmp_path.rglob("*.pb"))
 
@@ -135,7 +153,8 @@ def test_every_window_closed_before_os_exit_is_on_disk(tmp_path, runner):
     os._exit(0): the file was missing in 8 of 8 runs (1 of 8 under
     ``deepcontext run``), its write still queued on the writer's thread."""
     script = tmp_path / "hard_exit.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, sys
         from dc_core.record.session import Session
         session = Session(logdir=sys.argv[1], steps={"start": 0, "count": 2}, cpu_sampling_hz=0,
@@ -145,13 +164,24 @@ def test_every_window_closed_before_os_exit_is_on_disk(tmp_path, runner):
             sum(range(1000))
             session.step_end(step)
         os._exit(0)
-    """))
+    """)
+    )
     runs = 20 if runner == "session" else 4  # each `deepcontext run` starts two interpreters
     for n in range(runs):
         logdir = tmp_path / str(n)
         command = [sys.executable, str(script), str(logdir)]
         if runner == "deepcontext run":
-            command = [sys.executable, "-m", "dc_core", "run", "--no-report", "--logdir", str(logdir), "--", *command]
+            command = [
+                sys.executable,
+                "-m",
+                "dc_core",
+                "run",
+                "--no-report",
+                "--logdir",
+                str(logdir),
+                "--",
+                *command,
+            ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         (path,) = logdir.rglob("steps-0-1.pb")

@@ -14,11 +14,11 @@ from tensorboard.backend.application import TensorBoardWSGI
 from tensorboard.plugins.base_plugin import TBContext
 from werkzeug.test import Client
 
+from dc_core.model.tree import tree_from_lists
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile, Series
 from dc_core.tensorboard.plugin import DeepContextPlugin
 from dc_core.tensorboard.store import ProfileStore
-from dc_core.model.tree import tree_from_lists
 
 EVIL = "<img src=x onerror=alert(1)>"
 PREFIX = "/data/plugin/deepcontext"
@@ -29,16 +29,34 @@ def model_tree(src: Path, scale: int = 1):
     """forward and backward of one encoder line, plus an optimizer step."""
     line = f"python:forward|{src}:3"
     return tree_from_lists(
-        ("forward",
-            ("module:encoder",
-                (line,
-                    (f"aten::mm @cpu_time_ns={300 * scale},count=3", f"kernel:sgemm @device_time_ns={900 * scale}"),
-                    "aten::relu @cpu_time_ns=50,count=1")),
-            (f"module:{EVIL}", "aten::add @cpu_time_ns=20,count=1")),
-        ("backward",
-            ("module:encoder",
-                (line,
-                    ("aten::mm [backward] @cpu_time_ns=600,count=3", "kernel:sgemm @device_time_ns=1800")))),
+        (
+            "forward",
+            (
+                "module:encoder",
+                (
+                    line,
+                    (
+                        f"aten::mm @cpu_time_ns={300 * scale},count=3",
+                        f"kernel:sgemm @device_time_ns={900 * scale}",
+                    ),
+                    "aten::relu @cpu_time_ns=50,count=1",
+                ),
+            ),
+            (f"module:{EVIL}", "aten::add @cpu_time_ns=20,count=1"),
+        ),
+        (
+            "backward",
+            (
+                "module:encoder",
+                (
+                    line,
+                    (
+                        "aten::mm [backward] @cpu_time_ns=600,count=3",
+                        "kernel:sgemm @device_time_ns=1800",
+                    ),
+                ),
+            ),
+        ),
         ("optimizer", "python:step|/etc/passwd:1 @cpu_time_ns=100,count=1"),
     )
 
@@ -47,14 +65,39 @@ def make_profile(src: Path, rank: int, steps: tuple[int, int], scale: int = 1) -
     tree = model_tree(src, scale)
     evil = tree.find("forward", EVIL)
     return Profile(
-        tree=tree, steps=steps, step_times_ns=[10_000_000 * scale, 12_000_000, 30_000_000][: steps[1] - steps[0]],
-        rank=rank, host="node-a", world_size=2,
-        system=[Series("cpu_percent", -1, [0, 500_000_000, 1_000_000_000], [20.0, 80.0, 50.0]),
-                *(Series("cpu_percent", core, [0, 500_000_000, 1_000_000_000], [30.0 + core, 90.0, 10.0]) for core in (0, 1)),
-                # a counter: 50 MiB in the first half second, 100 MiB in the next
-                Series("disk_read_bytes", -1, [0, 500_000_000, 1_000_000_000], [7 * MIB, 57 * MIB, 157 * MIB])],
-        findings=[{"rule": "slow_module", "severity": "warning", "message": f"{EVIL} is slow",
-                   "suggestion": "fuse it", "path": [], "evidence": {}, "node": evil}],
+        tree=tree,
+        steps=steps,
+        step_times_ns=[10_000_000 * scale, 12_000_000, 30_000_000][: steps[1] - steps[0]],
+        rank=rank,
+        host="node-a",
+        world_size=2,
+        system=[
+            Series("cpu_percent", -1, [0, 500_000_000, 1_000_000_000], [20.0, 80.0, 50.0]),
+            *(
+                Series(
+                    "cpu_percent", core, [0, 500_000_000, 1_000_000_000], [30.0 + core, 90.0, 10.0]
+                )
+                for core in (0, 1)
+            ),
+            # a counter: 50 MiB in the first half second, 100 MiB in the next
+            Series(
+                "disk_read_bytes",
+                -1,
+                [0, 500_000_000, 1_000_000_000],
+                [7 * MIB, 57 * MIB, 157 * MIB],
+            ),
+        ],
+        findings=[
+            {
+                "rule": "slow_module",
+                "severity": "warning",
+                "message": f"{EVIL} is slow",
+                "suggestion": "fuse it",
+                "path": [],
+                "evidence": {},
+                "node": evil,
+            }
+        ],
     )
 
 
@@ -83,7 +126,9 @@ def plugin(logdir: Path, src: Path, monkeypatch: pytest.MonkeyPatch) -> DeepCont
     monkeypatch.chdir(src.parent)
     monkeypatch.delenv("DEEPCONTEXT_SOURCE_ROOTS", raising=False)
     # A zero listing TTL: files written during a test are seen at once.
-    return DeepContextPlugin(TBContext(logdir=str(logdir)), store=ProfileStore(logdir, listing_ttl_s=0))
+    return DeepContextPlugin(
+        TBContext(logdir=str(logdir)), store=ProfileStore(logdir, listing_ttl_s=0)
+    )
 
 
 class Api:

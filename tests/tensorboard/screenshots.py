@@ -17,7 +17,13 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from tests.tensorboard.test_browser import CHROMIUM, CHROMIUM_ARGS, REPO, _start_tensorboard, _write_profiles
+from tests.tensorboard.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    REPO,
+    _start_tensorboard,
+    _write_profiles,
+)
 
 SIZES = ((1440, 900), (1024, 768))
 
@@ -32,7 +38,11 @@ VIEWS = {
 
 
 def address(url: str, keys: dict[str, str]) -> str:
-    return url + "/#deepcontext" + "".join(f"&dc.{k}={quote(str(v), safe='')}" for k, v in keys.items())
+    return (
+        url
+        + "/#deepcontext"
+        + "".join(f"&dc.{k}={quote(str(v), safe='')}" for k, v in keys.items())
+    )
 
 
 def shoot(page, url: str, keys: dict[str, str], ready: str, path: Path) -> None:
@@ -62,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         proc, url = _start_tensorboard(tmp_path / "logs", tmp_path)
         try:
             with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+                browser = p.chromium.launch(
+                    executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+                )
                 for width, height in SIZES:
                     page = browser.new_page(viewport={"width": width, "height": height})
                     page.on("pageerror", lambda e: print("page error:", e, file=sys.stderr))
@@ -70,9 +82,16 @@ def main(argv: list[str] | None = None) -> int:
                         shoot(page, url, keys, ready, args.out / f"tab-{view}-{width}x{height}.png")
                     page.close()
                 page = browser.new_page(viewport={"width": 1440, "height": 900})
-                shoot(page, url, VIEWS["tree"][0], VIEWS["tree"][1], args.out / "tensorboard-tab.png")
-                shoot(page, url, {"run": "zz-ranks", "rank": "all", "view": "tree"}, ".cell.head.sorted",
-                      args.out / "tensorboard-all-ranks.png")
+                shoot(
+                    page, url, VIEWS["tree"][0], VIEWS["tree"][1], args.out / "tensorboard-tab.png"
+                )
+                shoot(
+                    page,
+                    url,
+                    {"run": "zz-ranks", "rank": "all", "view": "tree"},
+                    ".cell.head.sorted",
+                    args.out / "tensorboard-all-ranks.png",
+                )
                 browser.close()
         finally:
             proc.terminate()

@@ -19,16 +19,21 @@ from pathlib import Path
 
 import pytest
 
-from dc_core.model import kinds
 from dc_core.cli.present import format_value
+from dc_core.model import kinds
 from dc_core.store.logdir import write_profile
-
 from tests.tensorboard.conftest import EVIL, make_profile
 from tests.tensorboard.test_static import FORMAT_CASES, expected_formats
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 LONG_LINE = "a source line far wider than the side panel " * 4 + "END"
@@ -36,7 +41,9 @@ LONG_LINE = "a source line far wider than the side panel " * 4 + "END"
 
 def _need(what: str) -> None:
     if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} is required in CI for the browser test (.ci/run installs it)", pytrace=False)
+        pytest.fail(
+            f"{what} is required in CI for the browser test (.ci/run installs it)", pytrace=False
+        )
     pytest.skip(f"{what} not available")
 
 
@@ -54,9 +61,9 @@ def _write_profiles(logdir: Path, src: Path) -> str:
     """Real PyTorch profiles when torch is here (two runs, for the diff), plus
     a run whose names are hostile HTML; returns a word to search for."""
     try:
-        import torch
+        import torch  # noqa: F401 (present or not)
 
-        import dc_torch.demo
+        import dc_torch.demo  # noqa: F401
     except ImportError:
         for run, scale in (("run-a", 1), ("run-b", 2)):
             write_profile(make_profile(src, 0, (5, 8), scale), logdir, run)
@@ -66,14 +73,35 @@ def _write_profiles(logdir: Path, src: Path) -> str:
         # as they would for a user, not inside pytest.
         code = "import sys; from dc_torch.demo import run_demo; run_demo(sys.argv[1], steps=6)"
         for run in ("run-a", "run-b"):
-            subprocess.run([sys.executable, "-c", code, str(logdir / run)], check=True, timeout=300,
-                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
-        _slower(logdir / "run-b", 3)  # the diff's increases are planted: two runs alone differ by noise either way
+            subprocess.run(
+                [sys.executable, "-c", code, str(logdir / run)],
+                check=True,
+                timeout=300,
+                env={
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(
+                        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+                    ),
+                },
+            )
+        _slower(
+            logdir / "run-b", 3
+        )  # the diff's increases are planted: two runs alone differ by noise either way
         word = "attn"
     hostile = make_profile(src, 0, (5, 8))
-    note = {"rule": "note", "message": "fyi", "suggestion": "", "path": [], "evidence": {}, "node": -1}
-    hostile.findings = [{**note, "severity": "info", "gain_ns": None, "gain_basis": "a note"}, *hostile.findings,
-                        {**note, "severity": "critical", "gain_ns": 5_000_000, "gain_basis": "the planted cost"}]
+    note = {
+        "rule": "note",
+        "message": "fyi",
+        "suggestion": "",
+        "path": [],
+        "evidence": {},
+        "node": -1,
+    }
+    hostile.findings = [
+        {**note, "severity": "info", "gain_ns": None, "gain_basis": "a note"},
+        *hostile.findings,
+        {**note, "severity": "critical", "gain_ns": 5_000_000, "gain_basis": "the planted cost"},
+    ]
     write_profile(hostile, logdir, "zz-hostile")
     # Three ranks of one window, rank 2's forward aten::mm 5x; rank 2 also has a later window.
     for rank, scale in ((0, 1), (1, 1), (2, 5)):
@@ -93,8 +121,10 @@ def _slower(run_dir: Path, factor: int) -> None:
         tree = profile.tree
         tree.excl["cpu_time_ns"] = [v * factor for v in tree.excl["cpu_time_ns"]]
         profile.step_times_ns = [t * factor for t in profile.step_times_ns]
-        profile.step_bounds = {k: [v * factor for v in vs] if k.startswith("cpu_time_ns.") else vs
-                               for k, vs in profile.step_bounds.items()}
+        profile.step_bounds = {
+            k: [v * factor for v in vs] if k.startswith("cpu_time_ns.") else vs
+            for k, vs in profile.step_bounds.items()
+        }
         rewrite_profile(profile, file.path)
 
 
@@ -112,9 +142,12 @@ def _entry_point_shim(tmp: Path) -> str:
         return ""
     info = tmp / "shim" / "deepcontext_tab_shim-0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: deepcontext-tab-shim\nVersion: 0\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: deepcontext-tab-shim\nVersion: 0\n"
+    )
     (info / "entry_points.txt").write_text(
-        "[tensorboard_plugins]\ndeepcontext = dc_core.tensorboard.plugin:DeepContextLoader\n")
+        "[tensorboard_plugins]\ndeepcontext = dc_core.tensorboard.plugin:DeepContextLoader\n"
+    )
     return str(info.parent)
 
 
@@ -124,7 +157,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_tensorboard(logdir: Path, tmp: Path, source_root: Path | None = None) -> tuple[subprocess.Popen, str]:
+def _start_tensorboard(
+    logdir: Path, tmp: Path, source_root: Path | None = None
+) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     paths = [p for p in (_entry_point_shim(tmp), str(REPO), os.environ.get("PYTHONPATH", "")) if p]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
@@ -133,8 +168,12 @@ def _start_tensorboard(logdir: Path, tmp: Path, source_root: Path | None = None)
     script = shutil.which("tensorboard", path=str(Path(sys.executable).parent))
     command = [script] if script else [sys.executable, "-m", "tensorboard.main"]
     log = open(tmp / "tensorboard.log", "wb")
-    proc = subprocess.Popen([*command, "--logdir", str(logdir), "--port", str(port), "--host", "127.0.0.1"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*command, "--logdir", str(logdir), "--port", str(port), "--host", "127.0.0.1"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -157,7 +196,9 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
     from playwright.sync_api import expect
 
     logdir = tmp_path / "logs"
-    src.write_text(src.read_text() + f"    # {LONG_LINE}\n")  # shown beside line 3: it must wrap, not be cut
+    src.write_text(
+        src.read_text() + f"    # {LONG_LINE}\n"
+    )  # shown beside line 3: it must wrap, not be cut
     word = _write_profiles(logdir, src)
     proc, url = _start_tensorboard(logdir, tmp_path, src.parent)
     ARTIFACTS.mkdir(exist_ok=True)
@@ -183,10 +224,13 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             labels = [label for _, label in kinds.METRICS.values()]
             shown = tab.locator("select[aria-label=Metric] option").all_inner_texts()
             assert shown and set(shown) <= set(labels), shown
-            formats = page.evaluate("""async ([cases, units]) => {
+            formats = page.evaluate(
+                """async ([cases, units]) => {
                 const { formatNumber } = await import("/data/plugin/deepcontext/static/format.js");
                 return Object.fromEntries(units.map((u) => [u, cases.map((v) => formatNumber(v, u))]));
-            }""", [FORMAT_CASES, list(expected_formats())])
+            }""",
+                [FORMAT_CASES, list(expected_formats())],
+            )
             assert formats == expected_formats()
             # A header click sorts; the Value selector (bars, bottom-up) stays as it was.
             with page.expect_request(lambda r: "/hotpath?" in r.url and "sort=excl" in r.url):
@@ -199,8 +243,11 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             closed = tab.locator(".row:has(.toggle:text-is('\u25b8'))").first
             before = rows.count()
             closed.locator(".toggle").click()
-            page.wait_for_function("n => document.querySelector('iframe').contentDocument"
-                                   ".querySelectorAll('.rows .row').length > n", arg=before)
+            page.wait_for_function(
+                "n => document.querySelector('iframe').contentDocument"
+                ".querySelectorAll('.rows .row').length > n",
+                arg=before,
+            )
             # Search highlights matches in the tree.
             tab.locator("input[type=search]").fill(word)
             tab.locator("input[type=search]").press("Enter")
@@ -224,7 +271,10 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
                 held[0].continue_()
             page.unroute(slow_flame)
             page.wait_for_timeout(300)
-            assert tab.locator(".flame").count() == 0 and tab.locator(".row .label", has_text="forward").count() > 0
+            assert (
+                tab.locator(".flame").count() == 0
+                and tab.locator(".row .label", has_text="forward").count() > 0
+            )
             assert tab.locator("button.tab.active").inner_text() == "Tree"
             # Flame graph, then the diff of the two runs.
             tab.locator("button[data-tab=flame]").click()
@@ -241,13 +291,24 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator("select[aria-label=Run]").select_option("zz-hostile")
             # Above the tree, the three findings that save the most; one with a node selects it.
             tab.locator(".findings-strip .strip-item").nth(2).wait_for()
-            assert tab.locator(".strip-item b").all_inner_texts() == ["note", "note", "slow_module"]  # by gain
-            assert tab.locator(".strip-item .strip-gain").first.inner_text() == "\u2248 5.0 ms per step"  # the critical one
+            assert tab.locator(".strip-item b").all_inner_texts() == [
+                "note",
+                "note",
+                "slow_module",
+            ]  # by gain
+            assert (
+                tab.locator(".strip-item .strip-gain").first.inner_text()
+                == "\u2248 5.0 ms per step"
+            )  # the critical one
             tab.locator(".strip-item.linked", has_text=EVIL).click()
             tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             tab.locator(".details .label", has_text=EVIL).wait_for()
             # A copied link opens that node: the address names it, a new page selects it.
-            _wait_until(page, lambda: "dc.run=zz-hostile" in page.url and "dc.view=tree" in page.url, "the address")
+            _wait_until(
+                page,
+                lambda: "dc.run=zz-hostile" in page.url and "dc.view=tree" in page.url,
+                "the address",
+            )
             node = tab.locator(".row.selected").get_attribute("data-key")
             assert f"dc.node={node}" in page.url
             linked = browser.new_page(viewport={"width": 1024, "height": 768})
@@ -261,20 +322,31 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator("button[data-tab=findings]").click()
             finding = tab.locator(".finding", has_text=EVIL)
             finding.wait_for()
-            assert tab.locator(".side .finding").count() == 0  # no longer at the bottom of the side panel
+            assert (
+                tab.locator(".side .finding").count() == 0
+            )  # no longer at the bottom of the side panel
             finding.locator("a.node-link").click()
             tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             assert tab.locator("img").count() == 0
             cells = tab.locator(".details tr[data-metric=cpu_time_ns] td").all_inner_texts()
-            assert cells == ["CPU time", format_value(20, "cpu_time_ns"), format_value(0, "cpu_time_ns")] == [
-                "CPU time", "20 ns", "0 ns"]
+            assert (
+                cells
+                == ["CPU time", format_value(20, "cpu_time_ns"), format_value(0, "cpu_time_ns")]
+                == ["CPU time", "20 ns", "0 ns"]
+            )
             # Findings are ordered by the vocabulary's severities, most severe first.
             tab.locator("button[data-tab=findings]").click()
             tab.locator(".finding").nth(2).wait_for()
             assert tab.locator(".finding .sev").all_text_contents() == list(kinds.SEVERITIES)
             # Each says what its fix saves, and why.
-            assert tab.locator(".finding.sev-critical .gain").inner_text() == "saves ≈ 5.0 ms per step: the planted cost"
-            assert tab.locator(".finding.sev-info .gain").inner_text() == "saves none estimated: a note"
+            assert (
+                tab.locator(".finding.sev-critical .gain").inner_text()
+                == "saves ≈ 5.0 ms per step: the planted cost"
+            )
+            assert (
+                tab.locator(".finding.sev-info .gain").inner_text()
+                == "saves none estimated: a note"
+            )
             # A match three levels under the loaded rows (forward is closed, the hot
             # path runs through backward) opens in one go.
             assert tab.locator(".row .label", has_text="aten::relu").count() == 0
@@ -288,21 +360,35 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             # The flat view filters by a kind from the vocabulary.
             tab.locator("button[data-tab=flat]").click()
             # all_inner_texts does not wait: on a loaded machine the flat view may not be drawn yet
-            tab.locator("select[aria-label=Kinds] option", has_text="phase").wait_for(state="attached")
+            tab.locator("select[aria-label=Kinds] option", has_text="phase").wait_for(
+                state="attached"
+            )
             options = tab.locator("select[aria-label=Kinds] option").all_inner_texts()
-            assert options == ["all kinds", "python", "module", "operator", "kernel", "phase"]  # those present, in KINDS order
+            assert options == [
+                "all kinds",
+                "python",
+                "module",
+                "operator",
+                "kernel",
+                "phase",
+            ]  # those present, in KINDS order
             tab.locator("select[aria-label=Kinds]").select_option("kernel")
             tab.locator(".row.kind-row-kernel").first.wait_for()
             assert tab.locator(".rows .row .label").all_inner_texts() == ["sgemm"]
             # All ranks: the window's ranks merged, the spread per node; a node's
             # distribution; then the rank holding the max, at the same call path.
             tab.locator("select[aria-label=Run]").select_option("zz-ranks")
-            tab.locator("select[aria-label=Rank] option", has_text="All ranks (3)").wait_for(state="attached")
+            tab.locator("select[aria-label=Rank] option", has_text="All ranks (3)").wait_for(
+                state="attached"
+            )
             tab.locator("select[aria-label=Rank]").select_option("all")
             tab.locator(".cell.head", has_text="Max rank").wait_for()
             assert tab.locator("button[data-tab=flat]").count() == 0  # one rank's views step aside
-            mm = tab.locator(".rows .row", has=tab.locator(".label", has_text="aten::mm")).filter(
-                has_not=tab.locator(".label", has_text="backward")).first
+            mm = (
+                tab.locator(".rows .row", has=tab.locator(".label", has_text="aten::mm"))
+                .filter(has_not=tab.locator(".label", has_text="backward"))
+                .first
+            )
             mm.wait_for()
             assert mm.locator(".cell.max-rank").inner_text() == "2"
             # Search stays in All ranks: it searches the merged tree.
@@ -321,14 +407,21 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             # the merged view had aten::mm selected already: wait for the rank to change, then for the row
             expect(tab.locator("select[aria-label=Rank]")).to_have_value("2", timeout=90_000)
             tab.locator(".row.selected .label", has_text="aten::mm").wait_for()
-            tab.locator(".details tr[data-metric=cpu_time_ns] td", has_text=format_value(1500, "cpu_time_ns")).first.wait_for()
+            tab.locator(
+                ".details tr[data-metric=cpu_time_ns] td",
+                has_text=format_value(1500, "cpu_time_ns"),
+            ).first.wait_for()
             # Windows: the selected node's cost in each of rank 2's windows.
             tab.locator("button[data-tab=windows]").click()
             tab.locator(".windows tr[data-window]").nth(1).wait_for()
             page.screenshot(path=str(ARTIFACTS / "tensorboard-tab-windows.png"))
-            cells = [r.split("\t") for r in tab.locator(".windows tr[data-window]").all_inner_texts()]
-            assert [c[:2] for c in cells] == [["steps 5–7", format_value(1500, "cpu_time_ns")],
-                                              ["steps 8–9", format_value(600, "cpu_time_ns")]]
+            cells = [
+                r.split("\t") for r in tab.locator(".windows tr[data-window]").all_inner_texts()
+            ]
+            assert [c[:2] for c in cells] == [
+                ["steps 5–7", format_value(1500, "cpu_time_ns")],
+                ["steps 8–9", format_value(600, "cpu_time_ns")],
+            ]
             browser.close()
     finally:
         proc.terminate()
@@ -354,7 +447,10 @@ def check_flame(page, tab, url: str) -> None:
     # The pane's full width and height: the graph ends where the pane ends.
     view = tab.locator(".view").bounding_box()
     wrap = tab.locator(".flame-wrap").bounding_box()
-    assert abs((wrap["x"] + wrap["width"]) - (view["x"] + view["width"])) < 20 and wrap["width"] > view["width"] - 40
+    assert (
+        abs((wrap["x"] + wrap["width"]) - (view["x"] + view["width"])) < 20
+        and wrap["width"] > view["width"] - 40
+    )
     assert abs((wrap["y"] + wrap["height"]) - (view["y"] + view["height"])) < 20
     frames = _frames(tab)
     root = frames[0]
@@ -374,7 +470,9 @@ def check_flame(page, tab, url: str) -> None:
     tab.locator(f".flame .frame[data-id='{forward['id']}']").click()
     tab.locator(".crumb-here", has_text="forward").wait_for()
     assert tab.locator(".crumbs a").all_inner_texts()[-1].startswith("steps ")
-    assert 0 < float(tab.locator(".minimap-window").evaluate("e => parseFloat(e.style.width)")) < 100
+    assert (
+        0 < float(tab.locator(".minimap-window").evaluate("e => parseFloat(e.style.width)")) < 100
+    )
     assert _frames(tab)[0]["id"] == forward["id"] and _selected(tab) == forward["id"]
     _wait_until(page, lambda: f"dc.zoom={forward['id']}" in page.url, "the zoom in the address")
     # Keys: down to the heaviest child, right to its neighbour, up to the parent,
@@ -388,9 +486,17 @@ def check_flame(page, tab, url: str) -> None:
     assert _selected(tab) == (row[1]["id"] if len(row) > 1 else child["id"])
     tab.locator(".flame-wrap").press("ArrowLeft")
     tab.locator(".flame-wrap").press("Enter")
-    _wait_until(page, lambda: tab.locator(".flame .frame").count() and _frames(tab)[0]["id"] == child["id"], "the keyboard zoom")
+    _wait_until(
+        page,
+        lambda: tab.locator(".flame .frame").count() and _frames(tab)[0]["id"] == child["id"],
+        "the keyboard zoom",
+    )
     tab.locator(".flame-wrap").press("Escape")
-    _wait_until(page, lambda: tab.locator(".flame .frame").count() and _frames(tab)[0]["id"] == forward["id"], "zooming back")
+    _wait_until(
+        page,
+        lambda: tab.locator(".flame .frame").count() and _frames(tab)[0]["id"] == forward["id"],
+        "zooming back",
+    )
     assert _selected(tab) == child["id"]  # the frame zoomed out of stays selected
     tab.locator("button.back").click()
     tab.locator(".crumb-here", has_text="steps ").wait_for()
@@ -413,7 +519,9 @@ def check_flame(page, tab, url: str) -> None:
     assert tab.locator("button[data-orientation=flame]").get_attribute("aria-pressed") == "true"
     tab.locator(".flame .frame", has_text="forward").first.click()
     tab.locator(".crumb-here", has_text="forward").wait_for()
-    _wait_until(page, lambda: "dc.orient=flame" in page.url and "dc.view=flame" in page.url, "the address")
+    _wait_until(
+        page, lambda: "dc.orient=flame" in page.url and "dc.view=flame" in page.url, "the address"
+    )
     page.reload()
     tab.locator(".crumb-here", has_text="forward").wait_for()
     assert tab.locator("button.tab.active").inner_text() == "Flame graph"
@@ -424,18 +532,29 @@ def check_flame(page, tab, url: str) -> None:
 
 def check_diff(tab) -> None:
     """Increases red, decreases green, cells and bars; B's Rank names ranks as the top bar does."""
-    tab.locator(".rows .delta.worse").first.wait_for()  # the rows come as their answers do, not all at once
+    tab.locator(
+        ".rows .delta.worse"
+    ).first.wait_for()  # the rows come as their answers do, not all at once
     worse = tab.locator(".rows .delta.worse").all_inner_texts()
     better = tab.locator(".rows .delta.better").all_inner_texts()
-    assert worse and all(t.startswith("+") for t in worse) and all(t.startswith("-") for t in better)
+    assert (
+        worse and all(t.startswith("+") for t in worse) and all(t.startswith("-") for t in better)
+    )
     colours = tab.locator(".rows").evaluate("""rows => ["worse", "better"].map((c) => {
         const span = document.createElement("span"); span.className = `delta ${c}`; rows.appendChild(span);
         const bar = document.createElement("div"); bar.className = `bar ${c}`; rows.appendChild(bar);
         const got = [getComputedStyle(span).color, getComputedStyle(bar).backgroundColor]; span.remove(); bar.remove();
         return got; })""")
-    assert colours == [["rgb(198, 40, 40)", "rgb(198, 40, 40)"], ["rgb(46, 125, 50)", "rgb(46, 125, 50)"]]
+    assert colours == [
+        ["rgb(198, 40, 40)", "rgb(198, 40, 40)"],
+        ["rgb(46, 125, 50)", "rgb(46, 125, 50)"],
+    ]
     assert tab.locator(".rows .bar.worse").count() > 0
-    top = [t for t in tab.locator(".toolbar select[aria-label=Rank] option").all_inner_texts() if not t.startswith("All")]
+    top = [
+        t
+        for t in tab.locator(".toolbar select[aria-label=Rank] option").all_inner_texts()
+        if not t.startswith("All")
+    ]
     assert tab.locator(".subbar select[aria-label=Rank] option").all_inner_texts() == top
     assert top[0] == "0 (" + top[0].split(" (")[1] and top[0].endswith(")")
 
@@ -452,8 +571,21 @@ def check_steps(tab) -> None:
     assert "device" not in cpu.inner_text()
     disk = tab.locator(".chart-box[data-series=disk_read_bytes]")
     assert disk.locator("h4").inner_text() == "disk_read rate (bytes/s)"
-    assert disk.locator(".y-tick").all_text_contents() == ["0 MiB/s", "50 MiB/s", "100 MiB/s", "150 MiB/s", "200 MiB/s"]
-    assert disk.locator(".x-tick").all_text_contents() == ["0 s", "0.2 s", "0.4 s", "0.6 s", "0.8 s", "1 s"]
+    assert disk.locator(".y-tick").all_text_contents() == [
+        "0 MiB/s",
+        "50 MiB/s",
+        "100 MiB/s",
+        "150 MiB/s",
+        "200 MiB/s",
+    ]
+    assert disk.locator(".x-tick").all_text_contents() == [
+        "0 s",
+        "0.2 s",
+        "0.4 s",
+        "0.6 s",
+        "0.8 s",
+        "1 s",
+    ]
 
 
 def check_source(tab) -> None:
@@ -466,6 +598,8 @@ def check_source(tab) -> None:
     size = tab.locator(".source").evaluate("e => [e.scrollWidth, e.clientWidth]")
     assert size[0] <= size[1] + 1, size
     box, panel = long_line.bounding_box(), tab.locator(".side").bounding_box()
-    assert box["x"] + box["width"] <= panel["x"] + panel["width"] and box["height"] > 30  # wrapped onto lines
+    assert (
+        box["x"] + box["width"] <= panel["x"] + panel["width"] and box["height"] > 30
+    )  # wrapped onto lines
     tab.locator("input[type=search]").fill("")
     tab.locator("input[type=search]").press("Enter")

@@ -7,18 +7,22 @@ import os
 import pytest
 
 from dc_core.model import views
+from dc_core.model.tree import tree_from_lists
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile
 from dc_core.tensorboard import browse, diff, params, source, tables
 from dc_core.tensorboard.params import BadRequest, Ref
 from dc_core.tensorboard.store import Index, ProfileStore
-from dc_core.model.tree import tree_from_lists
 
 RECURSIVE = tree_from_lists(
-    ("forward",
-        ("python:f|/a.py:1 @cpu_time_ns=5",
+    (
+        "forward",
+        (
+            "python:f|/a.py:1 @cpu_time_ns=5",
             ("python:f|/a.py:1 @cpu_time_ns=7", "aten::mm @cpu_time_ns=11"),
-            "aten::mm @cpu_time_ns=13")),
+            "aten::mm @cpu_time_ns=13",
+        ),
+    ),
     ("backward", ("python:g|/a.py:2", "aten::mm [backward] @cpu_time_ns=17")),
 )
 
@@ -32,7 +36,11 @@ def test_flat_agrees_with_views_flat_on_recursion():
     rows = {r["label"]: r for r in tables.flat(index, "cpu_time_ns", limit=100)["rows"]}
     for expected in views.flat(RECURSIVE):
         row = rows[expected.frame.label()]
-        assert row["excl"] == expected.excl and row["incl"] == expected.incl and row["nodes"] == expected.nodes
+        assert (
+            row["excl"] == expected.excl
+            and row["incl"] == expected.incl
+            and row["nodes"] == expected.nodes
+        )
 
 
 def test_lazy_bottom_up_agrees_with_views_bottom_up():
@@ -42,20 +50,29 @@ def test_lazy_bottom_up_agrees_with_views_bottom_up():
     mm = eager.find("aten::mm")
     assert top["aten::mm"]["excl"]["cpu_time_ns"] == eager.inclusive("cpu_time_ns")[mm] == 24
     callers = tables.bottom_up(index, [top["aten::mm"]["id"]], "cpu_time_ns")["rows"]
-    expected = {eager.node_frame(k).label(): eager.inclusive("cpu_time_ns")[k] for k in eager.children(mm)}
+    expected = {
+        eager.node_frame(k).label(): eager.inclusive("cpu_time_ns")[k] for k in eager.children(mm)
+    }
     assert {r["label"]: r["incl"]["cpu_time_ns"] for r in callers} == expected == {"a.py:1 f": 24}
-    deeper = tables.bottom_up(index, [top["aten::mm"]["id"], callers[0]["id"]], "cpu_time_ns")["rows"]
+    deeper = tables.bottom_up(index, [top["aten::mm"]["id"], callers[0]["id"]], "cpu_time_ns")[
+        "rows"
+    ]
     assert {r["label"]: r["incl"]["cpu_time_ns"] for r in deeper} == {"a.py:1 f": 11, "forward": 13}
 
 
 def test_union_matches_call_paths_and_keeps_a_ids():
     a = index_of(tree_from_lists(("forward", "aten::mm @cpu_time_ns=10")))
-    b = index_of(tree_from_lists(("forward", "aten::mm @cpu_time_ns=4", "aten::add @cpu_time_ns=9")), (1, 2))
+    b = index_of(
+        tree_from_lists(("forward", "aten::mm @cpu_time_ns=4", "aten::add @cpu_time_ns=9")), (1, 2)
+    )
     union = diff.build_union(a, b)
     mm = a.tree.find("forward", "aten::mm")
     assert union.values("cpu_time_ns", mm) == (10, 4)
     rows = diff.diff_children(union, [a.tree.find("forward")], "cpu_time_ns")["children"]["1"]
-    assert [(r["label"], r["a"], r["b"], r["in_a"]) for r in rows] == [("aten::add", 0, 9, False), ("aten::mm", 10, 4, True)]
+    assert [(r["label"], r["a"], r["b"], r["in_a"]) for r in rows] == [
+        ("aten::add", 0, 9, False),
+        ("aten::mm", 10, 4, True),
+    ]
     # A path only B has is len(A) + its id in B, whatever was expanded before.
     add = b.tree.find("forward", "aten::add")
     assert rows[0]["id"] == len(a) + add and diff.union_size(union) == len(a) + len(b)
@@ -107,12 +124,21 @@ def test_source_refuses_symlinks_out_of_the_roots(tmp_path):
 
 
 COMPILED = tree_from_lists(
-    ("forward",
-        ("python:train_step|/t.py:9",
-            ("compiled:graph_0", "aten::mm @cpu_time_ns=10", ("aten::add @cpu_time_ns=2", "kernel:add @device_time_ns=3")))),
-    ("backward",
-        ("python:train_step|/t.py:9",
-            ("compiled:graph_0", "aten::mm [backward] @cpu_time_ns=25"))),
+    (
+        "forward",
+        (
+            "python:train_step|/t.py:9",
+            (
+                "compiled:graph_0",
+                "aten::mm @cpu_time_ns=10",
+                ("aten::add @cpu_time_ns=2", "kernel:add @device_time_ns=3"),
+            ),
+        ),
+    ),
+    (
+        "backward",
+        ("python:train_step|/t.py:9", ("compiled:graph_0", "aten::mm [backward] @cpu_time_ns=25")),
+    ),
 )
 
 
@@ -124,8 +150,14 @@ def test_compiled_region_is_a_context_in_the_phase_split():
     split = browse.phase_split(index, node)
     assert split["context"] == "graph_0"
     assert split["context_node"] == COMPILED.find("backward", "train_step", "graph_0")
-    assert {p["phase"]: p["incl"]["cpu_time_ns"] for p in split["phases"]} == {"forward": 12, "backward": 25}
-    assert [p["nodes"] for p in split["phases"]] == [[COMPILED.find("forward", "train_step", "graph_0")], [split["context_node"]]]
+    assert {p["phase"]: p["incl"]["cpu_time_ns"] for p in split["phases"]} == {
+        "forward": 12,
+        "backward": 25,
+    }
+    assert [p["nodes"] for p in split["phases"]] == [
+        [COMPILED.find("forward", "train_step", "graph_0")],
+        [split["context_node"]],
+    ]
 
 
 def test_tab_and_analyzer_agree_on_each_nodes_context():
@@ -136,7 +168,9 @@ def test_tab_and_analyzer_agree_on_each_nodes_context():
 
     window = Window(Profile(tree=COMPILED, steps=(0, 1)), Thresholds())
     index = index_of(COMPILED)
-    operators = [n for n in range(1, len(COMPILED)) if COMPILED.node_frame(n).kind in ("operator", "kernel")]
+    operators = [
+        n for n in range(1, len(COMPILED)) if COMPILED.node_frame(n).kind in ("operator", "kernel")
+    ]
     assert len(operators) == 4
     for node in operators:
         assert browse.phase_split(index, node)["context_node"] == window.anchor(node)

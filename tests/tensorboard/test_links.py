@@ -25,7 +25,9 @@ def linked(tmp_path: Path):
     root, outside = linked_logdir(tmp_path)
     named = tmp_path / "latest"  # TensorBoard started on a link to the logdir
     os.symlink(root, named)
-    plugin = DeepContextPlugin(TBContext(logdir=str(named)), store=ProfileStore(named, listing_ttl_s=0))
+    plugin = DeepContextPlugin(
+        TBContext(logdir=str(named)), store=ProfileStore(named, listing_ttl_s=0)
+    )
     return root, outside, Api(plugin)
 
 
@@ -47,28 +49,40 @@ def test_runs_lists_no_profile_behind_a_link_out_of_the_logdir(linked, caplog):
     assert "not following 4 links out of the logdir" in warned and "-> '/etc/passwd'" in warned
 
 
-@pytest.mark.parametrize("ref", [
-    {"run": "run", "rank": 0, "window": "9-10"},  # a profile file linked to one outside
-    {"run": "run", "rank": 0, "window": "11-12"},  # a profile file linked to /etc/passwd
-    {"run": "run", "rank": 1, "window": "5-8"},  # a rank directory linked to one outside
-    {"run": "away", "rank": 1, "window": "5-8"},  # plugins/deepcontext linked to one outside
-], ids=["file", "passwd", "rank-dir", "plugin-dir"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"run": "run", "rank": 0, "window": "9-10"},  # a profile file linked to one outside
+        {"run": "run", "rank": 0, "window": "11-12"},  # a profile file linked to /etc/passwd
+        {"run": "run", "rank": 1, "window": "5-8"},  # a rank directory linked to one outside
+        {"run": "away", "rank": 1, "window": "5-8"},  # plugins/deepcontext linked to one outside
+    ],
+    ids=["file", "passwd", "rank-dir", "plugin-dir"],
+)
 def test_a_window_behind_an_outward_link_is_not_served(linked, ref):
     _, _, api = linked
     body = api.json("/window", status=404, **ref)
     assert body["error"].startswith("no profile for run") and "root:" not in str(body)
 
 
-@pytest.mark.parametrize("ref", [
-    {"run": "run", "rank": 0, "window": "8-10"},  # a file linked to another run's
-    {"run": "run", "rank": 3, "window": "5-8"},  # a rank directory linked inside
-    {"run": "moved", "rank": 3, "window": "5-8"},  # plugins/deepcontext linked inside
-], ids=["file", "rank-dir", "plugin-dir"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"run": "run", "rank": 0, "window": "8-10"},  # a file linked to another run's
+        {"run": "run", "rank": 3, "window": "5-8"},  # a rank directory linked inside
+        {"run": "moved", "rank": 3, "window": "5-8"},  # plugins/deepcontext linked inside
+    ],
+    ids=["file", "rank-dir", "plugin-dir"],
+)
 def test_a_window_behind_an_inward_link_is_served(linked, ref):
     _, _, api = linked
     body = api.json("/window", **ref)
-    direct = api.json("/window", run="kept8" if ref["window"] == "8-10" else "stash/kept", rank=ref["rank"],
-                      window=ref["window"])
+    direct = api.json(
+        "/window",
+        run="kept8" if ref["window"] == "8-10" else "stash/kept",
+        rank=ref["rank"],
+        window=ref["window"],
+    )
     assert body["nodes"] == direct["nodes"] > 1 and body["totals"] == direct["totals"]
 
 
@@ -79,13 +93,18 @@ def test_a_file_swapped_for_an_outward_link_after_listing_is_refused_by_name(tmp
     from dc_core.tensorboard.store import ProfileStore
 
     root, _ = linked_logdir(tmp_path)
-    api = Api(DeepContextPlugin(TBContext(logdir=str(root)), store=ProfileStore(root, listing_ttl_s=3600)))
+    api = Api(
+        DeepContextPlugin(TBContext(logdir=str(root)), store=ProfileStore(root, listing_ttl_s=3600))
+    )
     assert ("run", 0, "node-a", (5, 8)) in _listed(api)  # the listing the next request uses
     listed = root / "run" / PLUGIN / "0-node-a" / "steps-5-7.pb"
     listed.unlink()
     os.symlink("/etc/passwd", listed)
     body = api.json("/window", status=422, run="run", rank=0, window="5-8")
-    assert body["error"] == "run/plugins/deepcontext/0-node-a/steps-5-7.pb: resolves outside the logdir; not read"
+    assert (
+        body["error"]
+        == "run/plugins/deepcontext/0-node-a/steps-5-7.pb: resolves outside the logdir; not read"
+    )
 
 
 # --- source roots -------------------------------------------------------------------
@@ -102,16 +121,26 @@ def test_a_sibling_sharing_the_roots_prefix_is_not_under_it(tmp_path):
     os.symlink(secrets / "keys.py", app / "linked.py")
     roots = allowed_roots({}, cwd=str(app))
     assert snippet(str(app / "model.py"), 1, roots)["lines"] == ["def forward(x):", "    return x"]
-    for name in (str(secrets / "keys.py"), "../app-secrets/keys.py", str(app / ".." / "app-secrets" / "keys.py"),
-                 "linked.py", str(app / "linked.py")):
+    for name in (
+        str(secrets / "keys.py"),
+        "../app-secrets/keys.py",
+        str(app / ".." / "app-secrets" / "keys.py"),
+        "linked.py",
+        str(app / "linked.py"),
+    ):
         refused = snippet(name, 1, roots)
-        assert refused == {"available": False, "reason": "not readable under the allowed source roots "
-                           "(the working directory, or DEEPCONTEXT_SOURCE_ROOTS)"}, name
+        assert refused == {
+            "available": False,
+            "reason": "not readable under the allowed source roots "
+            "(the working directory, or DEEPCONTEXT_SOURCE_ROOTS)",
+        }, name
     # a root given with a trailing separator, or as a link, means the same directory
     for root in (str(app) + os.sep, str(tmp_path / "app-link")):
         if root.endswith("app-link"):
             os.symlink(app, root)
-        roots = allowed_roots({"DEEPCONTEXT_SOURCE_ROOTS": root}, cwd=str(tmp_path / "srv" / "elsewhere"))
+        roots = allowed_roots(
+            {"DEEPCONTEXT_SOURCE_ROOTS": root}, cwd=str(tmp_path / "srv" / "elsewhere")
+        )
         assert not snippet(str(secrets / "keys.py"), 1, roots)["available"]
         assert snippet(str(app / "model.py"), 1, roots)["available"]
 
@@ -128,7 +157,11 @@ def test_a_run_whose_name_holds_control_characters_opens_as_it_is_listed(tmp_pat
 
     name = "exp\x1b[2J\u202e\x07"
     write_profile(make_profile(tmp_path, 0, (5, 8)), tmp_path, name)
-    api = Api(DeepContextPlugin(TBContext(logdir=str(tmp_path)), store=ProfileStore(tmp_path, listing_ttl_s=0)))
+    api = Api(
+        DeepContextPlugin(
+            TBContext(logdir=str(tmp_path)), store=ProfileStore(tmp_path, listing_ttl_s=0)
+        )
+    )
     assert [r["run"] for r in api.json("/runs")["runs"]] == [name]
     assert api.json("/window", run=name, rank=0, window="5-8")["rank"] == 0
     assert api.json("/windows", run=name, rank=0, window="5-8", node=0)

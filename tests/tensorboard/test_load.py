@@ -9,7 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from tensorboard.plugins.base_plugin import TBContext
 
 from dc_core.store.logdir import write_profile
@@ -32,8 +31,9 @@ def until(condition) -> None:
 
 
 def plugin_with(logdir: Path, answers: Answers) -> DeepContextPlugin:
-    return DeepContextPlugin(TBContext(logdir=str(logdir)), store=ProfileStore(logdir, listing_ttl_s=0),
-                             answers=answers)
+    return DeepContextPlugin(
+        TBContext(logdir=str(logdir)), store=ProfileStore(logdir, listing_ttl_s=0), answers=answers
+    )
 
 
 class Planted:
@@ -73,8 +73,11 @@ def test_a_kept_answer_equals_a_fresh_one(api: Api, plugin):
     fresh = browse.flame(plugin.store.index(Ref("run-a", 0, (5, 8))), 0, "cpu_time_ns", 0.0, 3000)
     assert first == again == fresh
     assert [n["label"] for n in again["nodes"]][:2] == ["steps 5\u20137", "backward"]
-    gzipped = api.client.get("/data/plugin/deepcontext/flame", query_string={k: str(v) for k, v in query.items()},
-                             headers={"Accept-Encoding": "gzip"})
+    gzipped = api.client.get(
+        "/data/plugin/deepcontext/flame",
+        query_string={k: str(v) for k, v in query.items()},
+        headers={"Accept-Encoding": "gzip"},
+    )
     assert gzipped.headers["Content-Encoding"] == "gzip" and plugin.answers.computed == 1
 
 
@@ -90,7 +93,10 @@ def test_identical_concurrent_requests_compute_once(logdir, monkeypatch):
     for t in threads:
         t.join(HANG_GUARD_S)
     assert planted.calls == 1 and plugin.answers.computed == 1
-    assert all(r == results[0] for r in results) and results[0]["nodes"][0]["label"] == "steps 5\u20137"
+    assert (
+        all(r == results[0] for r in results)
+        and results[0]["nodes"][0]["label"] == "steps 5\u20137"
+    )
 
 
 def test_a_changed_file_is_not_answered_from_the_cache(api: Api, plugin, logdir, src):
@@ -99,7 +105,9 @@ def test_a_changed_file_is_not_answered_from_the_cache(api: Api, plugin, logdir,
     assert before["nodes"][0]["incl"] == 1070
     path = write_profile(make_profile(src, 0, (5, 8), scale=5), logdir, "run-a")
     stat = os.stat(path)
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a new mtime even on a coarse clock
+    os.utime(
+        path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9)
+    )  # a new mtime even on a coarse clock
     after = api.json("/flame", **query)
     assert after["nodes"][0]["incl"] == 1500 + 50 + 20 + 600 + 100  # aten::mm at scale 5
     assert after != before and plugin.answers.computed == 2

@@ -38,7 +38,11 @@ def _ensemble(tmp_path, tree):
 def test_frame_json_is_the_schema_shape():
     assert list(frame_json(FRAME)) == ["kind", "name", "detail", "file", "line", "backward"]
     assert frame_json(FRAME) == {
-        "kind": "python", "name": "step", "detail": "Trainer", "file": "/src/t.py", "line": 12,
+        "kind": "python",
+        "name": "step",
+        "detail": "Trainer",
+        "file": "/src/t.py",
+        "line": 12,
         "backward": True,
     }
 

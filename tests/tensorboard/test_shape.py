@@ -15,10 +15,18 @@ from dc_core.tensorboard import browse, diff, shape, tables
 from dc_core.tensorboard.params import Ref
 from dc_core.tensorboard.store import Index
 
-FRAMES = [Frame("phase", "forward"), Frame("phase", "backward"), Frame("python", "f", "/a.py", 1),
-          Frame("python", "g", "/a.py", 2), Frame("module", "m", detail="M"), Frame("module", "m", detail="M", backward=True),
-          Frame("operator", "aten::mm"), Frame("operator", "aten::mm", backward=True), Frame("kernel", "k"),
-          Frame("compiled", "graph_0")]
+FRAMES = [
+    Frame("phase", "forward"),
+    Frame("phase", "backward"),
+    Frame("python", "f", "/a.py", 1),
+    Frame("python", "g", "/a.py", 2),
+    Frame("module", "m", detail="M"),
+    Frame("module", "m", detail="M", backward=True),
+    Frame("operator", "aten::mm"),
+    Frame("operator", "aten::mm", backward=True),
+    Frame("kernel", "k"),
+    Frame("compiled", "graph_0"),
+]
 
 
 def random_tree(seed: int, paths: int = 400) -> Tree:
@@ -69,10 +77,17 @@ def test_context_ids_by_level_and_by_loop_make_the_same_groups(seed, monkeypatch
 
 
 def test_a_backward_context_frame_pairs_with_its_forward_twin():
-    tree = tree_from_lists(("forward", ("module:m", "aten::mm @cpu_time_ns=3")),
-                           ("backward", ("module:m [backward]", "aten::mm [backward] @cpu_time_ns=5")))
-    split = browse.phase_split(index_of(tree), tree.find("backward", "m [backward]", "aten::mm [backward]"))
-    assert {p["phase"]: p["incl"]["cpu_time_ns"] for p in split["phases"]} == {"forward": 3, "backward": 5}
+    tree = tree_from_lists(
+        ("forward", ("module:m", "aten::mm @cpu_time_ns=3")),
+        ("backward", ("module:m [backward]", "aten::mm [backward] @cpu_time_ns=5")),
+    )
+    split = browse.phase_split(
+        index_of(tree), tree.find("backward", "m [backward]", "aten::mm [backward]")
+    )
+    assert {p["phase"]: p["incl"]["cpu_time_ns"] for p in split["phases"]} == {
+        "forward": 3,
+        "backward": 5,
+    }
 
 
 def test_too_deep_trees_take_the_models_loops(monkeypatch):

@@ -32,7 +32,10 @@ def nothing_left_hooked():
 
     assert torch._C._len_torch_function_stack() == 0
     assert not module_mod._global_forward_pre_hooks and not module_mod._global_forward_hooks
-    assert not optimizer_mod._global_optimizer_pre_hooks and not optimizer_mod._global_optimizer_post_hooks
+    assert (
+        not optimizer_mod._global_optimizer_pre_hooks
+        and not optimizer_mod._global_optimizer_post_hooks
+    )
 
 
 def only_profile(logdir):

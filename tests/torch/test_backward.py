@@ -6,10 +6,10 @@ import torch
 from torch.nn import functional as F
 
 import dc_torch
-from dc_core.record.config import StepRange
-from dc_core.model.opnames import op_name
-from dc_core.store.logdir import load_profiles
 import dc_torch.autograd as autograd
+from dc_core.model.opnames import op_name
+from dc_core.record.config import StepRange
+from dc_core.store.logdir import load_profiles
 from dc_torch.autograd import pack, unpack
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, sharpen
@@ -18,7 +18,12 @@ QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
 
 
 def _backward_ops(tree, name):
-    return find(tree, lambda fs: fs[0].name == "backward" and op_name(fs[-1].name) == op_name(name) and fs[-1].backward)
+    return find(
+        tree,
+        lambda fs: (
+            fs[0].name == "backward" and op_name(fs[-1].name) == op_name(name) and fs[-1].backward
+        ),
+    )
 
 
 def test_marks_round_trip():
@@ -31,12 +36,16 @@ def test_nodes_are_hooked_through_the_shared_holder_on_this_torch():
     assert autograd._hook_holder(lambda grad: None) is not None
 
 
-def test_composite_call_inner_nodes_are_timed_and_counted(tmp_path, monkeypatch, holder=True, paired=False):
+def test_composite_call_inner_nodes_are_timed_and_counted(
+    tmp_path, monkeypatch, holder=True, paired=False
+):
     if not holder:  # where torch has no usable _register_hook_dict: the public register_prehook
         monkeypatch.setattr(autograd, "_hook_holder", lambda hook: None)
     if paired:  # as for tensors on a device, whose nodes run on autograd's device threads
         attach = autograd.NodeHooks.attach
-        monkeypatch.setattr(autograd.NodeHooks, "attach", lambda self, node, paired: attach(self, node, True))
+        monkeypatch.setattr(
+            autograd.NodeHooks, "attach", lambda self, node, paired: attach(self, node, True)
+        )
     model = TwoLine()
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
         for _ in range(3):
@@ -45,7 +54,10 @@ def test_composite_call_inner_nodes_are_timed_and_counted(tmp_path, monkeypatch,
     tree = only_profile(tmp_path).tree
     linear = _backward_ops(tree, "torch.nn.functional.linear")
     by_detail = {tree.node_frame(n).detail: n for n in linear}
-    assert set(by_detail) == {"AddmmBackward0", "TBackward0"}  # the weight's transpose is the call's inner node
+    assert set(by_detail) == {
+        "AddmmBackward0",
+        "TBackward0",
+    }  # the weight's transpose is the call's inner node
     # exact per autograd node: each ran once per step
     assert tree.value(by_detail["AddmmBackward0"], "count") == 3
     assert tree.value(by_detail["TBackward0"], "count") == 3
@@ -77,7 +89,9 @@ def test_direct_autograd_backward_closes_its_scopes_when_the_pass_ends(tmp_path)
         assert not any(f.kind == "operator" for f in path[:-1]), path  # operators are leaves
     softmax = _backward_ops(tree, "torch.softmax")
     assert len(softmax) == 1 and tree.value(softmax[0], "count") == 2
-    after = find(tree, lambda fs: op_name(fs[-1].name) == op_name("torch.softmax") and not fs[-1].backward)
+    after = find(
+        tree, lambda fs: op_name(fs[-1].name) == op_name("torch.softmax") and not fs[-1].backward
+    )
     assert sum(tree.value(n, "count") for n in after) == 4
 
 
@@ -98,7 +112,9 @@ def test_a_users_tensor_hook_still_runs_and_changes_the_gradient(tmp_path):
             kept.remove()
 
         if profiled:
-            with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET) as prof:
+            with dc_torch.profile(
+                logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET
+            ) as prof:
                 step()
                 prof.step()
         else:
@@ -133,7 +149,9 @@ def test_a_graph_that_outlives_its_window_lands_under_the_phase_by_node_name(tmp
 
 def _alloc_window(logdir, **config):
     x, w = torch.randn(16, 8), torch.randn(8, 16)
-    with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=0, count=2), **QUIET, **config) as prof:
+    with dc_torch.profile(
+        logdir=str(logdir), steps=StepRange(start=0, count=2), **QUIET, **config
+    ) as prof:
         for _ in range(2):
             fresh = F.relu(x)
             fresh.view(8, 16).t().add_(1.0)
@@ -161,11 +179,17 @@ def test_shapes_are_read_in_comprehensive_windows_or_when_asked(tmp_path):
     """Reading op arguments makes torch box every op's inputs and outputs:
     lightweight windows leave FLOPs and alloc_bytes out unless record_shapes
     asks for them; comprehensive windows take them unless it says no."""
-    for name, config, takes in (("light", {}, False), ("light+shapes", {"record_shapes": True}, True),
-                                ("comprehensive", {"mode": "comprehensive"}, True),
-                                ("comprehensive-shapes", {"mode": "comprehensive", "record_shapes": False}, False)):
+    for name, config, takes in (
+        ("light", {}, False),
+        ("light+shapes", {"record_shapes": True}, True),
+        ("comprehensive", {"mode": "comprehensive"}, True),
+        ("comprehensive-shapes", {"mode": "comprehensive", "record_shapes": False}, False),
+    ):
         tree = _alloc_window(tmp_path / name, **config)
         relu = find(tree, lambda fs: op_name(fs[-1].name) == op_name("torch.nn.functional.relu"))[0]
-        mm = find(tree, lambda fs: fs[0].name != "backward" and op_name(fs[-1].name) == op_name("torch.mm"))[0]
+        mm = find(
+            tree,
+            lambda fs: fs[0].name != "backward" and op_name(fs[-1].name) == op_name("torch.mm"),
+        )[0]
         assert tree.value(relu, "alloc_bytes") == (2 * 16 * 8 * 4 if takes else 0), name
         assert tree.value(mm, "flops") == (2 * (2 * 16 * 8 * 16) if takes else 0), name

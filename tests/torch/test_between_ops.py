@@ -44,12 +44,19 @@ def _module(tree, name: str) -> int:
 
 
 @pytest.mark.parametrize("mode", ["lightweight", "comprehensive"])
-def test_regression_python_between_operators_sat_as_the_phases_own_time(tmp_path, mode, capture_path):
+def test_regression_python_between_operators_sat_as_the_phases_own_time(
+    tmp_path, mode, capture_path
+):
     """2.0-2.7 ms a step of HF GPT2, Llama and the demo Transformer's own Python
     was the forward phase's exclusive time, under no line or module."""
     model = Outer()
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=STEPS), mode=mode,
-                          cpu_sampling_hz=0, system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=0, count=STEPS),
+        mode=mode,
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         for _ in range(STEPS):
             model(torch.randn(4, 4))
             prof.step()
@@ -58,8 +65,12 @@ def test_regression_python_between_operators_sat_as_the_phases_own_time(tmp_path
     forward = tree.find("forward")
     spun = STEPS * SPIN_S * 1e9
     outer, inner = _module(tree, "Outer"), _module(tree, "inner")
-    ops = sum(incl[n] for n in tree.preorder(outer) if tree.node_frame(n).kind == "operator"
-              and tree.node_frame(tree.parent[n]).kind != "operator")
+    ops = sum(
+        incl[n]
+        for n in tree.preorder(outer)
+        if tree.node_frame(n).kind == "operator"
+        and tree.node_frame(tree.parent[n]).kind != "operator"
+    )
     assert incl[outer] - ops >= 0.9 * spun  # in the model's own code, not in its operators
     assert tree.value(forward, "cpu_time_ns") < 0.1 * spun  # not the phase's
     if mode == "comprehensive" or capture_path == "python":  # module calls timed: the module's own

@@ -29,10 +29,14 @@ def capture_path() -> str:
 def test_the_key_tells_environments_apart_and_is_stable_within_one(monkeypatch):
     here = native.build_key()
     assert native.build_key() == here
-    monkeypatch.setattr(sys, "prefix", "/opt/another-venv")  # a second environment, same torch version
+    monkeypatch.setattr(
+        sys, "prefix", "/opt/another-venv"
+    )  # a second environment, same torch version
     assert native.build_key() != here
     monkeypatch.undo()
-    monkeypatch.setattr(torch, "__file__", "/opt/another-site/torch/__init__.py")  # another installation
+    monkeypatch.setattr(
+        torch, "__file__", "/opt/another-site/torch/__init__.py"
+    )  # another installation
     assert native.build_key() != here
     monkeypatch.undo()
     native._compiler.cache_clear()  # read once per process
@@ -45,14 +49,21 @@ def test_the_key_tells_environments_apart_and_is_stable_within_one(monkeypatch):
     assert native.build_key() == here
 
 
-def _python(script: str, cache: Path | None = None, timeout: float = 120,
-            python: str = sys.executable) -> subprocess.CompletedProcess:
+def _python(
+    script: str, cache: Path | None = None, timeout: float = 120, python: str = sys.executable
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DEEPCONTEXT_CONFIG"}
     env["PYTHONPATH"] = str(ROOT)
     if cache is not None:
         env["DEEPCONTEXT_CACHE"] = str(cache)
-    return subprocess.run([python, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [python, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def test_a_built_entry_is_imported_as_it_is_without_ninja_or_setuptools():
@@ -74,7 +85,8 @@ def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tm
     """A fresh cache: the first window takes the Python path at once (its step
     pays nothing for the build), the build runs in a process of its own, and
     the first window after it has finished is native."""
-    done = _python(f"""
+    done = _python(
+        f"""
         import time, torch
         import dc_torch
         from dc_torch import native
@@ -99,17 +111,27 @@ def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tm
             for _ in range(8):  # a whole window opened after the build
                 step()
         print(native.load()[0] is not None)
-    """, cache=tmp_path / "cache", timeout=900)
+    """,
+        cache=tmp_path / "cache",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("True"), done.stdout + done.stderr
-    assert done.stderr.count("building its native operator capture for this environment in the background") == 1
+    assert (
+        done.stderr.count(
+            "building its native operator capture for this environment in the background"
+        )
+        == 1
+    )
     from dc_core.store.logdir import load_profiles
 
     profiles, errors = load_profiles(tmp_path)
     assert not errors
     by_step = sorted(profiles, key=lambda p: p.steps)
     first, last = by_step[0], by_step[-1]
-    assert first.steps == (0, 1) and first.env["capture"].startswith("python (the native capture is being built")
+    assert first.steps == (0, 1) and first.env["capture"].startswith(
+        "python (the native capture is being built"
+    )
     assert last.env["capture"].startswith("native")
     [entry] = (tmp_path / "cache" / "torch-capture").iterdir()
     assert (entry / "built").is_file() and list(entry.glob("build-*.log"))
@@ -132,11 +154,24 @@ def _second_environment(path: Path) -> str:
     import site
     import sysconfig
 
-    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(path)],
-                   check=True, timeout=120)
+    subprocess.run(
+        [
+            getattr(sys, "_base_executable", sys.executable),
+            "-m",
+            "venv",
+            "--without-pip",
+            str(path),
+        ],
+        check=True,
+        timeout=120,
+    )
     python = str(path / "bin" / "python")
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     ours = sysconfig.get_paths()["purelib"]
     assert ours in site.getsitepackages()
     Path(purelib, "shared.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
@@ -153,9 +188,13 @@ def test_two_environments_in_turn_build_once_each_and_never_rebuild_each_other(t
     cache = tmp_path / "cache"
     _, ours = native._entry()
     (cache / "torch-capture").mkdir(parents=True)
-    shutil.copytree(ours, cache / "torch-capture" / ours.name)  # this environment's, as `make test` built it
+    shutil.copytree(
+        ours, cache / "torch-capture" / ours.name
+    )  # this environment's, as `make test` built it
     other = _second_environment(tmp_path / "venv-b")
-    built = _python("from dc_torch import native; native.build()", cache=cache, timeout=900, python=other)
+    built = _python(
+        "from dc_torch import native; native.build()", cache=cache, timeout=900, python=other
+    )
     assert built.returncode == 0, built.stderr
     entries = sorted((cache / "torch-capture").iterdir())
     assert len(entries) == 2 and ours.name in {e.name for e in entries}  # side by side
@@ -169,4 +208,6 @@ def test_two_environments_in_turn_build_once_each_and_never_rebuild_each_other(t
         seen.append(Path(path).parent.name)
     assert seen[0] == seen[2] == ours.name and seen[1] == seen[3] != ours.name
     # nothing of either entry was written again: no rebuild, no rewritten build.ninja
-    assert {e.name: [(f.name, f.stat().st_mtime_ns) for f in sorted(e.iterdir())] for e in entries} == first
+    assert {
+        e.name: [(f.name, f.stat().st_mtime_ns) for f in sorted(e.iterdir())] for e in entries
+    } == first

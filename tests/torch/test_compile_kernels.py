@@ -10,10 +10,16 @@ import pytest
 import torch
 
 import dc_torch
-from dc_core.collect.collector import FLAG_BACKWARD, KIND_KERNEL, KIND_MODULE, KIND_PYTHON
+from dc_core.collect.collector import (
+    FLAG_BACKWARD,
+    INHERIT,
+    INNERMOST,
+    KIND_KERNEL,
+    KIND_MODULE,
+    KIND_PYTHON,
+)
 from dc_core.record.config import StepRange
 from dc_torch.compiled import deepcontext_backend
-from dc_core.collect.collector import INHERIT, INNERMOST
 from dc_torch.inductor import Generated, compile_fx_kwargs, kernel_sites
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
@@ -34,18 +40,29 @@ def profiled(tmp_path_factory):
         return compiled
 
     def kernels():
-        return {(id(g), name): g.namespace[name] for r in regions for g in r.generated for name in g.namespace
-                if name.startswith(("cpp_", "triton_", "extern_kernels"))}
+        return {
+            (id(g), name): g.namespace[name]
+            for r in regions
+            for g in r.generated
+            for name in g.namespace
+            if name.startswith(("cpp_", "triton_", "extern_kernels"))
+        }
 
     seen = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache",
-                                                             "deepcontext-tests", "inductor"))
+        patch.setenv(
+            "TORCHINDUCTOR_CACHE_DIR",
+            os.path.join(os.path.expanduser("~"), ".cache", "deepcontext-tests", "inductor"),
+        )
         torch._dynamo.reset()
         torch.manual_seed(0)
         model = torch.compile(TwoLine(), backend=backend)
-        with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=2, count=3), cpu_sampling_hz=0,
-                              system_interval_ms=0) as prof:
+        with dc_torch.profile(
+            logdir=str(logdir),
+            steps=StepRange(start=2, count=3),
+            cpu_sampling_hz=0,
+            system_interval_ms=0,
+        ) as prof:
             for step in range(6):
                 losses = train(model, 1, prof, seed=step)
                 seen[step] = (kernels(), losses)
@@ -54,15 +71,23 @@ def profiled(tmp_path_factory):
 
 
 def _kernel_nodes(tree, name_prefix, backward):
-    return find(tree, lambda fs: fs[-1].kind == "kernel" and fs[-1].name.startswith(name_prefix)
-                and fs[-1].backward == backward)
+    return find(
+        tree,
+        lambda fs: (
+            fs[-1].kind == "kernel"
+            and fs[-1].name.startswith(name_prefix)
+            and fs[-1].backward == backward
+        ),
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)` when there are global hooks")
 def test_fused_kernel_under_the_helper_line_inside_the_compiled_frame(profiled):
     tree = profiled.tree
-    fused = [n for n in _kernel_nodes(tree, "cpp_fused_", False) if "softmax" in tree.node_frame(n).name]
+    fused = [
+        n for n in _kernel_nodes(tree, "cpp_fused_", False) if "softmax" in tree.node_frame(n).name
+    ]
     assert len(fused) == 1
     node = fused[0]
     assert tree.value(node, "count") == 3 and tree.value(node, "cpu_time_ns") > 0
@@ -73,8 +98,11 @@ def test_fused_kernel_under_the_helper_line_inside_the_compiled_frame(profiled):
     assert (helper.kind, helper.name, helper.file, helper.line) == ("python", "sharpen", MODELS, 10)
     assert any(f.kind == "compiled" and f.name.endswith("(inductor)") for f in path)
     # beside the graph operations of the same line: one node for the line, ops and kernel under it
-    softmax = [n for n in find(tree, lambda fs: fs[-1].name == "torch.softmax" and fs[0].name == "forward")
-               if tree.node_frame(tree.parent[n]).name == "sharpen"]
+    softmax = [
+        n
+        for n in find(tree, lambda fs: fs[-1].name == "torch.softmax" and fs[0].name == "forward")
+        if tree.node_frame(tree.parent[n]).name == "sharpen"
+    ]
     assert [tree.parent[n] for n in softmax] == [tree.parent[node]]
 
 
@@ -93,15 +121,23 @@ def test_matmul_kernel_under_the_linear_module_and_its_line(profiled):
 @pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)` when there are global hooks")
 def test_backward_kernels_flagged_under_the_same_forward_sources(profiled):
     tree = profiled.tree
-    backward = _kernel_nodes(tree, "cpp_fused_", True) + _kernel_nodes(tree, "extern_kernels.mm", True)
+    backward = _kernel_nodes(tree, "cpp_fused_", True) + _kernel_nodes(
+        tree, "extern_kernels.mm", True
+    )
     assert len(backward) >= 2
     by_name = {tree.node_frame(n).name: n for n in backward}
     assert all(tree.path_frames(n)[0].name == "backward" for n in backward)
     assert all(tree.value(n, "count") == 3 and tree.value(n, "cpu_time_ns") > 0 for n in backward)
     softmax_bwd = next(n for name, n in by_name.items() if "softmax_backward" in name)
-    assert [(f.name, f.line) for f in tree.path_frames(softmax_bwd)[-3:-1]] == [("forward", 22), ("sharpen", 10)]
+    assert [(f.name, f.line) for f in tree.path_frames(softmax_bwd)[-3:-1]] == [
+        ("forward", 22),
+        ("sharpen", 10),
+    ]
     mm = by_name["extern_kernels.mm"]
-    assert [(f.kind, f.name) for f in tree.path_frames(mm)[-3:-1]] == [("module", "lin"), ("python", "forward")]
+    assert [(f.kind, f.name) for f in tree.path_frames(mm)[-3:-1]] == [
+        ("module", "lin"),
+        ("python", "forward"),
+    ]
     # under the region's autograd node, which sits where the forward region's caller is
     region_op = tree.path_frames(mm)[-4]
     assert region_op.backward and region_op.detail == "CompiledFunctionBackward"
@@ -111,14 +147,22 @@ def test_backward_kernels_flagged_under_the_same_forward_sources(profiled):
 @pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)` when there are global hooks")
 def test_kernels_swapped_only_inside_the_window_and_results_unchanged(profiled):
     def shimmed(kernels):
-        return {key for key, k in kernels.items() if hasattr(k, "__wrapped__") or type(k).__name__ == "_Namespace"}
+        return {
+            key
+            for key, k in kernels.items()
+            if hasattr(k, "__wrapped__") or type(k).__name__ == "_Namespace"
+        }
 
     seen = profiled.seen
     # seen after each step's ``prof.step()``: the window holds steps 2-4, so after steps 2 and 3 it is open
     for step in (2, 3):
-        assert shimmed(seen[step][0])  # the window's region: its kernels timed while the window is open
+        assert shimmed(
+            seen[step][0]
+        )  # the window's region: its kernels timed while the window is open
     for step in (0, 1, 4, 5):
-        assert seen[step][0] and not shimmed(seen[step][0])  # outside: the generated module's own globals
+        assert seen[step][0] and not shimmed(
+            seen[step][0]
+        )  # outside: the generated module's own globals
     generated = [g for r in profiled.regions for g in r.generated]
     assert not any(g.saved for g in generated)
     # the shims change nothing: the same model and data without profiling give the same losses
@@ -138,24 +182,37 @@ def _node(name, trace="", modules=None):
 
 
 def _trace(*frames):
-    return "".join(f'  File "{file}", line {line}, in {func}\n    code\n' for file, line, func in frames)
+    return "".join(
+        f'  File "{file}", line {line}, in {func}\n    code\n' for file, line, func in frames
+    )
 
 
 def test_kernel_sites_in_call_order_with_common_prefix_and_trace_fallback():
     lin = {"1": ("L['self'].lin", torch.nn.Linear)}
     at21 = _trace(("/u/m.py", 21, "forward"))
     at22 = _trace(("/u/m.py", 22, "forward"), ("/u/m.py", 10, "sharpen"))
-    nodes = [_node("addmm", at21, lin), _node("mm_1", at21, lin), _node("exp", at22), _node("mul", at21, lin)]
+    nodes = [
+        _node("addmm", at21, lin),
+        _node("mm_1", at21, lin),
+        _node("exp", at22),
+        _node("mul", at21, lin),
+    ]
     graph = SimpleNamespace(graph=SimpleNamespace(nodes=nodes))
-    mapping = {"cppCodeToPost": {
-        "extern_kernels.mm:3": ["mm_1"],
-        "extern_kernels.mm:1": ["addmm"],
-        "cpp_fused_exp_mul_0:2": ["exp", "mul"],  # two lines fused: placed at what they share
-        "cpp_fused_gone_1:4": ["renamed_by_a_pass"],  # names the graph lost: read the stack traces
-    }}
+    mapping = {
+        "cppCodeToPost": {
+            "extern_kernels.mm:3": ["mm_1"],
+            "extern_kernels.mm:1": ["addmm"],
+            "cpp_fused_exp_mul_0:2": ["exp", "mul"],  # two lines fused: placed at what they share
+            "cpp_fused_gone_1:4": [
+                "renamed_by_a_pass"
+            ],  # names the graph lost: read the stack traces
+        }
+    }
     traces = {"cpp_fused_gone_1:4": [at21]}
-    compiled = SimpleNamespace(inductor_provenance_mapping_str=json.dumps(mapping),
-                               inductor_provenance_stack_traces_str=json.dumps(traces))
+    compiled = SimpleNamespace(
+        inductor_provenance_mapping_str=json.dumps(mapping),
+        inductor_provenance_stack_traces_str=json.dumps(traces),
+    )
     sites = kernel_sites(graph, compiled)
     module = (KIND_MODULE, "lin", "", 0, "Linear")
     line21 = (KIND_PYTHON, "forward", "/u/m.py", 21, "")
@@ -231,6 +288,13 @@ def test_shared_generated_module_regression_originals_back_whatever_the_restore_
 
 def test_torch_compile_mode_and_options_become_inductor_config_patches():
     assert compile_fx_kwargs({}) == {}
-    kwargs = compile_fx_kwargs({"mode": "max-autotune-no-cudagraphs", "options": {"trace.enabled": False}})
-    assert kwargs == {"config_patches": {"max_autotune": True, "coordinate_descent_tuning": True,
-                                         "trace.enabled": False}}
+    kwargs = compile_fx_kwargs(
+        {"mode": "max-autotune-no-cudagraphs", "options": {"trace.enabled": False}}
+    )
+    assert kwargs == {
+        "config_patches": {
+            "max_autotune": True,
+            "coordinate_descent_tuning": True,
+            "trace.enabled": False,
+        }
+    }

@@ -34,14 +34,24 @@ def test_regression_bare_detach_records_were_operators_of_their_own(tmp_path, ca
     a region beside the ``aten::detach_`` that ran it, and inside AccumulateGrad
     as a node of its own under the line that called backward. Now: one
     ``aten::detach_`` per call, and autograd's own detaches inside AccumulateGrad."""
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=3), cpu_sampling_hz=0,
-                          system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=1, count=3),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         _detaching_steps(prof, 5)
     tree = only_profile(tmp_path).tree
     detaches = find(tree, lambda fs: fs[-1].kind == "operator" and op_name(fs[-1].name) == "detach")
     lines = sorted((tree.path_frames(n)[-2].line, tree.value(n, "count")) for n in detaches)
     first = _detaching_steps.__code__.co_firstlineno
-    assert lines == [(first + 5, 3), (first + 6, 3)]  # h.detach(), kept.detach_(): once each per step
+    assert lines == [
+        (first + 5, 3),
+        (first + 6, 3),
+    ]  # h.detach(), kept.detach_(): once each per step
     assert all(tree.path_frames(n)[0].name == "forward" for n in detaches)
     if capture_path == "native":  # named as ATen names them, like every other ATen op
-        assert sorted(tree.node_frame(n).name for n in detaches) == ["aten::detach", "aten::detach_"]
+        assert sorted(tree.node_frame(n).name for n in detaches) == [
+            "aten::detach",
+            "aten::detach_",
+        ]

@@ -40,8 +40,12 @@ WINDOWS = StepRange(start=2, count=2, every=3, repeat=3)  # steps 2-3, 5-6, 8-9
 STEPS = 10
 REGION_SLACK = 0.05
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)` when there are global hooks")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings(
+        "ignore:Using `torch.compile\\(module\\)` when there are global hooks"
+    ),
+]
 
 
 def _graph_break(module, args, output):
@@ -70,11 +74,17 @@ class _Errors(logging.Handler):
 def _train(logdir, backend, tokens):
     """Profiles of the compiled GPT2 trained ``STEPS`` AdamW steps, and the errors the profiler logged."""
     model = _gpt2()
-    compiled = torch.compile(model, backend=deepcontext_backend) if backend == "deepcontext" else torch.compile(model)
+    compiled = (
+        torch.compile(model, backend=deepcontext_backend)
+        if backend == "deepcontext"
+        else torch.compile(model)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, VOCAB, (BATCH, tokens), generator=torch.Generator().manual_seed(0))
     errors = _Errors()
-    logging.getLogger("deepcontext").addHandler(errors)  # where the profiler says it turned itself off
+    logging.getLogger("deepcontext").addHandler(
+        errors
+    )  # where the profiler says it turned itself off
     threads = torch.get_num_threads()
     try:
         # One thread: two would spin against the machine's other work. No
@@ -82,7 +92,9 @@ def _train(logdir, backend, tokens):
         torch.set_num_threads(1)
         gc.collect()
         gc.disable()
-        with dc_torch.profile(logdir=str(logdir), steps=WINDOWS, cpu_sampling_hz=0, system_interval_ms=0) as prof:
+        with dc_torch.profile(
+            logdir=str(logdir), steps=WINDOWS, cpu_sampling_hz=0, system_interval_ms=0
+        ) as prof:
             for _ in range(STEPS):
                 compiled(ids, labels=ids).loss.backward()
                 optimizer.step()
@@ -111,11 +123,19 @@ def gpt2(runs, capture_path, tmp_path_factory):
     def run(backend):
         key = (capture_path, backend)
         if key not in runs:
-            tokens = TOKENS if backend == "deepcontext" else 32  # plain Inductor's kernels are not timed
+            tokens = (
+                TOKENS if backend == "deepcontext" else 32
+            )  # plain Inductor's kernels are not timed
             with pytest.MonkeyPatch.context() as patch:
-                patch.setenv("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-                    os.path.expanduser("~"), ".cache", "deepcontext-tests", "inductor"))
-                runs[key] = _train(tmp_path_factory.mktemp(f"gpt2-{capture_path}-{backend}"), backend, tokens)
+                patch.setenv(
+                    "TORCHINDUCTOR_CACHE_DIR",
+                    os.path.join(
+                        os.path.expanduser("~"), ".cache", "deepcontext-tests", "inductor"
+                    ),
+                )
+                runs[key] = _train(
+                    tmp_path_factory.mktemp(f"gpt2-{capture_path}-{backend}"), backend, tokens
+                )
         profiles, errors = runs[key]
         assert not errors, errors  # the profiler stayed on
         assert [p.steps for p in profiles] == [(2, 4), (5, 7), (8, 10)]
@@ -129,7 +149,11 @@ def _nodes(tree, kind):
 
 
 def _kernel_time(tree, region):
-    return sum(tree.value(n, "cpu_time_ns") for n in tree.preorder(region) if tree.node_frame(n).kind == "kernel")
+    return sum(
+        tree.value(n, "cpu_time_ns")
+        for n in tree.preorder(region)
+        if tree.node_frame(n).kind == "kernel"
+    )
 
 
 def test_regression_compiled_graph_counted_twice_made_phase_time_negative(gpt2):
@@ -141,7 +165,11 @@ def test_regression_compiled_graph_counted_twice_made_phase_time_negative(gpt2):
     for profile in gpt2("deepcontext"):
         tree = profile.tree
         assert violations(profile) == []
-        assert not [n for n in range(len(tree)) if tree.node_frame(n).name.startswith("Torch-Compiled Region")]
+        assert not [
+            n
+            for n in range(len(tree))
+            if tree.node_frame(n).name.startswith("Torch-Compiled Region")
+        ]
         regions = [tree.node_frame(n).name for n in _nodes(tree, "compiled")]
         # the two blocks (the break splits them), lm_head, the loss: each once, run once a step
         assert len(regions) == 4 and len(set(regions)) == 4
@@ -156,9 +184,14 @@ def test_regression_native_module_naming_was_traced_by_dynamo_and_turned_the_pro
     no error). Now the eager modules between the graphs are named, every window."""
     for profile in gpt2("deepcontext"):
         tree = profile.tree
-        eager = {f.name.rsplit("transformer.", 1)[-1] for n in range(len(tree))
-                 for f in [tree.node_frame(n)] if f.kind == "module" and f.detail in ("Embedding", "LayerNorm")
-                 and not any(a.kind == "compiled" for a in tree.path_frames(n))}
+        eager = {
+            f.name.rsplit("transformer.", 1)[-1]
+            for n in range(len(tree))
+            for f in [tree.node_frame(n)]
+            if f.kind == "module"
+            and f.detail in ("Embedding", "LayerNorm")
+            and not any(a.kind == "compiled" for a in tree.path_frames(n))
+        }
         assert {"wte", "wpe", "ln_f"} <= eager
 
 
@@ -183,7 +216,9 @@ def test_compiled_block_sits_under_its_module_and_the_line_that_called_it(gpt2):
     blocks = []
     for region in _nodes(tree, "compiled"):
         path = tree.path_frames(region)
-        assert path[0].name == "forward" and path[-2].kind == "python"  # under the line that ran the graph
+        assert (
+            path[0].name == "forward" and path[-2].kind == "python"
+        )  # under the line that ran the graph
         modules = [f for f in path if f.kind == "module"]
         assert modules and modules[0].detail == "GPT2LMHeadModel"
         if modules[-1].detail == "GPT2Block":
@@ -191,8 +226,12 @@ def test_compiled_block_sits_under_its_module_and_the_line_that_called_it(gpt2):
     assert sorted(name.rsplit("transformer.", 1)[-1] for name in blocks) == ["h.0", "h.1"]
     # its backward: the compiled graph's autograd node, mirrored under the same module and line
     for region in _nodes(tree, "compiled"):
-        mirrored = [n for n in range(len(tree)) if tree.node_frame(n).backward
-                    and tree.node_frame(n).name == tree.node_frame(region).name]
+        mirrored = [
+            n
+            for n in range(len(tree))
+            if tree.node_frame(n).backward
+            and tree.node_frame(n).name == tree.node_frame(region).name
+        ]
         assert len(mirrored) == 1
         assert tree.path_frames(mirrored[0])[1:-1] == tree.path_frames(region)[1:-1]
         assert _kernel_time(tree, mirrored[0]) > 0
@@ -202,13 +241,25 @@ def test_plain_torch_compile_with_a_graph_break_keeps_the_accounts(gpt2, capture
     for profile in gpt2("inductor"):
         tree = profile.tree
         assert violations(profile) == []
-        assert not [n for n in range(len(tree)) if tree.node_frame(n).name.startswith("Torch-Compiled Region")]
+        assert not [
+            n
+            for n in range(len(tree))
+            if tree.node_frame(n).name.startswith("Torch-Compiled Region")
+        ]
         if capture_path == "native":
             # each graph is AOTAutograd's CompiledFunction, its generated code's ATen calls inside it,
             # under the module and line that ran it: the blocks', once each
-            graphs = [n for n in range(len(tree)) if tree.node_frame(n).name == "CompiledFunction"
-                      and not tree.node_frame(n).backward]
+            graphs = [
+                n
+                for n in range(len(tree))
+                if tree.node_frame(n).name == "CompiledFunction" and not tree.node_frame(n).backward
+            ]
             assert len(graphs) == 4 and all(tree.value(n, "count") == 2 for n in graphs)
             assert not [n for g in graphs for n in tree.children(g)]
-            blocks = [f for g in graphs for f in tree.path_frames(g) if f.kind == "module" and f.detail == "GPT2Block"]
+            blocks = [
+                f
+                for g in graphs
+                for f in tree.path_frames(g)
+                if f.kind == "module" and f.detail == "GPT2Block"
+            ]
             assert len(blocks) == 2

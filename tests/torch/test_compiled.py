@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import dc_torch
-from dc_core.record.config import StepRange
 from dc_core.model.opnames import op_name
+from dc_core.record.config import StepRange
 from dc_torch.compiled import deepcontext_backend
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
@@ -29,8 +29,12 @@ def inductor_cache(monkeypatch):
 def test_compiled_region_under_calling_line_with_sources(tmp_path, inductor_cache):
     torch._dynamo.reset()
     model = torch.compile(TwoLine(), backend=deepcontext_backend)
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=2, count=3), cpu_sampling_hz=0,
-                          system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=2, count=3),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         train(model, 6, prof)
     tree = only_profile(tmp_path).tree
     regions = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].kind == "compiled")
@@ -46,17 +50,31 @@ def test_compiled_region_under_calling_line_with_sources(tmp_path, inductor_cach
     assert len(inside) == 1 and tree.value(inside[0], "count") == 3
     path = tree.path_frames(inside[0])
     assert path[-2].kind == "python" and path[-2].name == "sharpen"
-    linear = [n for n in range(len(tree)) if region in tree.path(n) and tree.node_frame(n).kind == "module"]
-    assert [(tree.node_frame(n).name, tree.node_frame(n).detail) for n in linear] == [("lin", "Linear")]
+    linear = [
+        n
+        for n in range(len(tree))
+        if region in tree.path(n) and tree.node_frame(n).kind == "module"
+    ]
+    assert [(tree.node_frame(n).name, tree.node_frame(n).detail) for n in linear] == [
+        ("lin", "Linear")
+    ]
     # the compiled backward, flagged, under the same line as the region
-    backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].backward
-                    and fs[-1].detail == "CompiledFunctionBackward")
+    backward = find(
+        tree,
+        lambda fs: (
+            fs[0].name == "backward"
+            and fs[-1].backward
+            and fs[-1].detail == "CompiledFunctionBackward"
+        ),
+    )
     assert len(backward) == 1 and tree.value(backward[0], "count") == 3
     assert tree.path_frames(backward[0])[1:-1] == tree.path_frames(region)[1:-1]
 
 
 def test_backend_is_registered_by_name():
-    names = {e.name: e.value for e in importlib.metadata.entry_points(group="torch_dynamo_backends")}
+    names = {
+        e.name: e.value for e in importlib.metadata.entry_points(group="torch_dynamo_backends")
+    }
     if "deepcontext" not in names:
         pytest.skip("package not installed (pip install -e .): entry points not registered")
     assert names["deepcontext"] == "dc_torch.compiled:deepcontext_backend"
@@ -78,8 +96,13 @@ def test_regression_opening_a_window_recompiled_the_model(tmp_path, inductor_cac
     x = torch.randn(4, 8)
     model(x).sum().backward()  # compiled before any window
     graphs = counters["stats"]["unique_graphs"]
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
-                          system_interval_ms=0, mode=mode) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=1, count=2),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+        mode=mode,
+    ) as prof:
         prof.start()
         for _ in range(4):
             model(x).sum().backward()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import dc_torch
-from dc_core.record.config import StepRange
 from dc_core.model.opnames import op_name
+from dc_core.record.config import StepRange
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
 
@@ -38,7 +38,9 @@ def test_helper_holds_forward_softmax_counted_per_step(tmp_path):
 
 def test_backward_ops_flagged_under_the_same_helper_frame(tmp_path):
     tree = _run(tmp_path).tree
-    forward = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "softmax")[0]
+    forward = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "softmax")[
+        0
+    ]
     backward = find(tree, lambda fs: fs[0].name == "backward" and op_name(fs[-1].name) == "softmax")
     assert len(backward) == 1
     bpath, fpath = tree.path_frames(backward[0]), tree.path_frames(forward)
@@ -48,7 +50,11 @@ def test_backward_ops_flagged_under_the_same_helper_frame(tmp_path):
     assert bpath[1:-1] == fpath[1:-1]
     assert bpath[-2].name == "sharpen"
     # the multiply on the same line has its own backward, under the same helper frame
-    mul = [n for n in tree.children(tree.parent[backward[0]]) if op_name(tree.node_frame(n).name) == "mul"]
+    mul = [
+        n
+        for n in tree.children(tree.parent[backward[0]])
+        if op_name(tree.node_frame(n).name) == "mul"
+    ]
     assert len(mul) == 1 and tree.node_frame(mul[0]).backward and tree.value(mul[0], "count") == 3
 
 
@@ -70,7 +76,9 @@ def test_window_steps_are_exact(tmp_path):
     profile = _run(tmp_path, steps=8, window=StepRange(start=3, count=2))
     assert profile.steps == (3, 5)
     assert len(profile.step_times_ns) == 2
-    node = find(profile.tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "softmax")[0]
+    node = find(
+        profile.tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == "softmax"
+    )[0]
     assert profile.tree.value(node, "count") == 2
 
 
@@ -84,7 +92,10 @@ def test_optimizer_phase_holds_the_update(tmp_path):
     assert names & {"add", "_foreach_add"}
     # under the loop's line, then torch's step of the optimizer the user built
     step = tree.path_frames(ops[0])
-    assert [(f.kind, f.name) for f in step[:-1]][-2:] == [("python", "train"), ("python", "SGD.step")]
+    assert [(f.kind, f.name) for f in step[:-1]][-2:] == [
+        ("python", "train"),
+        ("python", "SGD.step"),
+    ]
     assert step[-2].file.endswith("torch/optim/sgd.py") and step[-2].line > 0
 
 
@@ -104,7 +115,9 @@ def test_two_optimizers_are_told_apart(tmp_path):
     tree = only_profile(tmp_path).tree
     steps = find(tree, lambda fs: fs[0].name == "optimizer" and fs[-1].name.endswith(".step"))
     assert sorted((tree.node_frame(n).name, tree.value(n, "count")) for n in steps) == [
-        ("Adam.step", 2), ("Optimizer.step", 2)]
+        ("Adam.step", 2),
+        ("Optimizer.step", 2),
+    ]
     for node in steps:  # each holds its own update
         assert any(tree.node_frame(c).kind == "operator" for c in tree.children(node))
 
@@ -117,10 +130,17 @@ def test_outside_a_window_nothing_is_hooked(tmp_path, capture_path):
     extension = load()[0]
     seen = []
     model = TwoLine()
-    prof = dc_torch.Profiler(logdir=str(tmp_path), steps=StepRange(start=2, count=1), **QUIET).start()
+    prof = dc_torch.Profiler(
+        logdir=str(tmp_path), steps=StepRange(start=2, count=1), **QUIET
+    ).start()
     for step in range(4):
-        seen.append((torch._C._len_torch_function_stack(), len(module_mod._global_forward_pre_hooks),
-                     extension is not None and extension.active()))
+        seen.append(
+            (
+                torch._C._len_torch_function_stack(),
+                len(module_mod._global_forward_pre_hooks),
+                extension is not None and extension.active(),
+            )
+        )
         model(torch.randn(2, 8))
         prof.step()
     prof.stop()
@@ -146,7 +166,9 @@ def test_comprehensive_mode_adds_aten_ops_below_torch_calls(tmp_path):
     assert softmax and op_name(tree.node_frame(tree.parent[softmax[0]]).name) == "softmax"
     addmm = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::addmm")
     assert tree.value(addmm[0], "flops") == 3 * 2 * 4 * 8 * 8
-    backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::_softmax_backward_data")
+    backward = find(
+        tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::_softmax_backward_data"
+    )
     assert backward and tree.node_frame(backward[0]).backward
     # under the call's backward node (the native path nests it one deeper: under _softmax's own)
     parent = tree.parent[backward[0]]
@@ -156,7 +178,9 @@ def test_comprehensive_mode_adds_aten_ops_below_torch_calls(tmp_path):
 
 def test_comprehensive_mode_counts_batched_matmul_flops_from_shapes(tmp_path):
     a, b = torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, 6)
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), mode="comprehensive", **QUIET) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path), steps=StepRange(start=0, count=2), mode="comprehensive", **QUIET
+    ) as prof:
         for _ in range(2):
             torch.bmm(a, b).sum().backward()
             prof.step()
@@ -164,7 +188,9 @@ def test_comprehensive_mode_counts_batched_matmul_flops_from_shapes(tmp_path):
     forward = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::bmm")
     assert len(forward) == 1 and tree.value(forward[0], "flops") == 2 * (2 * 3 * 4 * 6 * 5)
     backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::bmm")
-    assert backward and sum(tree.value(n, "flops") for n in backward) == 2 * (2 * 3 * 4 * 5 * 6)  # grad of a only
+    assert backward and sum(tree.value(n, "flops") for n in backward) == 2 * (
+        2 * 3 * 4 * 5 * 6
+    )  # grad of a only
 
 
 def test_regression_foreach_ops_were_named_after_their_implementation_class():
@@ -197,6 +223,8 @@ def test_regression_first_operator_of_a_window_paid_for_torchs_name_table(tmp_pa
         session.step_end(0)
         session.close()
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "1"

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import torch
 
 import dc_torch
-from dc_core.record.config import StepRange
 from dc_core.model.opnames import op_name
+from dc_core.record.config import StepRange
 from dc_torch.adapter import TorchAdapter
 from dc_torch.device import ingest
 from tests.torch.conftest import find, only_profile, requires_cuda
@@ -16,22 +16,36 @@ from tests.torch.models import TwoLine, train
 
 
 def _event(name, parent=None, kernels=(), memory=0):
-    return SimpleNamespace(name=name, cpu_parent=parent, kernels=list(kernels), device_memory_usage=memory)
+    return SimpleNamespace(
+        name=name, cpu_parent=parent, kernels=list(kernels), device_memory_usage=memory
+    )
 
 
 def test_ingest_puts_kernels_under_the_marked_operator(tmp_path):
     from dc_core.record.session import Session
 
     adapter = TorchAdapter(device_activity=False)
-    session = Session(logdir=str(tmp_path), framework="torch", adapter=adapter, cpu_sampling_hz=0, system_interval_ms=0)
+    session = Session(
+        logdir=str(tmp_path),
+        framework="torch",
+        adapter=adapter,
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    )
     session.step_begin(5)  # opens the default window (5..7) and installs the adapter
     try:
         c = session.collector
         op = c.child(c.top(), session.frame(3, "torch.mm"))
         marker = _event(f"dc#{op}")
-        launcher = _event("aten::mm", marker, [SimpleNamespace(name="sgemm_128x64", device=0, duration=2.5)] * 2,
-                          memory=4096)
-        orphan = _event("aten::copy_", None, [SimpleNamespace(name="memcpy HtoD", device=0, duration=1.0)])
+        launcher = _event(
+            "aten::mm",
+            marker,
+            [SimpleNamespace(name="sgemm_128x64", device=0, duration=2.5)] * 2,
+            memory=4096,
+        )
+        orphan = _event(
+            "aten::copy_", None, [SimpleNamespace(name="memcpy HtoD", device=0, duration=1.0)]
+        )
         counts = ingest(adapter.hub, [marker, launcher, orphan])
         assert counts == {"attached": 2, "unmarked": 1}
         kernel = c.child(op, adapter.hub.frames.kernel("sgemm_128x64", "cuda:0"))
@@ -44,30 +58,56 @@ def test_ingest_puts_kernels_under_the_marked_operator(tmp_path):
 
 
 def test_cpu_only_operators_are_the_leaves(tmp_path):
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
-                          system_interval_ms=0, record_shapes=True) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=1, count=2),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+        record_shapes=True,
+    ) as prof:
         train(TwoLine(), 3, prof)
     tree = only_profile(tmp_path).tree
     assert not [n for n in range(len(tree)) if tree.node_frame(n).kind == "kernel"]
-    softmax = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"))[0]
-    assert tree.value(softmax, "alloc_bytes") == 2 * 4 * 8 * 4  # two steps of a fresh 4×8 float32 output
+    softmax = find(
+        tree,
+        lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"),
+    )[0]
+    assert (
+        tree.value(softmax, "alloc_bytes") == 2 * 4 * 8 * 4
+    )  # two steps of a fresh 4×8 float32 output
 
 
 @requires_cuda
 def test_cuda_kernels_under_launching_operator_with_device_time(tmp_path):
     model = TwoLine().cuda()
     batches = [torch.randn(4, 8, device="cuda") for _ in range(4)]
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
-                          system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=1, count=2),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         train(model, 4, prof, batches=batches)
     tree = only_profile(tmp_path).tree
     kernels = find(tree, lambda fs: fs[-1].kind == "kernel")
     assert kernels
-    under_softmax = [k for k in kernels if op_name(tree.node_frame(tree.parent[k]).name) == op_name("torch.softmax")]
+    under_softmax = [
+        k
+        for k in kernels
+        if op_name(tree.node_frame(tree.parent[k]).name) == op_name("torch.softmax")
+    ]
     assert under_softmax
     assert all(tree.value(k, "device_time_ns") > 0 for k in under_softmax)
     assert tree.node_frame(under_softmax[0]).detail.startswith("cuda:")
     backward = [k for k in kernels if tree.node_frame(tree.parent[k]).backward]
     assert backward  # backward kernels land under the forward context's [backward] operator
-    linear = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.nn.functional.linear"))[0]
-    assert tree.value(linear, "alloc_bytes") > 0  # the CUDA caching allocator, through Kineto memory events
+    linear = find(
+        tree,
+        lambda fs: (
+            fs[0].name == "forward"
+            and op_name(fs[-1].name) == op_name("torch.nn.functional.linear")
+        ),
+    )[0]
+    assert (
+        tree.value(linear, "alloc_bytes") > 0
+    )  # the CUDA caching allocator, through Kineto memory events

@@ -65,25 +65,38 @@ def test_regression_modules_named_from_the_naming_root_not_the_first_called():
     assert _names(frames, session, loss, loss) == ("MSELoss", "MSELoss")
 
 
-@pytest.mark.parametrize("source, path", [
-    ("L['s'].up", "up"),  # a helper's argument: was `L['s.up`
-    ("L['self'].inner.blocks.0", "inner.blocks.0"),  # torch >= 2.5 (this one)
-    ("L['self']._modules['blocks']._modules['0']", "blocks.0"),  # earlier torch
-    ("getattr(L['self'].blocks, '0')", "blocks.0"),
-    ("L['self'].layers[0].d['a']", "layers.0.d.a"),
-    ("G['model'].up", "up"),
-    ("L['mod']", ""),  # the module the compiled function got, called itself
-    ("not a source", "not a source"),
-])
+@pytest.mark.parametrize(
+    "source, path",
+    [
+        ("L['s'].up", "up"),  # a helper's argument: was `L['s.up`
+        ("L['self'].inner.blocks.0", "inner.blocks.0"),  # torch >= 2.5 (this one)
+        ("L['self']._modules['blocks']._modules['0']", "blocks.0"),  # earlier torch
+        ("getattr(L['self'].blocks, '0')", "blocks.0"),
+        ("L['self'].layers[0].d['a']", "layers.0.d.a"),
+        ("G['model'].up", "up"),
+        ("L['mod']", ""),  # the module the compiled function got, called itself
+        ("not a source", "not a source"),
+    ],
+)
 def test_regression_module_path_from_dynamo_source_names(source, path):
     assert module_path(source) == path
 
 
 def test_module_frames_name_the_root_by_its_class():
-    node = SimpleNamespace(meta={"nn_module_stack": {
-        "1": ("L['m']", nn.Sequential), "2": ("L['m'].up", nn.Linear), "3@1": ("L['m'].up", nn.Linear)}})
-    assert [(f[1], f[4]) for f in module_frames(node)] == [("Sequential", "Sequential"), ("up", "Linear"),
-                                                           ("up", "Linear")]
+    node = SimpleNamespace(
+        meta={
+            "nn_module_stack": {
+                "1": ("L['m']", nn.Sequential),
+                "2": ("L['m'].up", nn.Linear),
+                "3@1": ("L['m'].up", nn.Linear),
+            }
+        }
+    )
+    assert [(f[1], f[4]) for f in module_frames(node)] == [
+        ("Sequential", "Sequential"),
+        ("up", "Linear"),
+        ("up", "Linear"),
+    ]
 
 
 class _Holder(nn.Module):
@@ -101,15 +114,21 @@ def test_regression_compiled_helper_names_the_module_of_its_argument(tmp_path):
     ``L['s'].up`` was read as ``L['s.up``."""
     torch._dynamo.reset()
     holder, compiled = _Holder(), torch.compile(_helper, backend=compile_backend("eager"))
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), cpu_sampling_hz=0,
-                          system_interval_ms=0) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path),
+        steps=StepRange(start=1, count=2),
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
         for _ in range(3):
             compiled(holder, torch.randn(4, 8)).sum().backward()
             prof.step()
     torch._dynamo.reset()
     tree = only_profile(tmp_path).tree
     modules = tree.find_all(lambda f: f.kind == "module")
-    assert {(tree.node_frame(n).name, tree.node_frame(n).detail) for n in modules} == {("up", "Linear")}
+    assert {(tree.node_frame(n).name, tree.node_frame(n).detail) for n in modules} == {
+        ("up", "Linear")
+    }
     (up,) = modules
     assert tree.path_frames(up)[-2].kind == "compiled"
     (linear,) = [n for n in tree.find_all(lambda f: f.kind == "operator") if up in tree.path(n)]

@@ -12,8 +12,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import dc_torch
-from dc_core.record.config import StepRange
 from dc_core.model.opnames import op_name
+from dc_core.record.config import StepRange
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import TwoLine, train
 
@@ -34,7 +34,12 @@ def capture_path() -> str:
 
 
 def _ops(tree, phase, name):
-    return find(tree, lambda fs: fs[0].name == phase and fs[-1].kind == "operator" and op_name(fs[-1].name) == name)
+    return find(
+        tree,
+        lambda fs: (
+            fs[0].name == phase and fs[-1].kind == "operator" and op_name(fs[-1].name) == name
+        ),
+    )
 
 
 def _demo_transformer():
@@ -65,8 +70,9 @@ def test_composite_calls_show_every_matmul_and_attention_as_torch_profiler_count
         _demo_step(model, data, optimizer)
     expected = {e.key: e.count for e in peer.key_averages()}
     steps = 3
-    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=steps), record_shapes=True,
-                          **QUIET) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path), steps=StepRange(start=0, count=steps), record_shapes=True, **QUIET
+    ) as prof:
         for _ in range(steps):
             _demo_step(model, data, optimizer)
             prof.step()
@@ -77,18 +83,30 @@ def test_composite_calls_show_every_matmul_and_attention_as_torch_profiler_count
     # attention inside F.multi_head_attention_forward sits under its module
     sdpa = _ops(tree, "forward", "scaled_dot_product_attention")
     modules = {f.name for n in sdpa for f in tree.path_frames(n) if f.kind == "module"}
-    assert {"transformer.encoder.layers.0.self_attn", "transformer.decoder.layers.1.multihead_attn"} <= modules
+    assert {
+        "transformer.encoder.layers.0.self_attn",
+        "transformer.decoder.layers.1.multihead_attn",
+    } <= modules
     # every backward matmul sits under the forward module whose op created it
     for node in _ops(tree, "backward", "linear"):
         frames = tree.path_frames(node)
-        assert frames[-1].backward and frames[-1].detail.endswith("Backward0")  # AddmmBackward0, TBackward0, ...
+        assert frames[-1].backward and frames[-1].detail.endswith(
+            "Backward0"
+        )  # AddmmBackward0, TBackward0, ...
         assert any(f.kind == "module" for f in frames), frames
-        forward = find(tree, lambda fs, want=frames[1:-1]: fs[0].name == "forward" and fs[1:-1] == want
-                       and op_name(fs[-1].name) == "linear")
+        forward = find(
+            tree,
+            lambda fs, want=frames[1:-1]: (
+                fs[0].name == "forward" and fs[1:-1] == want and op_name(fs[-1].name) == "linear"
+            ),
+        )
         assert forward, frames
     # FLOPs of the decoder's projection, forward and backward: 2·M·K·N per matmul
-    decoder = [n for n in _ops(tree, "forward", "linear")
-               if [f.name for f in tree.path_frames(n) if f.kind == "module"][-1:] == ["decoder"]]
+    decoder = [
+        n
+        for n in _ops(tree, "forward", "linear")
+        if [f.name for f in tree.path_frames(n) if f.kind == "module"][-1:] == ["decoder"]
+    ]
     assert decoder and tree.value(decoder[0], "flops") == steps * 2 * (4 * 12) * 32 * 64
 
 
@@ -108,9 +126,18 @@ def test_a_second_threads_ops_sit_under_that_threads_function(tmp_path):
         prof.step()
     assert done.is_set()
     tree = only_profile(tmp_path).tree
-    (mm,) = find(tree, lambda fs: fs[-1].kind == "operator" and op_name(fs[-1].name) == "mm" and not fs[-1].backward)
+    (mm,) = find(
+        tree,
+        lambda fs: (
+            fs[-1].kind == "operator" and op_name(fs[-1].name) == "mm" and not fs[-1].backward
+        ),
+    )
     path = tree.path_frames(mm)
-    assert path[-2].kind == "python" and path[-2].name == "test_a_second_threads_ops_sit_under_that_threads_function.<locals>.worker_function"
+    assert (
+        path[-2].kind == "python"
+        and path[-2].name
+        == "test_a_second_threads_ops_sit_under_that_threads_function.<locals>.worker_function"
+    )
     assert tree.value(mm, "count") == 1 and tree.value(mm, "cpu_time_ns") > 0
     assert path[0].name != "forward"  # that thread is in no phase of the training thread
 
@@ -133,7 +160,12 @@ def test_backward_on_another_thread_lands_under_the_forward_context(tmp_path):
             prof.step()
     tree = only_profile(tmp_path).tree
     forward = _ops(tree, "forward", "softmax")
-    backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].backward and fs[-1].detail == "SoftmaxBackward0")
+    backward = find(
+        tree,
+        lambda fs: (
+            fs[0].name == "backward" and fs[-1].backward and fs[-1].detail == "SoftmaxBackward0"
+        ),
+    )
     assert backward and forward
     assert tree.value(backward[0], "count") == 2
     bpath = tree.path_frames(backward[0])
@@ -148,15 +180,20 @@ def test_forked_dataloader_workers_record_nothing(tmp_path):
         def __getitem__(self, i):
             return torch.full((2,), float(i)).exp()  # a torch op in the worker
 
-    loader = torch.utils.data.DataLoader(Data(), batch_size=2, num_workers=2, multiprocessing_context="fork")
+    loader = torch.utils.data.DataLoader(
+        Data(), batch_size=2, num_workers=2, multiprocessing_context="fork"
+    )
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
         for _ in range(2):
             for batch in loader:
                 batch.sum()
             prof.step()
     profile = only_profile(tmp_path)
-    names = Counter(op_name(profile.tree.node_frame(n).name) for n in range(len(profile.tree))
-                    if profile.tree.node_frame(n).kind == "operator")
+    names = Counter(
+        op_name(profile.tree.node_frame(n).name)
+        for n in range(len(profile.tree))
+        if profile.tree.node_frame(n).kind == "operator"
+    )
     assert "exp" not in names and "full" not in names  # only the parent's ops
     assert names["sum"] >= 1
 
@@ -181,22 +218,32 @@ def test_gil_held_frame_walk_gives_the_same_tree(tmp_path, monkeypatch):
     for walk in ("native", "gil"):
         monkeypatch.setenv("DEEPCONTEXT_FRAME_WALK", walk)
         logdir = tmp_path / walk
-        with dc_torch.profile(logdir=str(logdir), steps=StepRange(start=1, count=2), **QUIET) as prof:
+        with dc_torch.profile(
+            logdir=str(logdir), steps=StepRange(start=1, count=2), **QUIET
+        ) as prof:
             train(TwoLine(), 3, prof)
         profile = only_profile(logdir)
         assert profile.env["capture"] == f"native (frames: {walk})"
         tree = profile.tree
-        trees[walk] = sorted((tuple((f.kind, f.name, f.line, f.backward, f.detail) for f in tree.path_frames(n)),
-                              tree.value(n, "count")) for n in range(1, len(tree)))
+        trees[walk] = sorted(
+            (
+                tuple((f.kind, f.name, f.line, f.backward, f.detail) for f in tree.path_frames(n)),
+                tree.value(n, "count"),
+            )
+            for n in range(1, len(tree))
+        )
     assert trees["native"] == trees["gil"]
 
 
 def test_environment_says_which_capture_path_ran(tmp_path, monkeypatch):
-    with dc_torch.profile(logdir=str(tmp_path / "a"), steps=StepRange(start=0, count=1), **QUIET) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path / "a"), steps=StepRange(start=0, count=1), **QUIET
+    ) as prof:
         train(TwoLine(), 1, prof)
     assert only_profile(tmp_path / "a").env["capture"] == "native (frames: native)"
-    with dc_torch.profile(logdir=str(tmp_path / "b"), steps=StepRange(start=0, count=1), capture="python",
-                          **QUIET) as prof:
+    with dc_torch.profile(
+        logdir=str(tmp_path / "b"), steps=StepRange(start=0, count=1), capture="python", **QUIET
+    ) as prof:
         train(TwoLine(), 1, prof)
     assert only_profile(tmp_path / "b").env["capture"] == "python (capture=python)"
     assert os.environ.get("DEEPCONTEXT_CONFIG") is None

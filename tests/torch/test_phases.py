@@ -21,8 +21,13 @@ QUIET = dict(cpu_sampling_hz=0, system_interval_ms=0)
 def _phases_of(tree, name: str, backward: bool = False) -> set[str]:
     """The phases holding an operator named ``name`` (either capture path's spelling)."""
     want = op_name(name)
-    return {fs[0].name for fs in map(tree.path_frames, range(1, len(tree)))
-            if fs[-1].kind == "operator" and op_name(fs[-1].name) == want and fs[-1].backward == backward}
+    return {
+        fs[0].name
+        for fs in map(tree.path_frames, range(1, len(tree)))
+        if fs[-1].kind == "operator"
+        and op_name(fs[-1].name) == want
+        and fs[-1].backward == backward
+    }
 
 
 def _train(tmp_path, before_update=lambda model, loss: None, after_update=lambda model, loss: None):
@@ -44,7 +49,10 @@ def _train(tmp_path, before_update=lambda model, loss: None, after_update=lambda
 def test_regression_clip_grad_norm_sat_under_forward(tmp_path):
     """34.85 ms of a CNN's clip_grad_norm_ sat at its line under ``forward``:
     clipping is part of the update, under a frame of its own."""
-    tree = _train(tmp_path, before_update=lambda model, loss: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    tree = _train(
+        tmp_path,
+        before_update=lambda model, loss: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0),
+    )
     assert _phases_of(tree, "aten::_foreach_norm") == {"optimizer"}
     (norm,) = find(tree, lambda fs: op_name(fs[-1].name) == op_name("aten::_foreach_norm"))
     frames = tree.path_frames(norm)
@@ -69,7 +77,9 @@ def test_evaluation_inside_a_training_window_is_eval(tmp_path):
     tree = only_profile(tmp_path).tree
     assert _phases_of(tree, "aten::exp") == {"eval"}
     assert _phases_of(tree, "aten::softmax") == {"forward", "eval"}
-    (softmax,) = find(tree, lambda fs: fs[0].name == "eval" and op_name(fs[-1].name) == op_name("aten::softmax"))
+    (softmax,) = find(
+        tree, lambda fs: fs[0].name == "eval" and op_name(fs[-1].name) == op_name("aten::softmax")
+    )
     assert tree.value(softmax, "count") == 2
 
 
@@ -105,7 +115,9 @@ def test_two_optimizers_in_a_step_keep_the_second_ones_forward(tmp_path):
             opt_b.step()
             prof.step()
     tree = only_profile(tmp_path).tree
-    (exp,) = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("aten::exp"))
+    (exp,) = find(
+        tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("aten::exp")
+    )
     assert tree.value(exp, "count") == 2  # the window's first step learns it, the next two keep it
 
 
@@ -120,7 +132,9 @@ def test_the_wait_for_a_backward_run_on_another_thread_is_that_backward(tmp_path
         loss.backward()
 
     def slow_gradient(grad):
-        threading.Event().wait(0.02)  # backward work the training thread waits for, planted well above noise
+        threading.Event().wait(
+            0.02
+        )  # backward work the training thread waits for, planted well above noise
         return grad
 
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
@@ -140,6 +154,9 @@ def test_the_wait_for_a_backward_run_on_another_thread_is_that_backward(tmp_path
     forward, backward = phases["forward"], phases["backward"]
     assert incl[backward] >= 2 * 20_000_000  # the worker's backward phase, its wait in it
     forward_own = tree.value(forward, "cpu_time_ns") + sum(
-        tree.value(n, "cpu_time_ns") for n in tree.preorder(forward) if tree.node_frame(n).kind == "python")
+        tree.value(n, "cpu_time_ns")
+        for n in tree.preorder(forward)
+        if tree.node_frame(n).kind == "python"
+    )
     assert forward_own < 20_000_000  # not the join's 2 × 20 ms
     assert abs(incl[0] - sum(profile.step_times_ns)) < 0.1 * sum(profile.step_times_ns)

@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import dc_torch
-from dc_core.record.config import StepRange
 from dc_core.model.opnames import op_name
+from dc_core.record.config import StepRange
 from tests.torch.conftest import find, only_profile
 from tests.torch.models import Exploding, TwoLine, train
 
@@ -23,7 +23,9 @@ def test_user_exception_propagates_unchanged(tmp_path):
     model = Exploding()
     error = None
     with pytest.raises(KeyError) as caught:
-        with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
+        with dc_torch.profile(
+            logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET
+        ) as prof:
             try:
                 model(torch.randn(2, 4))
             except KeyError as exc:
@@ -57,7 +59,9 @@ def test_internal_error_disables_profiler_and_training_goes_on(tmp_path, monkeyp
     torch.manual_seed(3)
     model = TwoLine()
     with caplog.at_level(logging.ERROR, logger="deepcontext"):
-        with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=2), **QUIET) as prof:
+        with dc_torch.profile(
+            logdir=str(tmp_path), steps=StepRange(start=1, count=2), **QUIET
+        ) as prof:
             profiled = train(model, 4, prof, batches=batches)
     assert profiled == plain
     assert sum("disabled itself" in r.getMessage() for r in caplog.records) == 1
@@ -82,17 +86,27 @@ def test_threads_do_not_corrupt_the_profile(tmp_path):
     worker = threading.Thread(target=background)
     worker.start()
     try:
-        with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=1, count=3), cpu_sampling_hz=200,
-                              system_interval_ms=0) as prof:
+        with dc_torch.profile(
+            logdir=str(tmp_path),
+            steps=StepRange(start=1, count=3),
+            cpu_sampling_hz=200,
+            system_interval_ms=0,
+        ) as prof:
             train(model, 5, prof)
     finally:
         stop.set()
         worker.join()
     assert not errors
     tree = only_profile(tmp_path).tree
-    softmax = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"))
+    softmax = find(
+        tree,
+        lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"),
+    )
     assert [tree.value(n, "count") for n in softmax] == [3]  # the training thread's count is exact
-    backward = find(tree, lambda fs: fs[0].name == "backward" and op_name(fs[-1].name) == op_name("torch.softmax"))
+    backward = find(
+        tree,
+        lambda fs: fs[0].name == "backward" and op_name(fs[-1].name) == op_name("torch.softmax"),
+    )
     assert [tree.value(n, "count") for n in backward] == [3]
 
 
@@ -120,5 +134,8 @@ def test_dataloader_workers_and_dataloader_phase(tmp_path):
     dataloader = tree.find("dataloader")
     assert dataloader is not None and tree.value(dataloader, "count") == 3
     assert tree.inclusive("cpu_time_ns")[dataloader] > 0
-    softmax = find(tree, lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"))
+    softmax = find(
+        tree,
+        lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"),
+    )
     assert [tree.value(n, "count") for n in softmax] == [3]

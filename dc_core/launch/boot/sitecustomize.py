@@ -38,7 +38,9 @@ def _boot() -> None:
     except Exception as exc:  # fail-open: the program runs unprofiled
         import logging
 
-        logging.getLogger("deepcontext").warning("DeepContext could not hook this process (%r); it runs unprofiled", exc)
+        logging.getLogger("deepcontext").warning(
+            "DeepContext could not hook this process (%r); it runs unprofiled", exc
+        )
 
 
 _chain()

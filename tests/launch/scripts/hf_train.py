@@ -26,16 +26,34 @@ def main() -> None:
     parser.add_argument("--own-callback", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32,
-                                        bos_token_id=0, eos_token_id=0))
-    settings = TrainingArguments(output_dir="hf-out", use_cpu=True, report_to=[], max_steps=12,
-                                 per_device_train_batch_size=4, logging_steps=100, save_strategy="no",
-                                 disable_tqdm=True)
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=2,
+            n_embd=32,
+            n_head=2,
+            vocab_size=128,
+            n_positions=32,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
+    settings = TrainingArguments(
+        output_dir="hf-out",
+        use_cpu=True,
+        report_to=[],
+        max_steps=12,
+        per_device_train_batch_size=4,
+        logging_steps=100,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     trainer = Trainer(model=model, args=settings, train_dataset=Tokens())
     if args.own_callback:
         from dc_hf import DeepContextCallback
 
-        trainer.add_callback(DeepContextCallback(logdir="own-profiles", steps={"start": 1, "count": 2}))
+        trainer.add_callback(
+            DeepContextCallback(logdir="own-profiles", steps={"start": 1, "count": 2})
+        )
     trainer.train()
     print("trained to step", trainer.state.global_step)
 

@@ -64,7 +64,9 @@ def main() -> None:
         old = state
         state, loss = train_step(state, (x, y))
         if step % 4 == 0:
-            print(f"step {step} loss {float(loss):.4f} accuracy {float(evaluate(state[0], (x, y))):.2f}")
+            print(
+                f"step {step} loss {float(loss):.4f} accuracy {float(evaluate(state[0], (x, y))):.2f}"
+            )
     print("donated", old[0]["params"]["Dense_0"]["kernel"].is_deleted())
     print("eval after", float(evaluate(state[0], (x, y))))
 

@@ -44,13 +44,23 @@ class LitMLP(L.LightningModule):
 
 def loader():
     g = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(96, 16, generator=g), torch.randint(0, 4, (96,), generator=g))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(96, 16, generator=g), torch.randint(0, 4, (96,), generator=g)
+    )
     return torch.utils.data.DataLoader(data, batch_size=8)
 
 
 def trainer(callbacks):
-    return L.Trainer(max_steps=12, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
+    return L.Trainer(
+        max_steps=12,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
 
 
 def main() -> None:
@@ -75,7 +85,10 @@ def main() -> None:
     fitting = trainer(callbacks)
     if args.inspect:
         print("signature:", list(inspect.signature(L.Trainer.__init__).parameters)[:3])
-        print("pickled callbacks:", [type(c).__name__ for c in pickle.loads(pickle.dumps(fitting.callbacks))])
+        print(
+            "pickled callbacks:",
+            [type(c).__name__ for c in pickle.loads(pickle.dumps(fitting.callbacks))],
+        )
     fitting.fit(model, loader())
     print("fit done at step", fitting.global_step)
     if args.test:

@@ -25,9 +25,15 @@ def main() -> int:
     parser.add_argument("--raise-at", type=int, default=-1)
     parser.add_argument("--loader", choices=("none", "fork", "spawn"), default="none")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per update")
-    parser.add_argument("--critic", action="store_true", help="a second optimizer, stepped after the first")
-    parser.add_argument("--own-profiler", action="store_true", help="the script profiles itself (dc_torch.profile)")
-    parser.add_argument("--load-s", type=float, default=0.0, help="seconds of work before training (a slow load)")
+    parser.add_argument(
+        "--critic", action="store_true", help="a second optimizer, stepped after the first"
+    )
+    parser.add_argument(
+        "--own-profiler", action="store_true", help="the script profiles itself (dc_torch.profile)"
+    )
+    parser.add_argument(
+        "--load-s", type=float, default=0.0, help="seconds of work before training (a slow load)"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     loading = torch.randn(64, 64)
@@ -42,7 +48,9 @@ def main() -> int:
     batches = [(x, y)] * args.steps
     if args.loader != "none":
         data = torch.utils.data.TensorDataset(x.repeat(args.steps, 1), y.repeat(args.steps, 1))
-        batches = torch.utils.data.DataLoader(data, batch_size=16, num_workers=1, multiprocessing_context=args.loader)
+        batches = torch.utils.data.DataLoader(
+            data, batch_size=16, num_workers=1, multiprocessing_context=args.loader
+        )
     prof = None
     if args.own_profiler:
         import dc_torch
