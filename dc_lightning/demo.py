@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from dc_lightning.callback import _modules
 from dc_torch.demo import make_workload
+
+from dc_lightning.callback import _modules
 
 pl = _modules[0]
 
@@ -37,9 +38,7 @@ class DemoGPT(pl.LightningModule):
 
     def train_dataloader(self) -> Any:
         batches = [self.batch() for _ in range(8)]  # 8 batches of 8 sequences, fixed by the seed
-        data = torch.utils.data.TensorDataset(
-            torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
-        )
+        data = torch.utils.data.TensorDataset(torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]))
         return torch.utils.data.DataLoader(data, batch_size=len(batches[0][0]))
 
 
@@ -51,22 +50,12 @@ def run_demo(logdir: str, steps: int = 8) -> list[pathlib.Path]:
 
     for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    callback = DeepContextCallback(
-        steps={"start": min(2, steps - 1), "count": max(1, min(4, steps - 2))}
-    )
+    callback = DeepContextCallback(steps={"start": min(2, steps - 1), "count": max(1, min(4, steps - 2))})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer = pl.Trainer(
-            max_steps=steps,
-            accelerator="cpu",
-            devices=1,
-            default_root_dir=str(logdir),
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            log_every_n_steps=1,
-            callbacks=[callback],
-        )
+        trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, default_root_dir=str(logdir),
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             log_every_n_steps=1, callbacks=[callback])
         trainer.fit(DemoGPT())
     return list(callback.written)
 

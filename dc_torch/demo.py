@@ -55,9 +55,7 @@ class Block(nn.Module):
 class TinyGPT(nn.Module):
     """A GPT-style decoder: token + position embeddings, blocks, tied-free head."""
 
-    def __init__(
-        self, vocab: int = 512, d: int = 128, heads: int = 4, layers: int = 4, context: int = 64
-    ) -> None:
+    def __init__(self, vocab: int = 512, d: int = 128, heads: int = 4, layers: int = 4, context: int = 64) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(context, d)
@@ -73,9 +71,7 @@ class TinyGPT(nn.Module):
         return self.head(self.ln(x))
 
 
-def make_workload(
-    seed: int = 0, batch: int = 8, context: int = 64, vocab: int = 512
-) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+def make_workload(seed: int = 0, batch: int = 8, context: int = 64, vocab: int = 512) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
     """The benchmark workload: model, AdamW, and a ``batch()`` function of random tokens."""
     torch.manual_seed(seed)
     model = TinyGPT(vocab=vocab, context=context)
@@ -90,9 +86,7 @@ def make_workload(
     return model, optimizer, next_batch
 
 
-def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
-) -> float:
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
     """One training step: forward, loss, backward, AdamW."""
     logits = model(x)
     loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
@@ -106,6 +100,7 @@ def run_demo(logdir: str, steps: int = 8, **overrides: Any) -> list[pathlib.Path
     """Train the tiny GPT for ``steps`` steps with a window over steps 2.. and
     return the profile files written under ``logdir``."""
     from dc_core.record.config import StepRange
+
     from dc_torch import profile
 
     model, optimizer, batch = make_workload()

@@ -18,9 +18,7 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(width)
         self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
         self.norm2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(
-            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
-        )
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
     def forward(self, x, mask):
         h = self.norm1(x)
@@ -29,9 +27,7 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    def __init__(
-        self, vocab: int = 256, width: int = 128, heads: int = 4, depth: int = 4, length: int = 64
-    ) -> None:
+    def __init__(self, vocab: int = 256, width: int = 128, heads: int = 4, depth: int = 4, length: int = 64) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         self.position = nn.Parameter(torch.zeros(length, width))

@@ -54,20 +54,11 @@ def backward(session: Session, features, probs, batch) -> list[float]:
     return grad
 
 
-def train(
-    logdir: str | Path, steps: int = 10, window: tuple[int, int] = (3, 4), run: str | None = None
-) -> list[Path]:
+def train(logdir: str | Path, steps: int = 10, window: tuple[int, int] = (3, 4), run: str | None = None) -> list[Path]:
     """Train for ``steps`` steps profiling ``window`` = (start, count) into
     run ``run`` of ``logdir``; returns written files."""
-    session = Session(
-        logdir=str(logdir),
-        run=run,
-        steps={"start": window[0], "count": window[1]},
-        framework="python",
-        default_phase="forward",
-        cpu_sampling_hz=200,
-        system_interval_ms=100,
-    )
+    session = Session(logdir=str(logdir), run=run, steps={"start": window[0], "count": window[1]},
+                      framework="python", default_phase="forward", cpu_sampling_hz=200, system_interval_ms=100)
     rng = random.Random(0)
     weights = [0.0] * len(VOCAB)
     for step in range(steps):
