@@ -3,7 +3,7 @@
 #   make test   - install what the tests need, check the style (make lint) and run the whole suite
 #   make bench  - run the benchmarks (ratios against peers measured in the same run)
 #   make test-cuda - only the tests that need a CUDA device
-#   make test-native - the native collector under ASan+UBSan and TSan (C++ unit tests, contract tests)
+#   make test-native - the C++ style and clang-tidy, then the native collector under ASan+UBSan and TSan
 
 PYTHON ?= python3
 VENV   := .venv
@@ -75,14 +75,14 @@ lint: install-test
 test-cuda: install-test
 	$(BIN)/python -m pytest -m requires_cuda -rs
 
-# The C++ checked against .clang-format (with the clang-format pinned in
+# The C++ checked against .clang-format and .clang-tidy (with the versions pinned in
 # constraints.txt), then the collector built with -fsanitize=address,undefined
 # and, apart, thread, in build/native-*: its C++ unit tests, then the
 # collector's contract tests and the native capture's tests against each
 # sanitized module.
 test-native: install-test
 	@command -v cmake >/dev/null || $(PIP) install -q cmake
-	$(PIP) install -q ninja pybind11 clang-format
+	$(PIP) install -q ninja pybind11 clang-format clang-tidy
 	PATH="$(CURDIR)/$(BIN):$$PATH" PYTHON="$(CURDIR)/$(BIN)/python" tests/native/run.sh
 
 bench: install

@@ -76,7 +76,9 @@ void Collector::after_fork_child() {
 
 namespace {
 std::mutex g_mu;
-std::vector<Collector*>* g_all = new std::vector<Collector*>();  // leaked: used at exit
+// Leaked: used at exit. Allocation failure at load time ends the process either way.
+// NOLINTNEXTLINE(bugprone-throwing-static-initialization)
+std::vector<Collector*>* g_all = new std::vector<Collector*>();
 std::once_flag g_atfork_once;
 
 void atfork_prepare() { g_mu.lock(); }

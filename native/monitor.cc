@@ -130,6 +130,8 @@ MonitorSample Monitor::take() {
 
   long pages = 0, resident = 0;
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    // A short read leaves resident 0; /proc/self/statm holds two decimal page counts.
+    // NOLINTNEXTLINE(bugprone-unchecked-string-to-number-conversion)
     if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
     std::fclose(f);
   }
@@ -137,7 +139,8 @@ MonitorSample Monitor::take() {
 
   std::string mem = slurp("/proc/meminfo");
   int64_t total = field_after(mem, "MemTotal:"), avail = field_after(mem, "MemAvailable:");
-  s.mem_used_percent = total > 0 ? 100.0 * static_cast<double>(total - avail) / total : 0.0;
+  s.mem_used_percent =
+      total > 0 ? 100.0 * static_cast<double>(total - avail) / static_cast<double>(total) : 0.0;
 
   std::string io = slurp("/proc/self/io");  // absent without CAP / on some kernels: zeros
   s.disk_read_bytes = field_after(io, "\nread_bytes:");

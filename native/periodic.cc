@@ -50,7 +50,8 @@ void PeriodicThread::after_fork_child() {
   new (&mu_) std::mutex();
   new (&life_mu_) std::mutex();
   new (&wake_) std::condition_variable();
-  (void)thread_.release();  // leak: joining or destroying it would abort
+  // Leaked on purpose: joining or destroying it would abort.
+  (void)thread_.release();  // NOLINT(bugprone-unused-return-value)
   running_.store(false);
   stop_ = true;
 }

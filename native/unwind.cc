@@ -107,7 +107,8 @@ int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns) {
     sched_yield();
   }
   int n = g_request.n < max ? g_request.n : max;
-  std::memcpy(out, g_request.pcs, sizeof(void*) * static_cast<size_t>(n));
+  std::memcpy(static_cast<void*>(out), static_cast<const void*>(g_request.pcs),
+              sizeof(void*) * static_cast<size_t>(n));
   g_request.state.store(IDLE, std::memory_order_release);
   return n;
 }

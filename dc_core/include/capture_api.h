@@ -16,10 +16,10 @@
 #define DC_CAPTURE_CAPSULE "dc_core._native.capture_api"
 #define DC_CAPTURE_ABI 5
 
-/* op_enter flags */
-#define DC_OP_REGION                                                         \
-  1 /* a named region (an autograd.Function, a compiled region), not an ATen \
-     * op: ops inside it are not its inner ops, they keep their own context */
+/* op_enter flags.
+ * DC_OP_REGION: a named region (an autograd.Function, a compiled region), not
+ * an ATen op: ops inside it are not its inner ops, they keep their own context. */
+#define DC_OP_REGION 1
 
 #ifdef __cplusplus
 extern "C" {

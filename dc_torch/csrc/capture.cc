@@ -322,8 +322,8 @@ PyMethodDef methods[] = {
      "inject_fault(n): for tests, the callback n calls from now throws (-1: never)."},
     {"region_enter", region_enter, METH_O,
      "region_enter(frame) -> node: a compiled graph's run starts, recorded as an operator of "
-     "`frame` under the "
-     "calling thread's context (-1: not recorded, e.g. while the thread's capture is suspended)."},
+     "`frame` under the calling thread's context (-1: not recorded, e.g. while the thread's "
+     "capture is suspended)."},
     {"region_exit", region_exit, METH_NOARGS, "region_exit(): the run region_enter reported ends."},
     {"thread_id", thread_id, METH_NOARGS,
      "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers "

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# make test-native: the C++ sources checked against .clang-format, then the
+# make test-native: the C++ sources checked against .clang-format and the
+# collector's against .clang-tidy, then the
 # collector built with sanitizers, one build tree per sanitizer under build/:
 # its C++ unit tests (tests/native), then the collector's contract tests and
 # the native capture's tests against that module, loaded into the
 # (unsanitized) interpreter with the runtime preloaded.
 #
-#   tests/native/run.sh [format|asan|tsan]...   (default: all three)
+#   tests/native/run.sh [format|tidy|asan|tsan]...   (default: all four)
 #
 # Suppressions (tests/native/*.supp) name CPython and torch only, never the
 # collector.
@@ -70,6 +71,23 @@ check_format() {
   fi
 }
 
+# The collector's sources through clang-tidy (.clang-tidy: its checks, every
+# warning an error), by the version constraints.txt pins, with the compile
+# commands of a build tree configured for it (configured only, not built).
+check_tidy() {
+  local tool=${CLANG_TIDY:-clang-tidy} want have build=$ROOT/build/native-tidy
+  want=$(sed -n 's/^clang-tidy==//p' constraints.txt)
+  have=$("$tool" --version 2>/dev/null | sed -n 's/.*LLVM version \([0-9.]*\).*/\1/p' || true)
+  if [ "$have" != "$want" ]; then
+    echo "tidy: needs clang-tidy $want (constraints.txt), found '${have:-none}': pip install clang-tidy==$want" >&2
+    return 1
+  fi
+  echo "== tidy: native/ against .clang-tidy (clang-tidy $have)"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DCMAKE_CXX_COMPILER="$CXX" \
+    -DPython_EXECUTABLE="$PY" -Dpybind11_DIR="$PYBIND11_DIR" >"$build.configure.log" || { cat "$build.configure.log"; return 1; }
+  "$tool" -p "$build" --quiet native/*.cc
+}
+
 # The torch extension, unsanitized, built against this environment's torch
 # (it calls the sanitized module through the capture table): once, before
 # the first interpreter run.
@@ -106,17 +124,18 @@ export LSAN_OPTIONS=suppressions=$ROOT/tests/native/lsan.supp
 # which TSan cannot follow (it says so and stops otherwise).
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 die_after_fork=0 suppressions=$ROOT/tests/native/tsan.supp"
 
-for which in "${@:-format asan tsan}"; do
+for which in "${@:-format tidy asan tsan}"; do
   for w in $which; do
     case $w in
       format) check_format ;;
+      tidy) check_tidy ;;
       asan) run_one asan address,undefined libasan.so ;;
       # TSan cannot follow a multi-threaded process into a forked child
       # (DataLoader workers, a fork mid-window): those tests run under ASan.
       # One OpenMP thread: torch's parallel regions run in libgomp, which
       # TSan does not see synchronise.
       tsan) OMP_NUM_THREADS=1 run_one tsan thread libtsan.so "not reference and not fork" ;;
-      *) echo "unknown run: $w (format, asan, tsan)" >&2; exit 2 ;;
+      *) echo "unknown run: $w (format, tidy, asan, tsan)" >&2; exit 2 ;;
     esac
   done
 done
