@@ -93,8 +93,8 @@ bool OpCapture::start(int64_t backward_frame, bool nested, PyObject* context_cod
   {
     auto lock = store_.lock();
     backward_frame_ = store_.valid_frame(backward_frame) ? backward_frame : -1;
-    backward_root_ =
-        -1;  // made on the first backward function, so a window without one has no such node
+    // Made on the first backward function, so a window without one has no such node.
+    backward_root_ = -1;
     unscoped_frame_ = store_.valid_frame(unscoped_frame) ? unscoped_frame : -1;
     own_frame_ = store_.frames.intern(KIND_OPERATOR, kOwnFrame, "", 0, "", 0);
     unscoped_root_.store(unscoped_frame_ >= 0 ? -1 : 0);  // likewise

@@ -113,10 +113,10 @@ class OpCapture {
   int64_t backward_frame_ = -1;
   int64_t backward_root_ = -1;  // store's mutex
   int64_t unscoped_frame_ = -1;
-  int64_t own_frame_ =
-      -1;  // where the profiler's own time inside a scope goes (deepcontext::call_paths)
-  std::atomic<int64_t> unscoped_root_{
-      -1};                            // made under the store's mutex on first use, read without it
+  // Where the profiler's own time inside a scope goes (deepcontext::call_paths).
+  int64_t own_frame_ = -1;
+  // Made under the store's mutex on first use, read without it.
+  std::atomic<int64_t> unscoped_root_{-1};
   PyObject* context_code_ = nullptr;  // strong references while capturing
   PyObject* namer_ = nullptr;
   SeqTable seqs_;

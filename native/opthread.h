@@ -16,10 +16,10 @@ namespace dc {
 
 constexpr int kMaxWalk = 1024;    // deeper stacks are recorded without their path
 constexpr int kMaxOpDepth = 256;  // deeper nesting is counted, not recorded
-constexpr uint64_t kAnchorTag = uint64_t{1}
-                                << 62;  // a backward key that is a context, not a forward op
-constexpr int64_t kEngineOp =
-    -2;  // a cached path: the op is autograd's engine's (see context_node)
+// A backward key that is a context, not a forward op.
+constexpr uint64_t kAnchorTag = uint64_t{1} << 62;
+// A cached path: the op is autograd's engine's (see context_node).
+constexpr int64_t kEngineOp = -2;
 
 // The last mix of a path hash (splitmix64's).
 inline uint64_t finish_hash(uint64_t h) {
