@@ -183,9 +183,8 @@ def module_times(profile: Any, names: list[str]) -> dict[str, tuple[int, int]]:
                 and tree.node_frame(n).name == name
                 and tree.path_frames(n)[0].name == phase
             ]
-            nodes = [
-                n for n in nodes if not any(m in nodes for m in tree.path(n)[:-1])
-            ]  # outermost only
+            # outermost only
+            nodes = [n for n in nodes if not any(m in nodes for m in tree.path(n)[:-1])]
             sides.append(sum(incl[n] for n in nodes))
         out[name] = (sides[0], sides[1])
     return out

@@ -70,9 +70,8 @@ def step_times(steps: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as logdir:
         timed(3, batches, model, optimizer, lambda: None)  # warm up allocator and caches
         for r in range(rounds):
-            for name in (
-                CONFIGS[r % len(CONFIGS) :] + CONFIGS[: r % len(CONFIGS)]
-            ):  # rotated: no order bias
+            # rotated: no order bias
+            for name in CONFIGS[r % len(CONFIGS) :] + CONFIGS[: r % len(CONFIGS)]:
                 t = run_config(name, steps, logdir, batches, model, optimizer)
                 times[name] += t
                 per_round[name].append(statistics.median(t))

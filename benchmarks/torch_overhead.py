@@ -210,9 +210,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         _timed(3, batches, model, optimizer, lambda: None)  # warm up allocator and caches
         order = list(CONFIGS)
         for r in range(args.rounds):
-            random.Random(r).shuffle(
-                order
-            )  # a drift in the machine's speed favours no configuration
+            # a drift in the machine's speed favours no configuration
+            random.Random(r).shuffle(order)
             for name in order:
                 _cpu_sink = []
                 times = run_config(name, args.steps, logdir, batches, model, optimizer)
@@ -240,9 +239,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ratios[name] = median / base
         per_round = [m / u for m, u in zip(rounds[name], rounds["unprofiled"])]
         spread = f"{min(per_round):.3f}-{max(per_round):.3f}"
-        target = (
-            TARGETS.get(name) if args.workload == "gpt" else None
-        )  # the launch loop's target is the peer
+        # the launch loop's target is the peer
+        target = TARGETS.get(name) if args.workload == "gpt" else None
         mark = (
             ""
             if target is None

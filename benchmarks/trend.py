@@ -97,9 +97,8 @@ def run(logdir: Path, windows: int, regress_from: int) -> int:
     found = trends(ensemble, metric, min_share=0.02, alpha=0.01, min_rise=0.01)
     trends_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    trends(
-        ensemble, metric, min_share=0.0, alpha=0.01, min_rise=0.01
-    )  # the worst case: every node tested
+    # the worst case: every node tested
+    trends(ensemble, metric, min_share=0.0, alpha=0.01, min_rise=0.01)
     every_s = time.perf_counter() - t0
 
     ok = True

@@ -85,9 +85,8 @@ class JaxAdapter(Adapter):
         self._moved: list[
             tuple[int, int, int]
         ] = []  # host time moved after the steps: (node, step, ns)
-        self._located: set[tuple[str, int]] = (
-            set()
-        )  # (module, program)s with ops placed in the user's code
+        # (module, program)s with ops placed in the user's code
+        self._located: set[tuple[str, int]] = set()
         self.last_trace_bytes = 0
         self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
         self.last_convert_ns = 0  # reading the trace into the tree
@@ -116,9 +115,8 @@ class JaxAdapter(Adapter):
         import jax
 
         self._session = session
-        skip_framework_files(
-            session.collector, "jax"
-        )  # JAX's own frames stay out of sampled call paths
+        # JAX's own frames stay out of sampled call paths
+        skip_framework_files(session.collector, "jax")
         _barrier()
         self._compiles, self._phases, self._step_spans, self._moved = [], [], [], []
         self._located = set()

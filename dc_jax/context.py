@@ -309,6 +309,7 @@ def context_of(
     insert_at: list[int] = []
     cursor = 0
     for i, cls in enumerate(module_classes):
+        # Linen's Conv runs its private base's method, _Conv.__call__
         at = next(
             (
                 j
@@ -316,7 +317,7 @@ def context_of(
                 if _class_of(stack[j].function) in (cls, "_" + cls)
             ),
             None,
-        )  # Linen's Conv runs its private base's method, _Conv.__call__
+        )
         if at is None and paths[i] not in (classes or {}):
             at = next((j for j in range(cursor, len(stack)) if _class_of(stack[j].function)), None)
             if at is not None:

@@ -169,9 +169,8 @@ def _flops(opcode: str, rest: str, out: tuple[int, ...] | None, operands: list) 
         window, labels = _WINDOW_SIZE.search(rest), _DIM_LABELS.search(rest)
         if labels is None or "i" not in labels.group(1) or len(labels.group(1)) != len(operands[1]):
             return 0
-        per_output = operands[1][
-            labels.group(1).index("i")
-        ]  # input features a kernel reads (per group)
+        # input features a kernel reads (per group)
+        per_output = operands[1][labels.group(1).index("i")]
         if window is not None:
             per_output *= _product(int(w) for w in window.group(1).split("x"))
         return 2 * _product(out) * per_output
@@ -320,9 +319,8 @@ def parse_module(text: str) -> dict[str, Instruction]:
         inherits,
         nested,
     )
-    gradient_of = weight_gradients(
-        graph
-    )  # a weight gradient goes with its weight, not its neighbour
+    # a weight gradient goes with its weight, not its neighbour
+    gradient_of = weight_gradients(graph)
 
     out = {}
     for name, (opcode, op_name, stack, _called) in raw.items():

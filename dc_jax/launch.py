@@ -149,9 +149,8 @@ class JitSteps:
     def _watch(self, proxy: Jitted, /, *args: Any, **kwargs: Any) -> Any:
         """A call while the step is not known: the user's call, once, plus counting."""
         try:
-            begins = self._observe(
-                proxy, sys._getframe(2)
-            )  # 0: here, 1: Jitted.__call__, 2: the caller
+            # 0: here, 1: Jitted.__call__, 2: the caller
+            begins = self._observe(proxy, sys._getframe(2))
         except Exception as exc:
             self._fail(exc)
             begins = False

@@ -205,16 +205,14 @@ class NnxScopes:
                 root = type(module).__name__
                 tree = {tuple(map(str, p)): m for p, m in flax_nnx().iter_modules(module)}
                 self._record(root, root)
-                stack.append(
-                    _Call(module, {id(m): p for p, m in tree.items()}, tree, (), root)
-                )  # last: the
+                # last, after all that can raise: the wrapper pops what was pushed
+                stack.append(_Call(module, {id(m): p for p, m in tree.items()}, tree, (), root))
                 return root  # wrapper pops what was pushed
             caller = stack[-1]
             paths, parent = caller.paths, caller.path
             path = paths.get(id(module))
-            if (
-                path is None
-            ):  # a copy an NNX transform made: placed as its original, with its modules
+            # a copy an NNX transform made: placed as its original, with its modules
+            if path is None:
                 path = _original_path(module, caller)
                 if path is not None:
                     paths = {

@@ -53,9 +53,8 @@ class DeepContextCallback(ProfilingCallback, *_BASES):  # type: ignore[misc]
 
     def _adapter(self) -> TorchAdapter:
         adapter = TorchAdapter()
-        adapter.naming_root = (
-            self._module
-        )  # `net.0` as named_modules() says, not `0` from `self.net` called first
+        # `net.0` as named_modules() says, not `0` from `self.net` called first
+        adapter.naming_root = self._module
         return adapter
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:

@@ -94,9 +94,8 @@ class TorchAdapter(Adapter):
         hub = self._bind(session)
         c = hub.collector
         skip_framework_files(c, "torch")
-        nested = (
-            session.config.mode == "comprehensive"
-        )  # ATen ops under the torch call that ran them
+        # ATen ops under the torch call that ran them
+        nested = session.config.mode == "comprehensive"
         capture, note = self._choose_capture(hub)
         # FLOPs and (on CPU) alloc_bytes are read from operator arguments, on
         # both capture paths, only where configured.
@@ -130,9 +129,8 @@ class TorchAdapter(Adapter):
             if nested:
                 modes.insert(0, AtenMode(hub))  # dispatch mode below the function mode
             for mode in modes:
-                self._modes.append(
-                    mode
-                )  # first, so that an interrupt between the two is undone too
+                # first, so that an interrupt between the two is undone too
+                self._modes.append(mode)
                 mode.__enter__()
         except BaseException:
             self.uninstall(session)
@@ -148,9 +146,8 @@ class TorchAdapter(Adapter):
         try:
             failure = self._stop_native()
             restored = self.restore()
-            if (
-                failure is not None
-            ):  # raised here, all unhooked: the session logs it once and turns off
+            # raised here, all unhooked: the session logs it once and turns off
+            if failure is not None:
                 raise RuntimeError(
                     f"the native operator capture stopped itself after an error in {failure}"
                 )

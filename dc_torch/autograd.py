@@ -265,14 +265,12 @@ class BackwardRunner:
         except Exception as exc:
             hub.fail(exc, "backward")
             phase = None
-        if (
-            phase is None
-        ):  # outside the handler: the user's exception gets no profiler error as its context
+        # outside the handler: the user's exception gets no profiler error as its context
+        if phase is None:
             return func(*args, **kwargs)
         try:
-            return func(
-                *args, **kwargs
-            )  # once: the user's backward, and its exception, are the user's
+            # once: the user's backward, and its exception, are the user's
+            return func(*args, **kwargs)
         except BaseException as exc:
             cut_own_frames(exc)
             raise

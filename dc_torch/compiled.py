@@ -135,9 +135,8 @@ class Region:
                 nested = ident in window.suspended
                 window.suspended.add(ident)
                 suspend = at_entry and window.capture == "native"
-                if (
-                    suspend
-                ):  # AOTAutograd's records around the entry are the wrapper's, not operators
+                # AOTAutograd's records around the entry are the wrapper's, not operators
+                if suspend:
                     hub.collector.capture_suspend(1)
                 first_seq = _next_seq()
                 outer = state.pending, state.node
@@ -145,9 +144,8 @@ class Region:
             except Exception as exc:
                 hub.fail(exc, "compiled")
                 state = None
-            if (
-                state is None
-            ):  # outside the handler: the user's exception gets no profiler error as its context
+            # outside the handler: the user's exception gets no profiler error as its context
+            if state is None:
                 return compiled(*args)
             node = None
             try:
@@ -261,9 +259,8 @@ class Region:
         """The region's backward goes under the same calling line, mirrored."""
         if not torch.is_grad_enabled():
             return
-        if (
-            hub.window.capture == "native"
-        ):  # the native capture places it by the nodes' sequence numbers
+        # the native capture places it by the nodes' sequence numbers
+        if hub.window.capture == "native":
             hub.collector.capture_seq(
                 hub.native.extension.thread_id(), first_seq, _next_seq(), node
             )

@@ -53,12 +53,10 @@ class HookWindow:
     metric_alloc: int = NO_METRIC
     metric_flops: int = NO_METRIC
     metric_device_time: int = NO_METRIC
-    suspended: set[int] = field(
-        default_factory=set
-    )  # threads inside a compiled region: eager hooks stand aside
-    on_close: list[Callable[[], None]] = field(
-        default_factory=list
-    )  # run once when it closes (kernel shims out)
+    # threads inside a compiled region: eager hooks stand aside
+    suspended: set[int] = field(default_factory=set)
+    # run once when it closes (kernel shims out)
+    on_close: list[Callable[[], None]] = field(default_factory=list)
     backward_node: int | None = None  # the backward phase's node, made on first use
 
 
@@ -156,9 +154,8 @@ def _interceptor(
         except Exception as exc:
             fail(exc, where)
             node = None
-        if (
-            node is None
-        ):  # outside the handler: the user's exception gets no profiler error as its context
+        # outside the handler: the user's exception gets no profiler error as its context
+        if node is None:
             return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)

@@ -274,9 +274,8 @@ def _shim(original: Any, sub: Any, hub: Hub) -> Any:
                 if hasattr(original, attr)
             },
         )
-    if hasattr(original, "run") and not hasattr(
-        original, "__code__"
-    ):  # a Triton launcher: ``k.run(...)``
+    # a Triton launcher: ``k.run(...)``
+    if hasattr(original, "run") and not hasattr(original, "__code__"):
         return _Launcher(original, _timed(original.run, sub, hub))
     return _timed(original, sub, hub)
 

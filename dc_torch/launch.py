@@ -61,9 +61,8 @@ class OptimizerSteps:
         loop = self.loop
         if loop is not None:
             loop.step()
-        elif (
-            not self._started
-        ):  # the first update ended step 0: step 1 begins, if the steps are ours
+        # the first update ended step 0: step 1 begins, if the steps are ours
+        elif not self._started:
             self._started = True
             try:
                 self._adopt(optimizer)

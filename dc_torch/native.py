@@ -178,9 +178,8 @@ class _Background:
             _, directory = _entry()
             directory.mkdir(parents=True, exist_ok=True)
             self.log = directory / f"build-{os.getpid()}.log"
-            package_root = str(
-                Path(__file__).resolve().parent.parent
-            )  # importable however this process found it
+            # importable however this process found it
+            package_root = str(Path(__file__).resolve().parent.parent)
             env = {
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join(
@@ -307,9 +306,8 @@ class NativeCapture:
                 backward_frame, nested, context, namer, gil_free, unscoped_frame
             )
         except RuntimeError as exc:
-            if "another collector is capturing" in str(
-                exc
-            ):  # the collector's own words (capture.cc)
+            # the collector's own words (capture.cc)
+            if "another collector is capturing" in str(exc):
                 raise BusyError(str(exc)) from exc
             raise
         self.collector = collector

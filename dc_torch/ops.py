@@ -277,9 +277,8 @@ class OperatorMode(TorchFunctionMode):
                     if fid is None:
                         return func(*args, **kwargs)
             suspended = hub.window.suspended
-            if (
-                suspended and get_ident() in suspended
-            ):  # inside a compiled region: it records itself
+            # inside a compiled region: it records itself
+            if suspended and get_ident() in suspended:
                 return func(*args, **kwargs)
             first_seq = _next_seq() if _grad_enabled() else None
             return self.scope.call((fid,), func, args, kwargs, first_seq)
@@ -318,16 +317,16 @@ class AtenMode(TorchDispatchMode):
     def __init__(self, hub: Hub) -> None:
         super().__init__()
         self.hub = hub
+        # forward, backward: ATen op -> frame
         self.ids: tuple[dict[Any, int], dict[Any, int]] = (
             {},
             {},
-        )  # forward, backward: ATen op -> frame
+        )
         self.flops: dict[Any, Any] = {}  # ATen op -> FLOP formula, or None
         self.shapes = hub.window.shapes  # made per window: FLOPs only where the window takes shapes
         self.scope = Interceptor(hub, "aten", user_depth=INHERIT)
-        self.counted = Interceptor(
-            hub, "aten", user_depth=INHERIT, after=self._count_flops
-        )  # ops with a formula
+        # ops with a formula
+        self.counted = Interceptor(hub, "aten", user_depth=INHERIT, after=self._count_flops)
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         hub = self.hub

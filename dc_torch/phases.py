@@ -92,9 +92,8 @@ class PhaseHooks:
 
     def _optimizer_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         step = self._end()
-        if (
-            step == self.hub.session.last_step
-        ):  # not when the update also ended the step (deepcontext run)
+        # not when the update also ended the step (deepcontext run)
+        if step == self.hub.session.last_step:
             self.hub.session.update_end()
 
     def _begin(
@@ -115,9 +114,8 @@ class PhaseHooks:
                     frame = self._step_frame(optimizer)
                 if frame is not None:
                     hub.collector.enter((hub.session.frame(KIND_PYTHON, *frame),), capture=True)
-            state.phases.append(
-                (phase, hub.session.last_step)
-            )  # None too, so that _end pops what this call pushed
+            # None too, so that _end pops what this call pushed
+            state.phases.append((phase, hub.session.last_step))
         except Exception as exc:
             hub.fail(exc, "phase")
 
@@ -156,12 +154,13 @@ class PhaseHooks:
             state.mode_depth += 1
             if not isinstance(training, bool):  # torch's train() raises its own error for it
                 return state
+            # an evaluation window's steps are eval already
             if (
                 state.mode_depth > 1
                 or not hub.active
                 or get_ident() not in (hub.session.step_thread, 0)
                 or hub.session.default_phase == "eval"
-            ):  # an evaluation window's steps are eval already
+            ):
                 return state
             session, open_ = hub.session, state.evaluating
             if not training and open_ is None and next(module.children(), None) is not None:

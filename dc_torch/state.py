@@ -55,9 +55,8 @@ class Frames:
         self.ops: dict[
             Any, int
         ] = {}  # torch callable -> frame id, or ops.SKIP / ops.BACKWARD_ENTRY
-        self.matmuls: set[int] = (
-            set()
-        )  # operator frames whose FLOPs are a matmul's (ops.matmul_flops)
+        # operator frames whose FLOPs are a matmul's (ops.matmul_flops)
+        self.matmuls: set[int] = set()
         self.names: dict[int, str] = {}  # operator frame id -> name
         self.aten_ids: dict[tuple[Any, int], int] = {}
         self.backward_ops: dict[tuple[str, str], int] = {}

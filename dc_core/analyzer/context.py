@@ -71,9 +71,8 @@ def hotspot(w: Window) -> list[dict[str, Any]]:
             phase: sum(w.incl[o] for o in group) for phase, group in _by_phase(w, ops).items()
         }
         per_anchor: dict[int, int] = {}
-        for op in (
-            ops
-        ):  # shown where its operators spend most (the line's forward, backward or optimizer node)
+        # shown where its operators spend most (the line's forward, backward or optimizer node)
+        for op in ops:
             per_anchor[places[op]] = per_anchor.get(places[op], 0) + w.incl[op]
         node = max(per_anchor, key=per_anchor.__getitem__)
         names = sorted(
@@ -151,6 +150,7 @@ for _name in _SLOW_BACKWARD:
     )
 
 
+# JAX's primitives
 _GEMMS = (
     "linear",
     "mm",
@@ -167,7 +167,7 @@ _GEMMS = (
     "scaled_dot_product_attention",
     "dot_general",
     "conv_general_dilated",
-)  # JAX's primitives
+)
 
 #: How much more than its forward an operator family's backward costs by
 #: nature, where FLOPs do not say: a GEMM's backward is two GEMMs, a pooling's

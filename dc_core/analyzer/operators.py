@@ -12,6 +12,7 @@ from typing import Any
 
 from .base import Window, finding, ms, op_name, percent, weighted_median
 
+# the last: JAX's (``x.astype``), one XLA convert
 _CASTS = {
     "to",
     "_to_copy",
@@ -24,7 +25,7 @@ _CASTS = {
     "int",
     "long",
     "convert_element_type",
-}  # the last: JAX's (``x.astype``), one XLA convert
+}
 _DEVICE_WORDS = ("cuda", "cpu", "device", "mps", "xla")
 _LAYOUT = {"contiguous"}
 _RESHAPES = {"reshape", "flatten", "view_as_real"}

@@ -312,10 +312,11 @@ def _share_difference(
             or (high - low) / high < t["load_imbalance.share_diff"]
         ):
             continue
+        # the largest gap, then the most specific node
         score = (
             round(high - low, 3),
             paths.depth[key],
-        )  # the largest gap, then the most specific node
+        )
         if best is None or score > best[0]:
             best = (score, key, per_rank)
     if best is None:

@@ -84,6 +84,7 @@ def analyze_files(
         found = analyze(profile, overrides or stored) + named.get(
             (profile.run, profile.rank, tuple(profile.steps)), []
         )
+        # the read one unchanged
         yield (
             file,
             replace(
@@ -92,4 +93,4 @@ def analyze_files(
                 analysis_pending=False,
                 analyzer_overrides={},
             ),
-        )  # the read one unchanged
+        )

@@ -240,9 +240,8 @@ def read_files(
     """Read ``files`` with a progress bar on a terminal; bad files are returned as errors."""
     profiles, errors = [], []
     show = not quiet and len(files) > 8 and sys.stderr.isatty()
-    if (
-        not quiet and len(files) >= MANY_FILES and not show
-    ):  # a log, not a terminal: one line says what it is doing
+    # a log, not a terminal: one line says what it is doing
+    if not quiet and len(files) >= MANY_FILES and not show:
         print(
             f"deepcontext: reading {len(files):,} profiles under {where}",
             file=sys.stderr,

@@ -187,9 +187,8 @@ def run(args: argparse.Namespace) -> int:
                 )
                 for e, o in zip(merged, found)
             ]
-        sys.stdout.write(
-            dumps(doc) + "\n"
-        )  # json's text, without its recursion (trees may be deep)
+        # json's text, without its recursion (trees may be deep)
+        sys.stdout.write(dumps(doc) + "\n")
         return 0 if profiles or merged else 1
     if args.min_percent is None:
         args.min_percent = 1.0

@@ -42,9 +42,8 @@ class NodeTrend:
     path: list[str]  # labels from the root's child down
     points: list[Point]
     trend: Trend
-    first_rise_step: (
-        int | None
-    )  # where a significant rise starts; None when the share does not rise
+    # where a significant rise starts; None when the share does not rise
+    first_rise_step: int | None
 
     @property
     def node(self) -> int:

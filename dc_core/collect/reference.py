@@ -228,9 +228,8 @@ class Collector:
             found = self._mirrors.get((node, top))
             if found is None:
                 frames, here = [], node
-                while (
-                    here > 0 and self._parent[here] > 0
-                ):  # up to the root's child, not including it
+                # up to the root's child, not including it
+                while here > 0 and self._parent[here] > 0:
                     frames.append(self._node_frame[here])
                     here = self._parent[here]
                 found = self._mirrors[(node, top)] = self.path(top, frames[::-1])
@@ -365,9 +364,8 @@ class Collector:
             if not scopes:
                 return -1
             scope = scopes.pop()
-            self._bill_between(
-                scope, scopes, -1, False, end
-            )  # its last stretch, after its last call
+            # its last stretch, after its last call
+            self._bill_between(scope, scopes, -1, False, end)
             elapsed = end - scope.start_ns
             self._values[METRIC_COUNT][scope.node] += 1
             self._values[METRIC_CPU_TIME][scope.node] += elapsed - scope.nested_ns

@@ -88,9 +88,8 @@ class Ensemble:
     ) -> None:
         self.frames, self.parent, self.frame = frames, parent, frame
         self.columns, self.incl, self.units = columns, incl, units
-        self.topology = Tree(
-            frames=frames, parent=parent, frame=frame
-        )  # what and where, without metrics
+        # what and where, without metrics
+        self.topology = Tree(frames=frames, parent=parent, frame=frame)
         self._stats: dict[str, Stats] = {}
 
     def __len__(self) -> int:
@@ -141,9 +140,8 @@ class Ensemble:
             if m is None:
                 m = np.zeros((len(self), max(len(self.columns), 1)), np.int64)
             m = np.asarray(m)
-            total = m.sum(
-                axis=1, dtype=np.float64
-            )  # float: a sum over thousands of ranks may pass int64
+            # float: a sum over thousands of ranks may pass int64
+            total = m.sum(axis=1, dtype=np.float64)
             mean = total / max(m.shape[1], 1)
             high = m.max(axis=1)
             with np.errstate(invalid="ignore", divide="ignore"):

@@ -56,9 +56,8 @@ class Outlier:
     z: float | None  # robust z-score; None with fewer than `ROBUST_FROM` ranks
     wait: float  # the rank's collective time per step
     node: int  # the deepest node holding most of the excess (0: none found)
-    explain: list[tuple[int, float]] = field(
-        default_factory=list
-    )  # node's children: (child, excess per step)
+    # node's children: (child, excess per step)
+    explain: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:

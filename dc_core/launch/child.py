@@ -46,9 +46,8 @@ class Launch:
         self._ours: list[Any] = []  # sessions of our drivers: not "the user's own"
         self._lock = threading.Lock()
         self._done = threading.Event()  # the process is ending
-        self._closing = (
-            threading.RLock()
-        )  # the time-range thread and the end never drive a session at once
+        # the time-range thread and the end never drive a session at once
+        self._closing = threading.RLock()
         self._provisional = False  # the steps are the time range's until a driver finds real ones
         self._interim: Any = None  # the time range's loop while it may still be open
         self._watching = False  # SIGTERM is watched from the first claim on
@@ -138,9 +137,8 @@ class Launch:
         for session in active() if active is not None else ():
             session.close()
         flush_all = getattr(sys.modules.get("dc_core.store.writer"), "flush_all", None)
-        if (
-            flush_all is not None
-        ):  # windows closed before, still being written (SIGTERM ends us next)
+        # windows closed before, still being written (SIGTERM ends us next)
+        if flush_all is not None:
             flush_all()
 
     def _end_time_range(self) -> None:
@@ -193,9 +191,8 @@ class Launch:
             return
         try:
             with self._closing:
-                if (
-                    self._done.is_set() or not self._provisional
-                ):  # the end, or real steps, came first
+                # the end, or real steps, came first
+                if self._done.is_set() or not self._provisional:
                     return
                 loop = self._interim = _time_loop(self)
                 self.adopt(loop.session, loop.stop)

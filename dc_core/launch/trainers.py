@@ -55,9 +55,8 @@ def patch(launch: Any, trainer_cls: type, kind: TrainerKind) -> None:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         nonlocal seen
-        original(
-            self, *args, **kwargs
-        )  # the script's exceptions pass unchanged; a failed build does not count
+        # the script's exceptions pass unchanged; a failed build does not count
+        original(self, *args, **kwargs)
         if not seen:
             seen = True
             _attach(launch, self, kind)

@@ -309,9 +309,8 @@ class Session:
                 except Exception as exc:
                     self.fail(exc, "close")
         finally:
-            if (
-                self._window is not None and ours
-            ):  # interrupted before the window closed: unhook all the same
+            # interrupted before the window closed: unhook all the same
+            if self._window is not None and ours:
                 self._window = None
                 try:
                     self._stop_collecting()
@@ -407,9 +406,8 @@ class Session:
         with deferred_interrupts():
             window = self._window
             start = window.planned[0]
-            self._steps.close(
-                self.collector
-            )  # first: stopping the profiler's threads is not the user's time
+            # first: stopping the profiler's threads is not the user's time
+            self._steps.close(self.collector)
             try:
                 self._stop_collecting()
             finally:  # what was collected is written even when unhooking failed
@@ -450,9 +448,8 @@ class Session:
         if self.config.time_range is None:
             profile.planned_window = window.planned  # what it planned: a loop may end it early
         profile.step_source = self.step_source
-        profile.first_step = (
-            self._seen.first
-        )  # a window that holds it shows its one-off costs apart
+        # a window that holds it shows its one-off costs apart
+        profile.first_step = self._seen.first
         path = profile_path(
             self.config.logdir, self.config.run, profile.rank, profile.host, profile.steps
         )

@@ -37,13 +37,11 @@ class StepClock:
         self.clock = clock  # the session's: a time range's step ended from another thread
         self.times: list[int] = []  # per step of the window, ns
         self.waits: list[int] = []  # per step: ns its thread waited for a CPU (empty: unknown)
-        self.others_wait = (
-            -1
-        )  # ns the process's worker threads waited for a CPU in the window (-1: unknown)
+        # ns the process's worker threads waited for a CPU in the window (-1: unknown)
+        self.others_wait = -1
         self._others_from = -1  # ... their total when the window opened
-        self._wait_ns = (
-            -1
-        )  # the step thread's run-queue wait when its step (or the loop after it) began
+        # the step thread's run-queue wait when its step (or the loop after it) began
+        self._wait_ns = -1
         self.thread = 0  # the thread that drives the steps
         self.step = -1  # the step begun (or ended) last in a window
         self._start_ns = 0  # the step running began (session clock)
@@ -66,9 +64,8 @@ class StepClock:
     def begin(self, c: Any, phase: int, step: int) -> None:
         """Step ``step`` begins on this thread, in phase frame ``phase``."""
         self.step = step
-        between = self._close_scopes(
-            c, self._between_ns
-        )  # on the thread that opened them, before it changes
+        # on the thread that opened them, before it changes
+        between = self._close_scopes(c, self._between_ns)
         self.thread = get_ident()
         self._updates, self._tail = 0, False
         self._open = True

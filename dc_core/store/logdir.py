@@ -116,9 +116,8 @@ def _replace(data: bytes, path: Path, sync: bool) -> float:
     fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            os.fchmod(
-                out.fileno(), mode
-            )  # mkstemp's 0600 would hide profiles from the TensorBoard serving them
+            # mkstemp's 0600 would hide profiles from the TensorBoard serving them
+            os.fchmod(out.fileno(), mode)
             out.write(data)
             out.flush()
             if sync:

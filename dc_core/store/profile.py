@@ -96,9 +96,8 @@ class Profile:
     #: profiles written before steps were marked); see `step_range`.
     step_bounds: dict[str, list[int]] = field(default_factory=dict)
     step_wait_ns: list[int] = field(default_factory=list)  # per step: runnable, waiting for a CPU
-    others_wait_ns: int = (
-        -1
-    )  # the window's other threads, runnable, waiting for a CPU (-1: unknown)
+    # the window's other threads, runnable, waiting for a CPU (-1: unknown)
+    others_wait_ns: int = -1
     #: Written without its findings: analysed where read (`analyzer.findings_of`).
     analysis_pending: bool = False
     #: The threshold overrides that pending analysis uses (``"<rule>.<field>"`` → value).

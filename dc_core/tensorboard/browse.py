@@ -53,9 +53,8 @@ def _context_frames(index: Index, role: np.ndarray) -> np.ndarray:
     cid = np.arange(len(frames), dtype=np.int64)
     backward = np.fromiter(map(attrgetter("backward"), frames), dtype=bool, count=len(frames))
     flagged = np.flatnonzero(backward & (role == 1)).tolist()
-    if (
-        not flagged
-    ):  # the usual case: context frames are not flagged, only operators run by autograd
+    # the usual case: context frames are not flagged, only operators run by autograd
+    if not flagged:
         return cid
     key = attrgetter("kind", "name", "file", "line", "detail")
     wanted = {key(frames[f]): f for f in flagged}
@@ -74,10 +73,11 @@ def _context_ids_by_level(
     n, frame, parent = len(tree), index.frame_array(), levels.parent
     ctx, phase = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     width = int(cid.max(initial=0)) + 1
+    # key -> context id, sorted by key
     known, ids = (
         np.empty(0, dtype=np.int64),
         np.empty(0, dtype=np.int64),
-    )  # key -> context id, sorted by key
+    )
     for nodes in levels.levels:  # parents' ids are final before their children's are made
         up = parent[nodes]
         r = role[frame[nodes]]

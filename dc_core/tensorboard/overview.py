@@ -113,9 +113,8 @@ def window(index: Index) -> dict:
     with the metrics and frame kinds its tree holds (in vocabulary order)."""
     p = index.profile
     frame, size = index.tree.frame, len(index.tree)
-    used = (
-        np.bincount(index.frame_array()[1:], minlength=len(index.tree.frames)) > 0
-    )  # below the root
+    # below the root
+    used = np.bincount(index.frame_array()[1:], minlength=len(index.tree.frames)) > 0
     present = {
         kinds.KINDS[c] for c in np.unique(index.kind_codes()[used]).tolist() if c < len(kinds.KINDS)
     }
@@ -190,9 +189,8 @@ def ranks(store: ProfileStore, run: str, window_steps: tuple[int, int], metric: 
         try:
             summary = store.summary(file, rank_summary)
             stored = {"stored_rank": summary["rank"]} if summary["rank"] != file.rank else {}
-            rows.append(
-                {**summary, "rank": file.rank, **stored}
-            )  # the directory's rank, as in /window
+            # the directory's rank, as in /window
+            rows.append({**summary, "rank": file.rank, **stored})
         except (ProfileError, NotFound) as exc:  # a bad file drops out of the table, the rest stays
             errors[f"{file.rank}-{file.host}"] = str(getattr(exc, "message", exc))
     for key, pick in (

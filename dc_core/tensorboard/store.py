@@ -121,9 +121,8 @@ class Index:
 
         def build() -> np.ndarray:
             codes = {kind: i for i, kind in enumerate(KINDS)}  # decoded files have no other kind;
-            kinds = map(
-                attrgetter("kind"), self.tree.frames
-            )  # a tree built in code may: len(KINDS)
+            # a tree built in code may: len(KINDS)
+            kinds = map(attrgetter("kind"), self.tree.frames)
             return np.fromiter(
                 map(codes.get, kinds, repeat(len(KINDS))),
                 dtype=np.int64,

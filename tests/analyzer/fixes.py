@@ -119,9 +119,8 @@ def run_dataloader(logdir, fixed: bool) -> Profile:
     def step() -> None:
         x, y = next(batches)
         loss = nn.functional.mse_loss(model(x).mean(-1), y)
-        for _ in range(
-            20
-        ):  # the step's own compute (~1 ms each), which workers can hide the loading behind
+        # the step's own compute (~1 ms each), which workers can hide the loading behind
+        for _ in range(20):
             loss = loss + (work @ work.T).mean() * 0
         opt.zero_grad()
         loss.backward()

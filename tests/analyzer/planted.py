@@ -161,9 +161,8 @@ def run_planted_model(logdir, steps: int = 6):
     # some CPUs), which once pushed cumprod under its 5% share; at 8 MiB they
     # hold still, and cumprod's compute-bound backward keeps at least 10% if
     # they ever cost 4x more.
-    x = torch.randn(
-        16384, 128
-    )  # 2x the elements of a (2048, 512) input for the norm, half its matmul
+    # 2x the elements of a (2048, 512) input for the norm, half its matmul
+    x = torch.randn(16384, 128)
     gates = torch.rand(512, 4096)
     gates[gates < 0.02] = 0  # zeros send cumprod's backward down its slow path
     gates.requires_grad_()

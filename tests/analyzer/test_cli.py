@@ -35,9 +35,8 @@ def test_analyze_rewrites_the_profiles_with_findings(tmp_path, capsys):
     assert "dataloader_bottleneck" in out and "d.py:5 __getitem__" in out
     stored = read_profile(path).findings
     assert [f["rule"] for f in stored][0] == "dataloader_bottleneck"
-    assert [f.path for f in find_profiles(tmp_path)] == [
-        path
-    ]  # replaced in place, no temporaries left
+    # replaced in place, no temporaries left
+    assert [f.path for f in find_profiles(tmp_path)] == [path]
     assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 

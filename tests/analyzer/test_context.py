@@ -32,19 +32,19 @@ def test_hotspot_is_one_summary_of_where_the_step_goes():
     )
     f = only(analyze(p), "hotspot")
     lines, ops = f["evidence"]["lines"], f["evidence"]["operators"]
+    # tiny is < 5 %
     assert [x["label"] for x in lines] == [
         "model.py:40 attention",
         "model.py:55 mlp",
-    ]  # tiny is < 5 %
+    ]
     assert f["path"] == ["forward", "train.py:20 train", "model.py:40 attention"]
     assert (
         lines[0]["forward_ns"] == 60 * MS
         and lines[0]["backward_ns"] == 9 * MS
         and lines[0]["time_ns"] == 69 * MS
     )
-    assert (
-        lines[0]["share"] == 0.69 and lines[0]["per_step_ns"] == 23 * MS
-    )  # of the window's 3 steps
+    # of the window's 3 steps
+    assert lines[0]["share"] == 0.69 and lines[0]["per_step_ns"] == 23 * MS
     assert ops[0]["operator"] == "aten::bmm" and ops[0]["calls"] == 30
     assert f["message"].startswith(
         "where the step goes: model.py:40 attention 69.0%, model.py:55 mlp 30.0%; "
@@ -241,16 +241,16 @@ def test_backward_imbalance_weighs_the_quietest_step_not_one_preempted_step():
             ),
         ),
     )
-    assert "backward_imbalance" in rules(
-        analyze(p, {"backward_imbalance.ratio": 3})
-    )  # as sums judged it
+    # as sums judged it
+    assert "backward_imbalance" in rules(analyze(p, {"backward_imbalance.ratio": 3}))
     bounds = p.step_bounds
     sums = {n for n in range(len(p.tree)) if p.tree.node_frame(n).name == "aten::sum"}
     for n in sums:
+        # 1 ms in its quietest step
         bounds["cpu_time_ns.min"][n], bounds["cpu_time_ns.max"][n] = (
             MS,
             755 * MS,
-        )  # 1 ms in its quietest step
+        )
     assert "backward_imbalance" not in rules(analyze(p))
 
 

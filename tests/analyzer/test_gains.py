@@ -37,9 +37,8 @@ def judge_pairs(tmp_path, run, rule: str, where: str) -> None:
         at_their_nodes(pair.before), at_their_nodes(pair.after)
         ratios.append(pair.saved_ns / pair.gain_ns)
         seen.append((round(pair.saved_ns / 1e6, 2), round(pair.gain_ns / 1e6, 2)))
-    assert 1 - TOLERANCE <= median(ratios) <= 1 + TOLERANCE, (
-        seen
-    )  # (measured, estimated) ms per step
+    # (measured, estimated) ms per step
+    assert 1 - TOLERANCE <= median(ratios) <= 1 + TOLERANCE, seen
 
 
 TORCH = ["dtype", "optimizer", "dataloader", "item", "loop", "norm"]

@@ -6,11 +6,12 @@ from dc_core.analyzer import analyze
 from tests.analyzer.helpers import MS, US, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
+# what the PyTorch adapter records
 CUDA_RUN = {
     "torch": "2.5.0",
     "cuda": "12.4",
     "devices": "NVIDIA H100",
-}  # what the PyTorch adapter records
+}
 CPU_RUN = {"torch": "2.5.0"}
 HEAVY = (line("head", "model.py:90"), f"aten::addmm @cpu_time_ns={80 * MS},count=3")
 
@@ -215,9 +216,8 @@ def test_small_ops_in_jax_are_operations_dispatched_one_by_one_whatever_their_wo
         framework="jax",
     )
     f = only(analyze(p), "small_ops")
-    assert (
-        f["evidence"]["per_step"] == 300 and f["evidence"]["median_us"] == 100.0
-    )  # host time per dispatch
+    # host time per dispatch
+    assert f["evidence"]["per_step"] == 300 and f["evidence"]["median_us"] == 100.0
     assert f["path"][-1] == "model.py:31 rowsum" and "lax.scan" in f["suggestion"]
     # jitted, the loop is one program: its ops have no host time of their own
     jitted = profile(
@@ -345,9 +345,8 @@ def test_host_sync_reports_the_line_and_rate():
     f = only(analyze(p), "host_sync")
     assert f["path"] == ["other", "train.py:20 train", "train.py:27 train", "aten::item"]
     assert f["evidence"]["per_step"] == 1.0 and f["evidence"]["calls"] == 3
-    assert (
-        f["severity"] == "info"
-    )  # once per step, no device time recorded: worth knowing, not a warning
+    # once per step, no device time recorded: worth knowing, not a warning
+    assert f["severity"] == "info"
 
 
 def test_regression_host_sync_on_a_cpu_only_run():

@@ -63,9 +63,8 @@ def test_the_sessions_thresholds_reach_the_reader(tmp_path, monkeypatch, capsys)
     assert "dataloader_bottleneck" not in [f["rule"] for f in findings_of(read_profile(path))]
     assert main(["report", str(tmp_path), "--json"]) == 0
     (doc,) = json.loads(capsys.readouterr().out)["profiles"]
-    assert "dataloader_bottleneck" not in [
-        f["rule"] for f in doc["findings"]
-    ]  # found without the override
+    # found without the override
+    assert "dataloader_bottleneck" not in [f["rule"] for f in doc["findings"]]
 
 
 def test_the_report_prints_a_pending_windows_findings(tmp_path, monkeypatch, capsys):
@@ -100,9 +99,8 @@ def test_damaged_overrides_fall_back_to_the_defaults_with_a_warning(caplog):
         ("forward", (line("train", "t.py:1"), f"aten::mm @cpu_time_ns={2 * MS}")),
     )
     mark_pending(p, {"dataloader_bottleneck.enabled": 0})
-    p.analyzer_overrides = {
-        "dataloader_bottleneck.no_such_threshold": 1.0
-    }  # a damaged or foreign file
+    # a damaged or foreign file
+    p.analyzer_overrides = {"dataloader_bottleneck.no_such_threshold": 1.0}
     back = decode(encode(p), "w.pb")
     assert "dataloader_bottleneck" in [f["rule"] for f in findings_of(back)]
     assert "w.pb has unreadable analyzer overrides" in caplog.text

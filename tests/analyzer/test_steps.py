@@ -9,9 +9,8 @@ TREE = ("forward", f"aten::mm @cpu_time_ns={10 * MS}")
 def test_step_outlier_one_slow_step_among_ten():
     times = [100 * MS + i * MS for i in range(10)]
     times[6] = 160 * MS  # 1.6x the median: only the 3-sigma test catches it
-    cpu = (
-        [20] * 62 + [95] * 16 + [20] * 30
-    )  # samples 62..77: the slow step (615..775 ms) kept the CPUs busy
+    # samples 62..77: the slow step (615..775 ms) kept the CPUs busy
+    cpu = [20] * 62 + [95] * 16 + [20] * 30
     p = profile(
         TREE,
         steps=(10, 20),
@@ -41,9 +40,8 @@ def test_step_outlier_twice_the_median_with_few_steps():
 def test_step_outlier_quiet_for_steady_steps_and_for_jitter():
     steady = profile(TREE, steps=(0, 12), step_times=[100 * MS + (i % 3) * MS for i in range(12)])
     assert "step_outlier" not in rules(analyze(steady))
-    tiny = profile(
-        TREE, steps=(0, 4), step_times=[10_000, 10_000, 90_000, 10_000]
-    )  # µs-scale jitter
+    # µs-scale jitter
+    tiny = profile(TREE, steps=(0, 4), step_times=[10_000, 10_000, 90_000, 10_000])
     assert "step_outlier" not in rules(analyze(tiny))
 
 

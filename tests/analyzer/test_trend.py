@@ -57,11 +57,12 @@ def test_rising_node_is_named_with_its_first_rising_step(seed):
     f = only(analyze_ranks(profiles), "share_trend")
     e = f["evidence"]
     assert f["severity"] == "warning" and f["path"] == LOADER
+    # stored in the rank's last window
     assert (e["run"], e["rank"], e["steps"]) == (
         "exp",
         0,
         [1100, 1110],
-    )  # stored in the rank's last window
+    )
     last = profiles[11]
     assert [last.tree.node_frame(n).label() for n in last.tree.path(f["node"])] == LOADER
     assert e["first_rise_step"] == 500 and e["windows"][0] == [0, 10] and len(e["shares"]) == 12

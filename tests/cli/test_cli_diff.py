@@ -308,9 +308,8 @@ def test_a_directory_comes_down_to_one_profile_and_its_other_files_may_be_corrup
     assert main(["diff", str(logdir), str(logdir)]) == 2
     err = capsys.readouterr().err
     assert "holds 3 profiles" in err and "rank 1 steps 2\u20135 (--rank 1 --steps 2)" in err
-    doc = run_json(
-        capsys, logdir, logdir, "--a-rank", "0", "--b-rank", "1"
-    )  # two ranks of one window
+    # two ranks of one window
+    doc = run_json(capsys, logdir, logdir, "--a-rank", "0", "--b-rank", "1")
     assert (doc["a"]["rank"], doc["b"]["rank"], doc["changes"][0]["delta_ns"]) == (0, 1, 5 * MS)
     assert doc["a"]["run"] == "run"
     assert main(["diff", str(logdir), str(logdir), "--rank", "0", "--steps", "9"]) == 2
@@ -334,10 +333,11 @@ def test_the_tab_and_the_command_agree_on_a_nodes_change(tmp_path, capsys):
         first["spread_ns"],
         True,
     )
+    # the tab's a, b: window totals
     assert (row["a"], row["b"]) == (
         STEPS * first["a_ns"],
         STEPS * first["b_ns"],
-    )  # the tab's a, b: window totals
+    )
 
 
 def test_the_tab_matches_a_moved_line_too():

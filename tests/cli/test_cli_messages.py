@@ -40,10 +40,11 @@ def test_one_step_convention_header_json_and_tab(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 0
     assert "steps 5\u20137 \u00b7 mean step 20 ns" in capsys.readouterr().out
     assert main(["report", str(tmp_path), "--json"]) == 0
+    # half-open, for tools
     assert json.loads(capsys.readouterr().out)["profiles"][0]["steps"] == [
         5,
         8,
-    ]  # half-open, for tools
+    ]
     assert main(["analyze", str(tmp_path), "--dry-run"]) == 0
     assert "rank 0 steps 5\u20137" in capsys.readouterr().out
     index = Index(read_profile(path), Ref(".", 0, (5, 8)))

@@ -43,9 +43,8 @@ def test_a_torch_only_environment_runs_the_torch_workload(tmp_path):
     done = demo(tmp_path, "lightning,pytorch_lightning,jax,flax")
     assert done.returncode == 0, done.stderr
     assert "profiling the torch workload" in done.stdout
-    assert (
-        "demo.py:70 TinyGPT.forward" in done.stdout and " (Block)" in done.stdout
-    )  # the GPT's own lines
+    # the GPT's own lines
+    assert "demo.py:70 TinyGPT.forward" in done.stdout and " (Block)" in done.stdout
     assert "Traceback" not in done.stderr
 
 
@@ -69,7 +68,6 @@ def test_a_second_demo_reports_only_its_own_run(tmp_path):
     second = demo(tmp_path, "", "--workload", "python")
     assert first.returncode == second.returncode == 0, second.stderr
     runs = sorted(p.name for p in tmp_path.iterdir())
-    assert (
-        len(runs) == 2 or first.stdout.count("rank 0") == 1
-    )  # two runs, unless both fell in one second
+    # two runs, unless both fell in one second
+    assert len(runs) == 2 or first.stdout.count("rank 0") == 1
     assert second.stdout.count("rank 0") == 1  # the header of one profile, not of every earlier run

@@ -73,9 +73,8 @@ def test_bottom_up_is_the_same_in_the_report_and_the_tab(tmp_path, capsys):
     while stack:
         path, item = stack.pop()
         rows = tables.bottom_up(index, path, METRIC, mode="excl", limit=100)["rows"]
-        column = (
-            "incl" if path else "excl"
-        )  # the top level is the flat table, shown by its own cost
+        # the top level is the flat table, shown by its own cost
+        column = "incl" if path else "excl"
         shown = {r["label"]: r[column][METRIC] for r in rows if r[column][METRIC]}
         assert {label(k): k["incl"][METRIC] for k in item["children"]} == shown, path
         checked += 1

@@ -229,9 +229,8 @@ def test_mirror_replays_the_path_below_the_phase_under_another_top(collector):
     mirrored = c.mirror(deep, b_phase)
     assert Snap(c).path(mirrored) == ("backward", "f", "lin", "aten::mm")
     assert c.node_count() == count + 3
-    assert (
-        c.mirror(deep, b_phase) == mirrored and c.node_count() == count + 3
-    )  # memoized, nothing new
+    # memoized, nothing new
+    assert c.mirror(deep, b_phase) == mirrored and c.node_count() == count + 3
     assert c.mirror(c.parent(deep), b_phase) == c.parent(mirrored)  # the context of an operator
     assert c.mirror(f_phase, b_phase) == b_phase and c.mirror(0, b_phase) == b_phase
     assert c.mirror(deep, f_phase) == deep  # under its own phase: itself

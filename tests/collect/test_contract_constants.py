@@ -128,9 +128,8 @@ def test_enter_by_name_opens_where_its_names_say(collector):
         c.intern(reference.KIND_PHASE, "forward"),
         c.intern(reference.KIND_OPERATOR, "aten::mm"),
     )
-    assert c.enter([mm], INNERMOST, False, INHERIT) == c.child(
-        ROOT_NODE, mm
-    )  # no scope open: under the root
+    # no scope open: under the root
+    assert c.enter([mm], INNERMOST, False, INHERIT) == c.child(ROOT_NODE, mm)
     c.exit()
     top = c.enter([phase], ROOT_NODE, False, WHOLE_STACK)
     assert top == c.child(ROOT_NODE, phase)

@@ -48,9 +48,8 @@ def test_demo_workloads_count_as_user_code():
     files = profiler_files()
     assert any(f.endswith("dc_core/record/session.py") for f in files)
     assert not any(f.endswith(("dc_core/demo/workload.py", "dc_torch/demo.py")) for f in files)
-    assert any(
-        f.endswith("dc_core/cli/demo.py") for f in files
-    )  # the command is ours, its workload is not
+    # the command is ours, its workload is not
+    assert any(f.endswith("dc_core/cli/demo.py") for f in files)
 
 
 def test_guard_sees_a_sampler_left_running(make_collector):

@@ -180,9 +180,8 @@ def test_index_goes_to_the_cache_when_the_logdir_cannot_take_it(tmp_path, monkey
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     beside, cached = index_mod.index_dirs(files)
     assert cached.is_relative_to(tmp_path / "cache" / "deepcontext" / "index")
-    beside.parent.parent.joinpath(".index").write_text(
-        ""
-    )  # a file: nothing can be created under it
+    # a file: nothing can be created under it
+    beside.parent.parent.joinpath(".index").write_text("")
     cross_rank(files)
     assert (cached / "meta.json").is_file()
     calls = []
@@ -212,9 +211,10 @@ def test_a_metric_or_node_only_later_ranks_have_is_zero_on_the_others():
     e, _ = merge([first, later, again])
     mm, backward = e.find(["forward", "aten::mm"]), e.find("backward")
     assert e.values("device_time_ns", mm).tolist() == [0, 7, 0]
+    # grown past the metric's last rank
     assert e.values("device_time_ns", backward).tolist() == [
         0,
         0,
         0,
-    ]  # grown past the metric's last rank
+    ]
     assert e.values("cpu_time_ns", 0).tolist() == [10, 20, 5]

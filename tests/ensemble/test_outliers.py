@@ -62,9 +62,8 @@ def test_the_slow_rank_is_the_outlier_and_the_waiting_ranks_are_not(seed):
     e, _ = merge([ddp_rank(r, 9, rng) for r in range(16)])
     times = rank_times(e)
     steps = [t.step for t in times]
-    assert (
-        max(steps) / min(steps) < 1.05
-    )  # synchronous: every step lasts as long as the slowest rank's
+    # synchronous: every step lasts as long as the slowest rank's
+    assert max(steps) / min(steps) < 1.05
     assert times[9].wait == pytest.approx(100_000, rel=0.01) and times[0].wait == pytest.approx(
         600_000, rel=0.01
     )
@@ -86,9 +85,8 @@ def test_no_outlier_among_even_ranks():
 def test_a_rank_whose_steps_are_slow_without_more_compute_is_a_step_outlier():
     rng = random.Random(3)
     profiles = [ddp_rank(r, None, rng) for r in range(10)]
-    profiles[4].step_times_ns = [
-        t * 3 for t in profiles[4].step_times_ns
-    ]  # e.g. a stalled input pipeline
+    # e.g. a stalled input pipeline
+    profiles[4].step_times_ns = [t * 3 for t in profiles[4].step_times_ns]
     found = outliers(merge(profiles)[0])
     assert [(o.rank, o.measure) for o in found] == [(4, "step")]
     assert found[0].ratio == pytest.approx(3.0, rel=0.05)

@@ -95,9 +95,8 @@ def test_first_rise_finds_the_first_window_above_the_baseline():
     assert first_rise([0.05] * 5 + [0.2] * 7) == 5  # a jump (a new code path)
     assert first_rise([0.05] * 5 + [0.2 + 0.01 * k for k in range(7)]) == 5  # a jump, then a ramp
     assert first_rise([0.3 - 0.01 * k for k in range(12)]) == 0  # falling: no split rises
-    rng = random.Random(
-        5
-    )  # 1 % noise on the baseline; growth of 3 % a window compounding from window 300
+    # 1 % noise on the baseline; growth of 3 % a window compounding from window 300
+    rng = random.Random(5)
     noisy = [0.02 * rng.uniform(0.99, 1.01) * (1.03 ** max(0, i - 299)) for i in range(400)]
     assert first_rise(noisy) == 300
     assert first_rise(ramp, x=[7 * i for i in range(20)]) == 7
@@ -154,9 +153,8 @@ def test_planted_regression_found_with_its_first_rising_window(seed):
     assert [ensemble.label(t.node).split(" \u203a ") for t in found] == [LOADER]
     t = found[0]
     assert t.windows[t.first_rise] == (500, 510) and t.p < 0.01 and t.s > 0
-    assert t.rise == pytest.approx(
-        0.03 * 7 / 0.95, rel=0.1
-    )  # 3 points of 0.95 a window, windows 4..11
+    # 3 points of 0.95 a window, windows 4..11
+    assert t.rise == pytest.approx(0.03 * 7 / 0.95, rel=0.1)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -207,9 +205,8 @@ def test_series_is_per_step_and_a_window_without_the_node_counts_zero():
             steps=(20, 28),
         ),
     ]
-    ensemble = _ensemble(
-        [windows[2], windows[0], windows[1]]
-    )  # out of order: series sorts by steps
+    # out of order: series sorts by steps
+    ensemble = _ensemble([windows[2], windows[0], windows[1]])
     mm = ensemble.find(["forward", "aten::mm"])
     points = series(ensemble, mm, "cpu_time_ns")
     assert [(p.steps, p.value, p.share) for p in points] == [

@@ -16,6 +16,7 @@ from tests.store.test_files import make_profile
 def test_chrome_trace_nests_children_inside_parents():
     doc = json.loads(exporter("chrome")(make_profile(), "cpu_time_ns"))
     events = [(e["ph"], e["name"], e["ts"]) for e in doc["traceEvents"] if e["ph"] in "BE"]
+    # 100 ns in µs
     assert events == [
         ("B", "forward", 0),
         ("B", "t.py:3 step", 0),
@@ -23,7 +24,7 @@ def test_chrome_trace_nests_children_inside_parents():
         ("E", "aten::mm", 0.1),
         ("E", "t.py:3 step", 0.1),
         ("E", "forward", 0.1),
-    ]  # 100 ns in µs
+    ]
     mm_end = [e for e in doc["traceEvents"] if e["ph"] == "E"][0]
     assert mm_end["args"]["count"] == 3 and mm_end["args"]["cpu_time_ns"] == 100
 
@@ -61,9 +62,8 @@ def test_hatchet_literal_has_inclusive_and_exclusive():
     (forward,) = json.loads(exporter("hatchet")(make_profile(), "cpu_time_ns"))
     assert forward["frame"] == {"name": "forward", "type": "phase", "file": "", "line": 0}
     assert forward["metrics"]["cpu_time_ns (inc)"] == 100 and forward["metrics"]["cpu_time_ns"] == 0
-    assert (
-        forward["metrics"]["time (inc)"] == 100 and forward["metrics"]["time"] == 0
-    )  # Hatchet's default column
+    # Hatchet's default column
+    assert forward["metrics"]["time (inc)"] == 100 and forward["metrics"]["time"] == 0
     (mm,) = forward["children"][0]["children"]
     assert mm["metrics"]["time"] == 100 and mm["metrics"]["count (inc)"] == 3
 

@@ -53,9 +53,8 @@ def test_pprof_duration_is_the_windows_step_time(demo_profile):
     msg, _ = read(exporter("pprof")(demo_profile, "cpu_time_ns"))
     assert len(demo_profile.step_times_ns) == 2
     assert msg.duration_nanos == sum(demo_profile.step_times_ns) > 0
-    assert (
-        msg.duration_nanos != demo_profile.duration_ns
-    )  # the whole window, setup included, was written before
+    # the whole window, setup included, was written before
+    assert msg.duration_nanos != demo_profile.duration_ns
     assert msg.time_nanos == demo_profile.start_unix_ns > 0
 
 

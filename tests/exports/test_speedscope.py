@@ -18,9 +18,8 @@ def validate(doc: dict) -> None:
     jsonschema.validate(doc, schema)
     broken = json.loads(json.dumps(doc))
     broken["profiles"][0]["unit"] = "parsecs"
-    with pytest.raises(
-        jsonschema.ValidationError
-    ):  # the schema is the real one, not an empty stand-in
+    # the schema is the real one, not an empty stand-in
+    with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, schema)
 
 

@@ -152,16 +152,14 @@ def test_union_tree_holds_the_node_only_one_rank_ran(th, window_file):
     fetch = tk.get_node("loader.py:9 fetch")
     assert [n.frame["name"] for n in fetch.path()] == ["dataloader", "loader.py:9 fetch"]
     values = per_rank(tk, "loader.py:9 fetch")
-    assert (
-        values[1] == FETCH_NS and math.isnan(values[0]) and math.isnan(values[2])
-    )  # Thicket's "absent"
+    # Thicket's "absent"
+    assert values[1] == FETCH_NS and math.isnan(values[0]) and math.isnan(values[2])
     names = {n.frame["name"] for n in tk.graph.traverse()}
     assert names == {"forward", "train.py:3 step", "aten::mm", "dataloader", "loader.py:9 fetch"}
 
 
-@pytest.mark.filterwarnings(
-    "ignore::FutureWarning"
-)  # thicket's own groupby().agg(np.mean) under pandas 2
+# thicket's own groupby().agg(np.mean) under pandas 2
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_thickets_own_statistics(th, window_file):
     tk = thicket_export.load(window_file)
     th.stats.mean(tk, columns=["time"])

@@ -169,11 +169,12 @@ def test_nnx_containers_never_called_are_not_module_frames():
         ("module", "MLP", "MLP"),
         ("module", "MLP/layers/0", "Linear"),
     ]
+    # right above Linear's own (library) frame
     assert ctx.frames[-1] == (
         "module",
         "MLP/layers/0",
         "Linear",
-    )  # right above Linear's own (library) frame
+    )
 
 
 def test_einsum_specs_and_merged_op_names_are_not_modules():
@@ -232,9 +233,8 @@ def test_instructions_without_metadata_are_placed_by_operands_users_or_their_loo
 def test_ops_nothing_places_are_unattributed_not_forward():
     lone = Instruction("copy.9", "copy", "", ())
     assert context_of(lone).phase == "unattributed"
-    assert (
-        context_of(lone, marked="dataloader").phase == "dataloader"
-    )  # dispatched inside a marked phase
+    # dispatched inside a marked phase
+    assert context_of(lone, marked="dataloader").phase == "dataloader"
 
 
 def test_conv_is_named_conv_whether_or_not_its_class_was_recorded():

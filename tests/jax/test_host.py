@@ -17,13 +17,14 @@ from dc_jax import host
 from dc_jax.trace import Dispatch
 
 OTHER, FORWARD = 1, 2  # phase frames
+# frames: <module>, the loop's line, two ops, JAX's own zeros
 MAIN, LOOP, ADD, PAD, ZEROS = (
     10,
     11,
     20,
     21,
     30,
-)  # frames: <module>, the loop's line, two ops, JAX's own zeros
+)
 
 ADD_AT = host.Target((FORWARD, MAIN, LOOP, ADD), True)
 PAD_AT = host.Target((FORWARD, MAIN, LOOP, PAD), True)

@@ -146,6 +146,5 @@ def test_linen_attentions_hotspot_is_its_share_in_the_tree(tmp_path):
     shown = sum(time[n] for n in range(len(tree)) if tree.node_frame(n).name == attention)
     hot = _places(only(analyze(profile, EVERY), "hotspot"))
     assert hot[f"{attention} (MultiHeadDotProductAttention)"]["time_ns"] == shown > 0
-    assert not [
-        label for label in hot if label.startswith(f"{attention}/")
-    ]  # query, key, value, out are in it
+    # query, key, value, out are in it
+    assert not [label for label in hot if label.startswith(f"{attention}/")]

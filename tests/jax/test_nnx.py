@@ -83,9 +83,8 @@ def test_mlp_modules_are_named_by_attribute_path_with_timed_matmuls(tmp_path):
     for module in expected:
         (forward,) = _matmuls(tree, module, backward=False)
         backward = _matmuls(tree, module, backward=True)
-        assert len(backward) == (1 if module == "MLP/linear1" else 2), (
-            module
-        )  # dW, and dx but for the input
+        # dW, and dx but for the input
+        assert len(backward) == (1 if module == "MLP/linear1" else 2), module
         path = tree.path_frames(forward)
         names = [f.name.rsplit(".<locals>.", 1)[-1] for f in path]
         assert names == [
@@ -102,9 +101,8 @@ def test_mlp_modules_are_named_by_attribute_path_with_timed_matmuls(tmp_path):
         for op in backward:
             back = tree.path_frames(op)
             assert back[0].name == "backward" and back[-1].backward
-            assert [f.name for f in back[1:-1]] == [
-                f.name for f in path[1:-1]
-            ]  # the forward context
+            # the forward context
+            assert [f.name for f in back[1:-1]] == [f.name for f in path[1:-1]]
         for op in (forward, *backward):
             assert tree.value(op, "count") == 3 and op_time[op] > 0
     optimizer = tree.find("optimizer")
@@ -289,9 +287,8 @@ def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are
         for _ in range(3):
             state, loss = train_step(state, x, y)
             prof.step()
-    assert not Block.__dict__["__call__"].__dict__.get(
-        "__deepcontext_nnx__"
-    )  # restored, as every class
+    # restored, as every class
+    assert not Block.__dict__["__call__"].__dict__.get("__deepcontext_nnx__")
     assert "__init_subclass__" not in nnx.Module.__dict__
     assert not [r for r in caplog.records if "no module frames" in r.getMessage()]
     tree = read_profile(prof.written[0]).tree
@@ -306,10 +303,11 @@ def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are
         "Ensemble/stack/blocks/norm": "LayerNorm",
         "Ensemble/stack/head": "Linear",
     }
+    # a scan runs its body 3x
     for blocks, runs in (
         ("Ensemble/members", 1),
         ("Ensemble/stack/blocks", 3),
-    ):  # a scan runs its body 3x
+    ):
         (forward,) = _matmuls(tree, f"{blocks}/lin", backward=False)
         path = tree.path_frames(forward)
         at = [f.name for f in path].index(blocks)
@@ -318,6 +316,5 @@ def test_classes_defined_in_the_profilers_life_and_scanned_or_vmapped_blocks_are
             tree, f"{blocks}/lin", backward=True
         )
     scanned = tree.path_frames(_matmuls(tree, "Ensemble/stack/blocks/lin", backward=False)[0])
-    assert "loop body" in {
-        f.detail for f in scanned if f.kind == "python"
-    }  # run by the scan's loop
+    # run by the scan's loop
+    assert "loop body" in {f.detail for f in scanned if f.kind == "python"}

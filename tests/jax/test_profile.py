@@ -64,9 +64,8 @@ def test_mlp_window_places_timed_matmuls_under_loss_fn_and_dense_0(tmp_path):
         matmuls[backward] = op = ops[0]
         path = tree.path_frames(op)
         assert path[0].kind == "phase" and path[0].name == ("backward" if backward else "forward")
-        names = [
-            f.name.rsplit(".<locals>.", 1)[-1] for f in path
-        ]  # qualnames: make_training.<locals>.train_step
+        # qualnames: make_training.<locals>.train_step
+        names = [f.name.rsplit(".<locals>.", 1)[-1] for f in path]
         # train_step → my_loss_fn → MLP → MLP.__call__ → MLP/Dense_0 → dot_general
         assert names[1:3] == ["train_step", "my_loss_fn"] and path[2].file.endswith("workloads.py")
         assert names[3:6] == ["MLP", "MLP.__call__", "MLP/Dense_0"]
@@ -145,9 +144,8 @@ def test_window_over_the_first_step_reports_compile_and_records_flax_classes(tmp
         ("train_step", "backend_compile"),
     } <= compiled
     compile_node = tree.find("compile")
-    assert (
-        tree.inclusive("cpu_time_ns")[compile_node] > 10_000_000
-    )  # compiling takes milliseconds at least
+    # compiling takes milliseconds at least
+    assert tree.inclusive("cpu_time_ns")[compile_node] > 10_000_000
     # Compile time is its own phase, out of the step's host phase and out of its
     # step time: a step that compiled is not reported as a slow step.
     step_ns = profile.step_times_ns[0]
@@ -300,10 +298,11 @@ def test_a_users_own_trace_skips_that_window_with_one_warning_and_later_windows_
 @pytest.mark.slow
 def test_a_step_that_recompiles_is_not_a_slow_step(tmp_path):
     train_step, state, _ = workloads.block_training()
+    # the second shape compiles anew
     batches = [
         jax.numpy.ones((4, 6, 16)),
         jax.numpy.ones((4, 7, 16)),
-    ]  # the second shape compiles anew
+    ]
     y = jax.numpy.arange(4) % 10
     state, loss = train_step(state, batches[0], y)
     with dc_jax.profile(
@@ -319,6 +318,5 @@ def test_a_step_that_recompiles_is_not_a_slow_step(tmp_path):
     profile = read_profile(prof.written[0])
     compile_ns = profile.tree.inclusive("cpu_time_ns")[profile.tree.find("compile")]
     assert len(profile.step_times_ns) == 4
-    assert (
-        max(profile.step_times_ns) < compile_ns
-    )  # the recompiling step's time is its run, not its compile
+    # the recompiling step's time is its run, not its compile
+    assert max(profile.step_times_ns) < compile_ns

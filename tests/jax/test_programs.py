@@ -63,10 +63,11 @@ def test_two_jitted_applies_of_one_name_keep_their_own_modules_and_times(tmp_pat
     tree = profile.tree
     programs = _raw_op_times(raw)
     by_size = sorted(((sum(ops.values()), p) for p, ops in programs.items()), reverse=True)
+    # the 2048-wide one is by far the heaviest
     teacher_id, student_id = (
         by_size[0][1],
         by_size[1][1],
-    )  # the 2048-wide one is by far the heaviest
+    )
 
     assert _op_time_under(tree, "Teacher") == programs[teacher_id]
     assert _op_time_under(tree, "Student") == programs[student_id]
@@ -110,9 +111,8 @@ def test_a_jit_made_anew_each_step_keeps_its_line(tmp_path):
             f.kind == "python" and f.line == line and f.file.endswith("test_programs.py")
             for f in frames
         ), [f.label() for f in frames]
-        assert not any(
-            f.kind == "compiled" for f in frames
-        )  # a bare program name: context was lost
+        # a bare program name: context was lost
+        assert not any(f.kind == "compiled" for f in frames)
     assert_ops_match_the_trace(tree, raw)
 
 

@@ -219,9 +219,8 @@ def assert_weight_gradients_under_their_convs(
         found = {}
         for text in texts:
             found.update(kernel_shaped_convolutions(text, shape))
-        ((wgrad, has_metadata),) = [
-            (n, m) for n, m in found.items() if n in traced
-        ]  # one weight gradient per conv
+        # one weight gradient per conv
+        ((wgrad, has_metadata),) = [(n, m) for n, m in found.items() if n in traced]
         bare += not has_metadata
         ops = [n for n in nodes(tree, "operator") if tree.node_frame(n).detail == wgrad]
         assert ops and sum(time[n] for n in ops) == traced[wgrad], module
@@ -313,9 +312,8 @@ def test_an_nnx_conv_weight_gradient_is_not_billed_to_the_batchnorm_after_it(tmp
     def step():
         nnx_step(model, optimizer, x).block_until_ready()
 
-    profile, raw = profile_with_trace(
-        tmp_path, step
-    )  # traced at step 0, under the profiler's NNX scopes
+    # traced at step 0, under the profiler's NNX scopes
+    profile, raw = profile_with_trace(tmp_path, step)
     assert_ops_match_the_trace(profile.tree, raw)
     kernels = {
         f"NnxConvNet/{conv}": getattr(model, conv).kernel[...].shape for conv in ("conv1", "conv2")

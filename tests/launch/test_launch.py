@@ -161,9 +161,8 @@ def test_a_missing_command_fails_as_a_shell_would(tmp_path):
         timeout=60,
     )
     assert done.returncode == 127 and "cannot start 'no-such-command-xyz'" in done.stderr
-    assert (
-        "PYTHONPATH" not in done.stdout + done.stderr and "DeepContext ·" not in done.stdout
-    )  # nothing ran
+    # nothing ran
+    assert "PYTHONPATH" not in done.stdout + done.stderr and "DeepContext ·" not in done.stdout
 
 
 def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):
@@ -172,9 +171,10 @@ def test_after_import_runs_once_the_module_has_executed(tmp_path, monkeypatch):
     (tmp_path / "watched_pkg" / "sub.py").write_text("VALUE = 2\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
+    # a failing callback: logged, the import still works
     finder = AfterImport(
         {"watched_pkg.sub": lambda m: seen.append(m.VALUE), "watched_pkg": lambda m: 1 / 0}
-    )  # a failing callback: logged, the import still works
+    )
     finder.install()
     try:
         import watched_pkg.sub
@@ -206,9 +206,8 @@ def test_the_program_runs_as_its_own_main_with_its_own_argv(tmp_path, form):
         [sys.executable, *target], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == alone.returncode == 5
-    assert (
-        done.stdout == alone.stdout == "__main__ ['a', '--b'] True\n"
-    )  # byte for byte: the run says nothing there
+    # byte for byte: the run says nothing there
+    assert done.stdout == alone.stdout == "__main__ ['a', '--b'] True\n"
     own, said = split_stderr(done.stderr)
     assert own == alone.stderr == "to stderr\n"
     assert "the command exited with status 5 · 1 process profiled" in said
@@ -271,9 +270,8 @@ def test_a_process_that_cannot_be_hooked_runs_unprofiled_with_one_warning(tmp_pa
     )
 
 
-@pytest.mark.timeout(
-    300
-)  # a 4 s script: a hang at its exit fails here, not after the suite's 600 s
+# a 4 s script: a hang at its exit fails here, not after the suite's 600 s
+@pytest.mark.timeout(300)
 def test_view_opens_the_tab_on_the_logdir_when_the_run_ends(tmp_path, monkeypatch):
     import dc_core.cli.view as view
     from dc_core.cli import main

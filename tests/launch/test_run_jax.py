@@ -120,9 +120,8 @@ def test_an_nnx_jit_step_is_found_with_its_modules_named(tmp_path):
     done = deepcontext_run(tmp_path, "--steps", "2:3", str(script))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("nnx loss ")
-    assert (
-        "no module frames" not in done.stderr
-    )  # named though traced before it was known to be the step
+    # named though traced before it was known to be the step
+    assert "no module frames" not in done.stderr
     [profile] = run_profiles(tmp_path)
     assert profile.steps == (2, 5)
     # nnx.jit runs a jax.jit inside, called from Flax's files: only the script's call counts
@@ -172,9 +171,8 @@ def test_a_named_nnx_step_is_one_step_per_call_from_its_first(tmp_path):
         for p in _paths(profile.tree, "module")
         if p[-1] == "MLP/linear1 (Linear)" and p[0] == "forward"
     ]
-    assert len(model) == 1 and set(_op_counts(profile.tree, *model[0])) == {
-        3
-    }  # once per call, not twice
+    # once per call, not twice
+    assert len(model) == 1 and set(_op_counts(profile.tree, *model[0])) == {3}
 
 
 def test_step_function_names_the_step_the_search_would_miss(tmp_path):
@@ -191,9 +189,8 @@ def test_step_function_names_the_step_the_search_would_miss(tmp_path):
     (tmp_path / "found").mkdir()
     found = deepcontext_run(tmp_path / "found", "--steps", "0:2", str(script))
     assert found.returncode == 0, found.stderr
-    [guess] = run_profiles(
-        tmp_path / "found"
-    )  # the augmentation over the data, called first from one line
+    # the augmentation over the data, called first from one line
+    [guess] = run_profiles(tmp_path / "found")
     assert f"jax.jit augment, called repeatedly at jax_named.py:{batches}" in guess.step_source
 
     named = deepcontext_run(

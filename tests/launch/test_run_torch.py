@@ -99,9 +99,8 @@ def test_exit_status_and_exceptions_are_the_scripts(tmp_path):
     own = split_stderr(raised.stderr)[0]
     assert own == alone.stderr and "RuntimeError: planted failure at step 6" in own
     [window] = run_profiles(tmp_path / "raise")
-    assert (
-        window.steps == (2, 5) and len(window.step_times_ns) == 3
-    )  # written whole before the failure
+    # written whole before the failure
+    assert window.steps == (2, 5) and len(window.step_times_ns) == 3
 
 
 def test_accumulation_and_a_second_optimizer_still_make_one_step_per_update(tmp_path):
@@ -120,9 +119,8 @@ def test_accumulation_and_a_second_optimizer_still_make_one_step_per_update(tmp_
     ]
     # 3 updates of 2 micro-batches, plus the critic's input computed once per update
     assert sum(tree.excl["count"][n] for n in first) == 3 * 2 + 3
-    assert tree.find_all(
-        lambda f: f.name == "Adam.step"
-    )  # the critic's update is still in the window
+    # the critic's update is still in the window
+    assert tree.find_all(lambda f: f.name == "Adam.step")
 
 
 def test_regression_a_window_open_when_the_script_ends_is_written(tmp_path):
@@ -131,14 +129,12 @@ def test_regression_a_window_open_when_the_script_ends_is_written(tmp_path):
     done = deepcontext_run(tmp_path, "--steps", "8:10", str(SCRIPTS / "plain_torch.py"))
     assert done.returncode == 0, done.stderr
     [profile] = run_profiles(tmp_path)
-    assert (
-        profile.steps == (8, 11) and len(profile.step_times_ns) == 2
-    )  # steps 8 and 9 whole, 10 begun
+    # steps 8 and 9 whole, 10 begun
+    assert profile.steps == (8, 11) and len(profile.step_times_ns) == 2
     assert profile.planned_window == (8, 18)
     linear = profile.tree.find_all(lambda f: f.name == "aten::linear" and not f.backward)
-    assert (
-        sum(profile.tree.excl["count"][n] for n in linear) == 2 * 2
-    )  # two Linear layers in steps 8 and 9
+    # two Linear layers in steps 8 and 9
+    assert sum(profile.tree.excl["count"][n] for n in linear) == 2 * 2
 
 
 def test_a_script_profiling_itself_keeps_its_profiler_and_nothing_is_added(tmp_path):
@@ -176,9 +172,8 @@ def _interrupted(tmp_path: Path, command: list[str], send) -> tuple[int, str, st
     )
     try:
         before = _wait_for(proc, "waiting in step 7")
-        time.sleep(
-            1.0
-        )  # into the script's sleep, so that the traceback ends on the same line each time
+        # into the script's sleep, so that the traceback ends on the same line each time
+        time.sleep(1.0)
         send(proc)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -297,9 +292,8 @@ def test_steps_found_after_the_time_fallback_began_take_over(tmp_path):
         and 0.5e9 < loading.step_times_ns[0] < 20e9
     )
     load_line = line_of(SCRIPTS / "plain_torch.py", "loading = torch.tanh(loading @ loading)")
-    assert loading.tree.find_all(
-        lambda f: f.kind == "python" and f.line == load_line
-    )  # the loading was recorded
+    # the loading was recorded
+    assert loading.tree.find_all(lambda f: f.kind == "python" and f.line == load_line)
     assert (
         steps.steps == (2, 5) and len(steps.step_times_ns) == 3 and "SGD.step" in steps.step_source
     )
@@ -324,9 +318,8 @@ def test_accelerate_launch_profiles_the_script_not_the_launcher(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "1 process profiled" in done.stderr
     [log] = (tmp_path / "out").glob("*/.logs/*.log")
-    assert (
-        log.read_text().splitlines()[0].endswith("plain_torch.py")
-    )  # the worker, started by the launcher
+    # the worker, started by the launcher
+    assert log.read_text().splitlines()[0].endswith("plain_torch.py")
     assert [p.steps for p in run_profiles(tmp_path)] == [(2, 5)]
 
 

@@ -16,12 +16,13 @@ ADAPTER_PACKAGES = ("dc_torch", "dc_jax", "dc_lightning", "dc_hf")
 
 def test_every_adapter_package_is_found_by_its_entry_point():
     found = adapter_packages()
+    # richest first
     assert [p.package for p in found] == [
         "dc_lightning",
         "dc_torch",
         "dc_jax",
         "dc_hf",
-    ]  # richest first
+    ]
     assert all(isinstance(p, AdapterPackage) for p in found)
 
 
@@ -44,10 +45,11 @@ def test_the_drivers_are_the_ones_deepcontext_run_installed_by_name():
 
 def test_time_loops_and_demos_name_what_exists():
     loops = [p.time_loop for p in adapter_packages() if p.time_loop]
+    # torch first, as before
     assert loops == [
         ("torch", "dc_torch.loop:Profiler"),
         ("jax", "dc_jax.loop:Profiler"),
-    ]  # torch first, as before
+    ]
     for package in adapter_packages():
         for target in [
             *package.drivers.values(),
@@ -72,12 +74,13 @@ def _imported_names(tree: ast.AST) -> list[str]:
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
+        # import_module("dc_torch.demo"), f"dc_{x}" aside
         elif (
             isinstance(node, ast.Call)
             and node.args
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
-        ):  # import_module("dc_torch.demo"), f"dc_{x}" aside
+        ):
             names.append(node.args[0].value)
     return names
 

@@ -232,9 +232,8 @@ def test_the_session_state_says_why_profiling_is_off(tmp_path):
 
     assert Session(logdir=str(tmp_path), enabled=False).state is State.OFF
     session = Session(logdir=str(tmp_path), steps={"start": 0, "count": 2}, cpu_sampling_hz=0)
-    assert (
-        session.state is State.ON and type(session.adapter) is Adapter
-    )  # the base one: hooks nothing
+    # the base one: hooks nothing
+    assert session.state is State.ON and type(session.adapter) is Adapter
     session.step_begin(0)
     assert session.window == (0, 2) and session.last_step == 0
     session.fail(RuntimeError("profiler bug"), "test")

@@ -59,9 +59,8 @@ def test_the_run_goes_beside_the_trainers_scalars_unless_the_user_names_it(tmp_p
         and named.session.config.logdir == str(tmp_path / "prof")
         and len(asked) == 2
     )
-    named.begin(
-        rank=1, world_size=2, place=place
-    )  # a second start while one runs: the same session
+    # a second start while one runs: the same session
+    named.begin(rank=1, world_size=2, place=place)
     assert named.session.rank == 0
     named.close()
     assert named.session is None and named.written == []
@@ -71,9 +70,8 @@ def test_a_step_spans_its_micro_batches_and_ends_when_the_optimizer_steps(tmp_pa
     profiling = _trainer(logdir=str(tmp_path), steps={"start": 1, "count": 2})
     profiling.begin(rank=0, world_size=1, place=dict)
     for global_step in range(4):
-        for micro_batch in range(
-            2
-        ):  # Lightning's hooks: batch start, batch end with the counter after
+        # Lightning's hooks: batch start, batch end with the counter after
+        for micro_batch in range(2):
             profiling.step_begin(global_step)
             with profiling.session.phase("forward"):
                 sum(range(100))

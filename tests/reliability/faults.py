@@ -125,9 +125,8 @@ class FaultyCollector:
 
 
 def _called_from(caller: tuple[str, str], depth: int) -> bool:
-    frame = sys._getframe(
-        3 + depth
-    )  # _called_from <- _maybe_fail <- the proxy method <- its caller
+    # _called_from <- _maybe_fail <- the proxy method <- its caller
+    frame = sys._getframe(3 + depth)
     code = frame.f_code
     return code.co_name == caller[1] and os.path.basename(code.co_filename) == caller[0]
 

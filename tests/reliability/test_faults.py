@@ -76,9 +76,8 @@ def test_fault_leaves_training_and_torch_as_they_were(
     profiles, bad = load_profiles(logdir)
     assert not bad
     if point in ("writer", "capture start"):
-        assert (
-            profiles == []
-        )  # the writer failed, or the window never opened: nothing half-written either
+        # the writer failed, or the window never opened: nothing half-written either
+        assert profiles == []
         assert not list(logdir.rglob("*.partial")) if logdir.exists() else True
     else:
         assert [p.steps[0] for p in profiles] == [1]  # the partial window, from its first step

@@ -292,9 +292,8 @@ def test_plugin_answers_4xx_never_500(plugin_env, base, mutations, query):
                     route,
                     body,
                 )
-            if route == "/allranks" and not isinstance(
-                profile, Profile
-            ):  # the bad rank named, the others merged
+            # the bad rank named, the others merged
+            if route == "/allranks" and not isinstance(profile, Profile):
                 assert any("2-node-a/steps-5-7.pb" in name for name in body["errors"]), body[
                     "errors"
                 ]
@@ -303,9 +302,8 @@ def test_plugin_answers_4xx_never_500(plugin_env, base, mutations, query):
             if route == "/bottomup" and response.status_code == 200 and body["rows"]:
                 deeper = api.get(route, **ref, path=body["rows"][0]["id"])
                 assert deeper.status_code == 200, deeper.get_json()
-        assert (
-            api.json("/window", run="run", rank=0, window="5-8")["nodes"] > 1
-        )  # the others still served
+        # the others still served
+        assert api.json("/window", run="run", rank=0, window="5-8")["nodes"] > 1
 
 
 # --- hostile logdir layouts ------------------------------------------------------------
@@ -373,9 +371,8 @@ def _check_layout(place: Path, links: list[tuple[str, str, str]], named_by_link:
             assert not doc["errors"] and "root:" not in text
             status, text = _run(["report", str(given_dir)])
             assert status == 0 and "Traceback" not in text
-            assert not any(char in text for char in CONTROLS if char != "\n"), repr(
-                text[-2000:]
-            )  # escaped
+            # escaped
+            assert not any(char in text for char in CONTROLS if char != "\n"), repr(text[-2000:])
             api = Api(
                 DeepContextPlugin(
                     TBContext(logdir=str(given_dir)), store=ProfileStore(given_dir, listing_ttl_s=0)
@@ -389,9 +386,8 @@ def _check_layout(place: Path, links: list[tuple[str, str, str]], named_by_link:
                 for w in rank["windows"]
             }
             assert served == {(f.run, f.rank, f"{f.steps[0]}-{f.steps[1]}") for f in files}
-            for run, rank, window in sorted(
-                served
-            ):  # every run listed opens, whatever its name holds
+            # every run listed opens, whatever its name holds
+            for run, rank, window in sorted(served):
                 response = api.get("/window", run=run, rank=rank, window=window)
                 assert response.status_code == 200, (run, response.get_json())
     finally:

@@ -125,9 +125,8 @@ def test_ctrl_c_while_hooks_go_in_is_held_until_they_are_all_in(tmp_path):
     def install_interrupted(self, session):
         signal.raise_signal(signal.SIGINT)  # arrives while the hooks go in
         real(self, session)
-        state = (
-            torch_state()
-        )  # every hook of either capture path in: module hooks or the RecordFunction callback
+        # every hook of either capture path in: module hooks or the RecordFunction callback
+        state = torch_state()
         seen.append(state["module hooks"] != [] or state["RecordFunction callback"])
 
     before = torch_state()

@@ -50,9 +50,8 @@ def test_sigkill_at_random_moments_leaves_only_whole_profiles(tmp_path):
         assert job.wait() == -signal.SIGKILL
         listed = find_profiles(logdir)
         profiles, errors = load_profiles(logdir)
-        assert (
-            errors == [] and len(profiles) == len(listed) >= 4
-        )  # steps 0-3 at least, every one whole
+        # steps 0-3 at least, every one whole
+        assert errors == [] and len(profiles) == len(listed) >= 4
         assert sorted(p.steps[0] for p in profiles) == list(range(len(profiles)))
         assert all(p.tree.find_all(lambda f: f.name == "work") for p in profiles)
         names = {p.name for p in logdir.rglob("*") if p.is_file()}

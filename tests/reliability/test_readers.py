@@ -218,9 +218,8 @@ def test_parent_cycle_is_rejected_not_looped(tmp_path, capsys, rewire):
         msg.tree.parent[node] = parent
     with pytest.raises(ProfileError) as caught:
         decode(msg.SerializeToString(), "cycle.pb")
-    node = min(
-        n for n, p in rewire.items() if not 0 <= p < n
-    )  # the first node whose parent is not before it
+    # the first node whose parent is not before it
+    node = min(n for n, p in rewire.items() if not 0 <= p < n)
     why = f"corrupt profile (parents do not form a tree: node {node} has parent {rewire[node]}, not a node before it)"
     assert caught.value.file == "cycle.pb" and caught.value.message == why
     # every reader names it and goes on with the others
@@ -231,9 +230,8 @@ def test_parent_cycle_is_rejected_not_looped(tmp_path, capsys, rewire):
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["profiles"]) == 3 and doc["errors"] == [{"file": str(bad), "message": why}]
     assert main(["export", str(tmp_path), "--format", "pprof", "--out", str(tmp_path / "out")]) == 0
-    assert f"skipped {bad}: {why}" in " ".join(
-        capsys.readouterr().out.split()
-    )  # the path alone on a line if long
+    # the path alone on a line if long
+    assert f"skipped {bad}: {why}" in " ".join(capsys.readouterr().out.split())
     assert len(list((tmp_path / "out").iterdir())) == 3
     assert time.monotonic() - start < 30
 
@@ -274,9 +272,8 @@ def test_every_writer_puts_parents_before_children(collector):
     ],
 )
 def test_bad_evidence_json_is_named_not_a_traceback(tmp_path, capsys, monkeypatch, evidence, why):
-    monkeypatch.setenv(
-        "COLUMNS", "1000"
-    )  # each skipped file on one line, whatever the path's length
+    # each skipped file on one line, whatever the path's length
+    monkeypatch.setenv("COLUMNS", "1000")
     msg = message(model_profile(1))
     msg.findings[0].evidence_json = evidence
     with pytest.raises(ProfileError, match=why) as caught:
@@ -309,9 +306,8 @@ def test_superscript_rank_directory_is_skipped_not_a_crash(tmp_path, capsys, nam
 
 
 def test_oversized_file_is_refused_by_name_without_reading_it(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv(
-        "COLUMNS", "1000"
-    )  # each skipped file on one line, whatever the path's length
+    # each skipped file on one line, whatever the path's length
+    monkeypatch.setenv("COLUMNS", "1000")
     monkeypatch.delenv(MAX_BYTES_ENV, raising=False)
     good = write_profile(model_profile(0), tmp_path, "run")
     huge = place(tmp_path, b"", rank=1)
@@ -336,9 +332,8 @@ def test_oversized_file_is_refused_by_name_without_reading_it(tmp_path, capsys, 
     monkeypatch.delenv(MAX_BYTES_ENV)
     export = ["export", str(tmp_path), "--format", "chrome", "--out", str(tmp_path / "o")]
     for argv in (["report", str(tmp_path)], export, ["analyze", str(tmp_path), "--dry-run"]):
-        assert main(argv + ["--max-file-mb", str((size - 1) / 2**20)]) == 1, (
-            argv
-        )  # nothing left to read
+        # nothing left to read
+        assert main(argv + ["--max-file-mb", str((size - 1) / 2**20)]) == 1, argv
         lines = [
             line for line in capsys.readouterr().out.splitlines() if line.startswith("skipped")
         ]
@@ -391,9 +386,8 @@ def _error_of(call) -> str | None:
 
 def test_series_with_mismatched_columns_is_rejected(tmp_path):
     msg = message(model_profile())
-    del msg.system[1].t_ns[
-        10:
-    ]  # 700 values, 10 times: the tab's downsampling indexed past the times
+    # 700 values, 10 times: the tab's downsampling indexed past the times
+    del msg.system[1].t_ns[10:]
     with pytest.raises(
         ProfileError, match="system series has times and values of different lengths"
     ):
@@ -469,9 +463,8 @@ def test_report_json_and_hatchet_of_a_100000_deep_chain(tmp_path, capsys):
     write_profile(chain_profile(100_000, recursion=True), tmp_path)
     assert main(["report", str(tmp_path), "--json"]) == 0
     out = capsys.readouterr().out
-    assert (
-        out.count('"children": [') == 2 + 100_000 + 50_000
-    )  # the root, forward, the chain, its operators
+    # the root, forward, the chain, its operators
+    assert out.count('"children": [') == 2 + 100_000 + 50_000
     assert out.startswith('{"version": 1, "profiles": [{"run": ".", "rank": 0')
     assert out.rstrip().endswith('"findings": []}], "errors": []}')
     assert (
@@ -529,9 +522,8 @@ def test_analyze_on_a_read_only_logdir_is_one_line_per_file_not_a_traceback(
     def read_only(*args, **kwargs):
         raise PermissionError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(
-        tempfile, "mkstemp", read_only
-    )  # what mkstemp raises there (root ignores chmod)
+    # what mkstemp raises there (root ignores chmod)
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
     assert main(["analyze", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     errors = captured.err.strip().splitlines()

@@ -69,9 +69,8 @@ def test_user_exception_in_backward_reaches_the_user_once(error, retain_graph, t
             profiled = _backward_once_failing(error, retain_graph)
     assert profiled == plain
     assert plain[0][0].startswith(type(error).__name__)
-    assert (
-        not prof.session.disabled and not caplog.records
-    )  # the user's error is not the profiler's
+    # the user's error is not the profiler's
+    assert not prof.session.disabled and not caplog.records
 
 
 def test_failing_pass_through_call_is_the_users(tmp_path, caplog):

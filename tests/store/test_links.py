@@ -120,9 +120,8 @@ def test_a_logdir_given_as_a_link_is_resolved_first(tmp_path):
     outward: list[OutwardLink] = []
     files = find_profiles(named, outward)
     assert listed(files) == EXPECTED and len(outward) == len(OUTWARD)
-    assert all(
-        str(f.path).startswith(str(named) + os.sep) for f in files
-    )  # paths as the user named them
+    # paths as the user named them
+    assert all(str(f.path).startswith(str(named) + os.sep) for f in files)
     assert read_profile(files[0]).tree.frames  # and readable
 
 
@@ -162,9 +161,8 @@ def test_report_skips_an_outward_link_by_name_and_reads_an_inward_one(tmp_path):
     status, out, err = _cli(["report", str(root), "--json"])
     assert status == 0, err
     shown = {(p["run"], p["rank"], tuple(p["steps"])) for p in json.loads(out)["profiles"]}
-    assert shown == {
-        (run, rank, steps) for run, rank, _, steps in EXPECTED
-    }  # the inward links read
+    # the inward links read
+    assert shown == {(run, rank, steps) for run, rank, _, steps in EXPECTED}
     flat = err.replace("\n", "")
     assert flat.startswith("warning: not following 4 links out of the logdir")
     assert "'run/plugins/deepcontext/0-node-a/steps-11-11.pb' -> '/etc/passwd'" in flat

@@ -27,9 +27,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_a_version_1_pending_window_reads_with_typed_control_facts():
-    p = read_profile(
-        FIXTURES / "v1-pending.pb"
-    )  # a real torch window, planned 1-4, ended after step 2
+    # a real torch window, planned 1-4, ended after step 2
+    p = read_profile(FIXTURES / "v1-pending.pb")
     assert p.analysis_pending and p.findings == []
     assert p.analyzer_overrides == {"dataloader_bottleneck.enabled": 0.0}
     assert p.planned_window == (1, 4) and p.first_step == 0 and p.step_source == ""

@@ -84,9 +84,8 @@ def test_a_window_closes_without_waiting_for_the_disk_and_its_file_is_there(tmp_
     )
     _loop(session, 4)  # the window (steps 0-1) closed at step 1's end; its fsync cannot run yet
     (visible,) = tmp_path.rglob("steps-0-1.pb")
-    assert (
-        read_profile(visible).steps == (0, 2) and session.written == []
-    )  # readable, not yet reported
+    # readable, not yet reported
+    assert read_profile(visible).steps == (0, 2) and session.written == []
     deadline = time.monotonic() + 10
     while not reached and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -84,9 +84,8 @@ def _write_profiles(logdir: Path, src: Path) -> str:
                     ),
                 },
             )
-        _slower(
-            logdir / "run-b", 3
-        )  # the diff's increases are planted: two runs alone differ by noise either way
+        # the diff's increases are planted: two runs alone differ by noise either way
+        _slower(logdir / "run-b", 3)
         word = "attn"
     hostile = make_profile(src, 0, (5, 8))
     note = {
@@ -196,9 +195,8 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
     from playwright.sync_api import expect
 
     logdir = tmp_path / "logs"
-    src.write_text(
-        src.read_text() + f"    # {LONG_LINE}\n"
-    )  # shown beside line 3: it must wrap, not be cut
+    # shown beside line 3: it must wrap, not be cut
+    src.write_text(src.read_text() + f"    # {LONG_LINE}\n")
     word = _write_profiles(logdir, src)
     proc, url = _start_tensorboard(logdir, tmp_path, src.parent)
     ARTIFACTS.mkdir(exist_ok=True)
@@ -291,15 +289,17 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator("select[aria-label=Run]").select_option("zz-hostile")
             # Above the tree, the three findings that save the most; one with a node selects it.
             tab.locator(".findings-strip .strip-item").nth(2).wait_for()
+            # by gain
             assert tab.locator(".strip-item b").all_inner_texts() == [
                 "note",
                 "note",
                 "slow_module",
-            ]  # by gain
+            ]
+            # the critical one
             assert (
                 tab.locator(".strip-item .strip-gain").first.inner_text()
                 == "\u2248 5.0 ms per step"
-            )  # the critical one
+            )
             tab.locator(".strip-item.linked", has_text=EVIL).click()
             tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             tab.locator(".details .label", has_text=EVIL).wait_for()
@@ -322,9 +322,8 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             tab.locator("button[data-tab=findings]").click()
             finding = tab.locator(".finding", has_text=EVIL)
             finding.wait_for()
-            assert (
-                tab.locator(".side .finding").count() == 0
-            )  # no longer at the bottom of the side panel
+            # no longer at the bottom of the side panel
+            assert tab.locator(".side .finding").count() == 0
             finding.locator("a.node-link").click()
             tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             assert tab.locator("img").count() == 0
@@ -364,6 +363,7 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
                 state="attached"
             )
             options = tab.locator("select[aria-label=Kinds] option").all_inner_texts()
+            # those present, in KINDS order
             assert options == [
                 "all kinds",
                 "python",
@@ -371,7 +371,7 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
                 "operator",
                 "kernel",
                 "phase",
-            ]  # those present, in KINDS order
+            ]
             tab.locator("select[aria-label=Kinds]").select_option("kernel")
             tab.locator(".row.kind-row-kernel").first.wait_for()
             assert tab.locator(".rows .row .label").all_inner_texts() == ["sgemm"]
@@ -598,8 +598,7 @@ def check_source(tab) -> None:
     size = tab.locator(".source").evaluate("e => [e.scrollWidth, e.clientWidth]")
     assert size[0] <= size[1] + 1, size
     box, panel = long_line.bounding_box(), tab.locator(".side").bounding_box()
-    assert (
-        box["x"] + box["width"] <= panel["x"] + panel["width"] and box["height"] > 30
-    )  # wrapped onto lines
+    # wrapped onto lines
+    assert box["x"] + box["width"] <= panel["x"] + panel["width"] and box["height"] > 30
     tab.locator("input[type=search]").fill("")
     tab.locator("input[type=search]").press("Enter")

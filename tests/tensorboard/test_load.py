@@ -105,9 +105,8 @@ def test_a_changed_file_is_not_answered_from_the_cache(api: Api, plugin, logdir,
     assert before["nodes"][0]["incl"] == 1070
     path = write_profile(make_profile(src, 0, (5, 8), scale=5), logdir, "run-a")
     stat = os.stat(path)
-    os.utime(
-        path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9)
-    )  # a new mtime even on a coarse clock
+    # a new mtime even on a coarse clock
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     after = api.json("/flame", **query)
     assert after["nodes"][0]["incl"] == 1500 + 50 + 20 + 600 + 100  # aten::mm at scale 5
     assert after != before and plugin.answers.computed == 2

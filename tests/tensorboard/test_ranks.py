@@ -102,11 +102,12 @@ def test_distribution_bins_are_exact(ranks_logdir):
         and d["ranks"] == [0, 1, 2]
         and d["hosts"] == ["h0", "h1", "h2"]
     )
+    # three ranks: three bins; the top one holds 500
     assert [(b["lo"], b["hi"], b["count"]) for b in d["bins"]] == [
         (100, pytest.approx(700 / 3), 2),
         (pytest.approx(700 / 3), pytest.approx(1100 / 3), 0),
         (pytest.approx(1100 / 3), 500, 1),
-    ]  # three ranks: three bins; the top one holds 500
+    ]
     two = spread.distribution(e, mm, "cpu_time_ns", bins=2)
     assert [(b["lo"], b["hi"], b["count"]) for b in two["bins"]] == [(100, 300, 2), (300, 500, 1)]
     assert [p["label"] for p in d["path"]] == MM
@@ -122,9 +123,8 @@ def test_locate_maps_a_path_by_frames_into_one_ranks_tree(ranks_logdir):
     assert found["exact"] and found["node"] == rank2.tree.find("forward", "t.py:3 step", "aten::mm")
     assert found["path"] == rank2.tree.path(found["node"]) and found["rank"] == 2
     missing = spread.locate(rank2, spread.ensemble_path(e, e.find(["forward", "aten::nonzero"])))
-    assert not missing["exact"] and missing["node"] == rank2.tree.find(
-        "forward"
-    )  # the deepest it has
+    # the deepest it has
+    assert not missing["exact"] and missing["node"] == rank2.tree.find("forward")
 
 
 def test_windows_series_of_one_rank_is_exact(ranks_logdir):

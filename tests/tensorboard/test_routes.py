@@ -154,13 +154,14 @@ def test_ranks_and_window_overview(api: Api):
     ]
     assert ranks["phases"] == ["backward", "forward", "optimizer"]
     window = api.json("/window", **A)
+    # present, in KINDS order
     assert window["kinds"] == [
         "python",
         "module",
         "operator",
         "kernel",
         "phase",
-    ]  # present, in KINDS order
+    ]
     assert window["metrics"] == ["cpu_time_ns", "device_time_ns", "count"]
     assert window["step_times_ns"] == [10_000_000, 12_000_000, 30_000_000]
     assert window["system"][0]["values"] == [20.0, 80.0, 50.0]
@@ -178,10 +179,11 @@ def test_window_series_are_rates_and_named_by_core(api: Api):
         ("disk_read_bytes", "all", "bytes/s", True),
     ]
     disk = system[3]
+    # 50 MiB in 0.5 s, then 100 MiB
     assert disk["t_s"] == [0.5, 1.0] and disk["values"] == [
         100 * MIB,
         200 * MIB,
-    ]  # 50 MiB in 0.5 s, then 100 MiB
+    ]
 
 
 def test_a_counter_that_restarts_reads_zero_not_negative():
@@ -340,9 +342,8 @@ def test_routes_walk_a_deep_chain_without_recursion(tmp_path, depth, monkeypatch
         )
     )
     ref = {"run": "deep", "rank": 0, "window": "0-1"}
-    last = (
-        depth + depth // 2 + 1
-    )  # the root, forward, the chain and its operators: the deepest frame's id
+    # the root, forward, the chain and its operators: the deepest frame's id
+    last = depth + depth // 2 + 1
     hot = api.json("/hotpath", **ref, metric="cpu_time_ns", threshold=0)
     assert len(hot["chain"]) == 256  # capped, as the tab expands it level by level
     node = api.json("/node", **ref, node=last, metric="cpu_time_ns")
@@ -356,12 +357,10 @@ def test_routes_walk_a_deep_chain_without_recursion(tmp_path, depth, monkeypatch
         found["count"] == depth // 2
         and sum(len(m["path"]) for m in found["matches"]) <= 100_000 + depth + 1
     )
-    assert (
-        api.json("/flat", **ref, metric="cpu_time_ns")["count"] == depth + 2
-    )  # forward, f*, aten::mm
-    callers = api.json(
-        "/bottomup", **ref, path=3, limit=2000
-    )  # frame 3: aten::mm, interned after f0
+    # forward, f*, aten::mm
+    assert api.json("/flat", **ref, metric="cpu_time_ns")["count"] == depth + 2
+    # frame 3: aten::mm, interned after f0
+    callers = api.json("/bottomup", **ref, path=3, limit=2000)
     assert callers["count"] == depth // 2 and callers["rows"][0]["label"] == "deep.py:1 f0"
     assert len(api.json("/flame", **ref, min=0, max=20000)["nodes"]) == min(20000, last + 1)
     assert api.json("/diff", **ref, b_run="deep", b_rank=1, b_window="0-1")[

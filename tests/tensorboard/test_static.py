@@ -103,11 +103,12 @@ def test_the_page_lists_no_vocabulary_itself():
         if not path.name.endswith(".js"):
             continue
         text = path.read_text()
+        # the tree's calls column names its metric
         names = [
             *kinds.SEVERITIES,
             *(label for _, label in kinds.METRICS.values()),
             *(m for m in kinds.METRICS if m != "count"),
-        ]  # the tree's calls column names its metric
+        ]
         for name in names:  # as a string or an object key
             assert not re.search(rf"""["'`]{name}["'`]|\b{name}\s*:""", text), (path.name, name)
         assert "SEVERITY_ORDER" not in text and "METRIC_NAMES" not in text and "UNITS" not in text
@@ -141,6 +142,7 @@ def test_flame_labels_are_cut_in_the_middle_or_left_out():
     """,
         layout="flamelayout.js",
     )
+    # 7 characters at 42 px; less than that shows nothing
     assert got == [
         "aten::convolution_backward",
         "aten::conv\u2026_backward",
@@ -148,7 +150,7 @@ def test_flame_labels_are_cut_in_the_middle_or_left_out():
         "aten:\u2026ward",
         "ate\u2026ard",
         "",
-    ]  # 7 characters at 42 px; less than that shows nothing
+    ]
 
 
 #: A small flame answer: root 1 with children 2 (heavier, first) and 3; 2 has 4.

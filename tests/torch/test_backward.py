@@ -54,10 +54,11 @@ def test_composite_call_inner_nodes_are_timed_and_counted(
     tree = only_profile(tmp_path).tree
     linear = _backward_ops(tree, "torch.nn.functional.linear")
     by_detail = {tree.node_frame(n).detail: n for n in linear}
+    # the weight's transpose is the call's inner node
     assert set(by_detail) == {
         "AddmmBackward0",
         "TBackward0",
-    }  # the weight's transpose is the call's inner node
+    }
     # exact per autograd node: each ran once per step
     assert tree.value(by_detail["AddmmBackward0"], "count") == 3
     assert tree.value(by_detail["TBackward0"], "count") == 3

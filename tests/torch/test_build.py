@@ -29,14 +29,12 @@ def capture_path() -> str:
 def test_the_key_tells_environments_apart_and_is_stable_within_one(monkeypatch):
     here = native.build_key()
     assert native.build_key() == here
-    monkeypatch.setattr(
-        sys, "prefix", "/opt/another-venv"
-    )  # a second environment, same torch version
+    # a second environment, same torch version
+    monkeypatch.setattr(sys, "prefix", "/opt/another-venv")
     assert native.build_key() != here
     monkeypatch.undo()
-    monkeypatch.setattr(
-        torch, "__file__", "/opt/another-site/torch/__init__.py"
-    )  # another installation
+    # another installation
+    monkeypatch.setattr(torch, "__file__", "/opt/another-site/torch/__init__.py")
     assert native.build_key() != here
     monkeypatch.undo()
     native._compiler.cache_clear()  # read once per process
@@ -188,9 +186,8 @@ def test_two_environments_in_turn_build_once_each_and_never_rebuild_each_other(t
     cache = tmp_path / "cache"
     _, ours = native._entry()
     (cache / "torch-capture").mkdir(parents=True)
-    shutil.copytree(
-        ours, cache / "torch-capture" / ours.name
-    )  # this environment's, as `make test` built it
+    # this environment's, as `make test` built it
+    shutil.copytree(ours, cache / "torch-capture" / ours.name)
     other = _second_environment(tmp_path / "venv-b")
     built = _python(
         "from dc_torch import native; native.build()", cache=cache, timeout=900, python=other

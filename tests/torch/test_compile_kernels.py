@@ -156,13 +156,11 @@ def test_kernels_swapped_only_inside_the_window_and_results_unchanged(profiled):
     seen = profiled.seen
     # seen after each step's ``prof.step()``: the window holds steps 2-4, so after steps 2 and 3 it is open
     for step in (2, 3):
-        assert shimmed(
-            seen[step][0]
-        )  # the window's region: its kernels timed while the window is open
+        # the window's region: its kernels timed while the window is open
+        assert shimmed(seen[step][0])
     for step in (0, 1, 4, 5):
-        assert seen[step][0] and not shimmed(
-            seen[step][0]
-        )  # outside: the generated module's own globals
+        # outside: the generated module's own globals
+        assert seen[step][0] and not shimmed(seen[step][0])
     generated = [g for r in profiled.regions for g in r.generated]
     assert not any(g.saved for g in generated)
     # the shims change nothing: the same model and data without profiling give the same losses

@@ -45,10 +45,11 @@ def test_regression_bare_detach_records_were_operators_of_their_own(tmp_path, ca
     detaches = find(tree, lambda fs: fs[-1].kind == "operator" and op_name(fs[-1].name) == "detach")
     lines = sorted((tree.path_frames(n)[-2].line, tree.value(n, "count")) for n in detaches)
     first = _detaching_steps.__code__.co_firstlineno
+    # h.detach(), kept.detach_(): once each per step
     assert lines == [
         (first + 5, 3),
         (first + 6, 3),
-    ]  # h.detach(), kept.detach_(): once each per step
+    ]
     assert all(tree.path_frames(n)[0].name == "forward" for n in detaches)
     if capture_path == "native":  # named as ATen names them, like every other ATen op
         assert sorted(tree.node_frame(n).name for n in detaches) == [

@@ -82,9 +82,8 @@ def _train(logdir, backend, tokens):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, VOCAB, (BATCH, tokens), generator=torch.Generator().manual_seed(0))
     errors = _Errors()
-    logging.getLogger("deepcontext").addHandler(
-        errors
-    )  # where the profiler says it turned itself off
+    # where the profiler says it turned itself off
+    logging.getLogger("deepcontext").addHandler(errors)
     threads = torch.get_num_threads()
     try:
         # One thread: two would spin against the machine's other work. No
@@ -123,9 +122,8 @@ def gpt2(runs, capture_path, tmp_path_factory):
     def run(backend):
         key = (capture_path, backend)
         if key not in runs:
-            tokens = (
-                TOKENS if backend == "deepcontext" else 32
-            )  # plain Inductor's kernels are not timed
+            # plain Inductor's kernels are not timed
+            tokens = TOKENS if backend == "deepcontext" else 32
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv(
                     "TORCHINDUCTOR_CACHE_DIR",
@@ -216,9 +214,8 @@ def test_compiled_block_sits_under_its_module_and_the_line_that_called_it(gpt2):
     blocks = []
     for region in _nodes(tree, "compiled"):
         path = tree.path_frames(region)
-        assert (
-            path[0].name == "forward" and path[-2].kind == "python"
-        )  # under the line that ran the graph
+        # under the line that ran the graph
+        assert path[0].name == "forward" and path[-2].kind == "python"
         modules = [f for f in path if f.kind == "module"]
         assert modules and modules[0].detail == "GPT2LMHeadModel"
         if modules[-1].detail == "GPT2Block":

@@ -188,9 +188,8 @@ def test_comprehensive_mode_counts_batched_matmul_flops_from_shapes(tmp_path):
     forward = find(tree, lambda fs: fs[0].name == "forward" and fs[-1].name == "aten::bmm")
     assert len(forward) == 1 and tree.value(forward[0], "flops") == 2 * (2 * 3 * 4 * 6 * 5)
     backward = find(tree, lambda fs: fs[0].name == "backward" and fs[-1].name == "aten::bmm")
-    assert backward and sum(tree.value(n, "flops") for n in backward) == 2 * (
-        2 * 3 * 4 * 5 * 6
-    )  # grad of a only
+    # grad of a only
+    assert backward and sum(tree.value(n, "flops") for n in backward) == 2 * (2 * 3 * 4 * 5 * 6)
 
 
 def test_regression_foreach_ops_were_named_after_their_implementation_class():

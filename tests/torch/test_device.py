@@ -72,9 +72,8 @@ def test_cpu_only_operators_are_the_leaves(tmp_path):
         tree,
         lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"),
     )[0]
-    assert (
-        tree.value(softmax, "alloc_bytes") == 2 * 4 * 8 * 4
-    )  # two steps of a fresh 4×8 float32 output
+    # two steps of a fresh 4×8 float32 output
+    assert tree.value(softmax, "alloc_bytes") == 2 * 4 * 8 * 4
 
 
 @requires_cuda
@@ -108,6 +107,5 @@ def test_cuda_kernels_under_launching_operator_with_device_time(tmp_path):
             and op_name(fs[-1].name) == op_name("torch.nn.functional.linear")
         ),
     )[0]
-    assert (
-        tree.value(linear, "alloc_bytes") > 0
-    )  # the CUDA caching allocator, through Kineto memory events
+    # the CUDA caching allocator, through Kineto memory events
+    assert tree.value(linear, "alloc_bytes") > 0

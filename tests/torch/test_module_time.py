@@ -48,10 +48,11 @@ def test_module_time_matches_torch_profilers_module_times(tmp_path, make, mode, 
 
     for name in reference[0]:  # the model's top-level modules: transformer / model, lm_head
         assert abs(ratio(name, 1, 2) - 1) <= TOLERANCE, (name, "backward", ratio(name, 1, 2))
+        # forward against the operators' span, the range
         span, whole = (
             ratio(name, 0, 1),
             ratio(name, 0, 0),
-        )  # forward against the operators' span, the range
+        )
         if capture_path == "python":
             assert abs(whole - 1) <= TOLERANCE, (name, "forward", whole)
         elif mode == "lightweight":

@@ -90,9 +90,8 @@ def test_composite_calls_show_every_matmul_and_attention_as_torch_profiler_count
     # every backward matmul sits under the forward module whose op created it
     for node in _ops(tree, "backward", "linear"):
         frames = tree.path_frames(node)
-        assert frames[-1].backward and frames[-1].detail.endswith(
-            "Backward0"
-        )  # AddmmBackward0, TBackward0, ...
+        # AddmmBackward0, TBackward0, ...
+        assert frames[-1].backward and frames[-1].detail.endswith("Backward0")
         assert any(f.kind == "module" for f in frames), frames
         forward = find(
             tree,

@@ -132,9 +132,8 @@ def test_the_wait_for_a_backward_run_on_another_thread_is_that_backward(tmp_path
         loss.backward()
 
     def slow_gradient(grad):
-        threading.Event().wait(
-            0.02
-        )  # backward work the training thread waits for, planted well above noise
+        # backward work the training thread waits for, planted well above noise
+        threading.Event().wait(0.02)
         return grad
 
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
