@@ -19,6 +19,7 @@ from rich.text import Text
 
 from ..ensemble import PATH_SEP
 from ..model.diff import Comparison, Union, compare, side_of, step_count
+from ..model.kinds import at_peak
 from ..model.window import steps_text
 from ..store.logdir import ProfileFile, max_profile_bytes, read_profile
 from ..store.profile import Profile, ProfileError
@@ -358,6 +359,7 @@ def print_diff(
     """The terminal comparison: both windows, the step change, the changes
     table, then the paths one side alone has."""
     metric = result.metric
+    per = "" if at_peak(metric) else "/step"  # a value at the memory peak: as it is
     for side in (a, b):
         p = side.profile
         mean = side.mean_step_ns
@@ -375,7 +377,8 @@ def print_diff(
         Text.assemble(
             ("step ", "bold"),
             (_signed(step, "x_ns") if step is not None else "-"),
-            f" (mean step B \u2212 A) \u00b7 {metric} per step",
+            f" (mean step B \u2212 A) \u00b7 {metric} "
+            + ("at each window's memory peak" if per == "" else "per step"),
         )
     )
     shown = _top(result.changes, top)
@@ -397,7 +400,9 @@ def print_diff(
         ]
         console.print(
             _table(
-                console.width, ("", "\u0394/step", "A/step", "B/step", "spread", "context"), rows
+                console.width,
+                ("", f"\u0394{per}", f"A{per}", f"B{per}", "spread", "context"),
+                rows,
             )
         )
     if len(result.changes) > len(shown):
@@ -409,12 +414,13 @@ def print_diff(
         console.rule(Text(f"only in {name}: {len(items)}"), align="left")
         if listed:
             rows = [(format_value(o.ns, metric), _labels(union, o.node)) for o in listed]
-            console.print(_table(console.width, (f"{name}/step", "context"), rows))
+            console.print(_table(console.width, (f"{name}{per}", "context"), rows))
         if len(items) > len(listed):
             console.print(f"[dim]{len(items) - len(listed)} more (--top 0 lists all)[/]")
     console.print(
         Text(
-            f"listed: from {format_value(result.floor_ns, metric)} per step (--min-share) \u00b7 "
+            f"listed: from {format_value(result.floor_ns, metric)}{' per step' if per else ''} "
+            "(--min-share) \u00b7 "
             "* significant: |\u0394| over both sides' spread",
             style="dim",
         )
@@ -423,6 +429,11 @@ def print_diff(
 
 def _unknown_spread(a: Loaded, b: Loaded, metric: str) -> str:
     """Why the spread is unknown, the sides with one reason said together."""
+    if at_peak(metric):
+        return (
+            f"spread unknown (?): {metric} is one moment's value (each window's memory peak), "
+            "not a total over steps; no change is called significant"
+        )
     why: dict[str, list[str]] = {}
     for side in (a, b):
         p = side.profile

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import views
+from ..model.kinds import MEMORY_CATEGORIES, base_metric
 from ..model.processors import merge_windows
 from ..model.tree import Frame, Tree, frame_json
 from ..model.views import View, flat
 from ..model.window import one_off_first_step
 from ..record.config import ProfilerConfig
-from ..store.profile import Profile, ProfileError
+from ..store.profile import DEVICE_MEMORY_FIELDS, DeviceMemory, Profile, ProfileError, memory_metric
 
 REPORT_VERSION = 1
 METRIC_PREFERENCE = ("device_time_ns", "cpu_time_ns", "samples", "count", "alloc_bytes", "flops")
@@ -123,8 +124,71 @@ def profile_json(
             profile
         ),  # 0: the first step is like the others
         "tree": node_json(shown, 0, depth, min_fraction, metric),
+        "memory": [memory_json(profile, m) for m in profile.memory],
+        "memory_missing": list(profile.memory_missing),
+        "memory_note": profile.memory_note,
         "findings": [{k: v for k, v in f.items() if k != "node"} for f in _findings(profile)],
     }
+
+
+def memory_categories(profile: Profile, device: DeviceMemory) -> dict[str, int]:
+    """Bytes live at ``device``'s peak per category (`MEMORY_CATEGORIES`): the
+    root's inclusive ``peak_live_bytes.<category>`` of that device."""
+    tree = profile.tree
+    out = {}
+    for category in MEMORY_CATEGORIES:
+        metric = memory_metric(f"peak_live_bytes.{category}", profile.memory, device.device)
+        out[category] = tree.inclusive(metric)[0] if metric in tree.excl else 0
+    return out
+
+
+def peak_where(tree: Tree, node: int) -> tuple[Frame, Frame | None] | None:
+    """The frame whose allocation reached a peak and its nearest module
+    ancestor (None without one); None when the node is unknown (-1) or the
+    root (billed to no context)."""
+    if not 0 < node < len(tree):
+        return None
+    above = tree.path_frames(node)[:-1]
+    module = next((f for f in reversed(above) if f.kind == "module"), None)
+    return tree.node_frame(node), module
+
+
+def memory_line(profile: Profile, device: DeviceMemory) -> str:
+    """The report's line on one device's peak, after ``memory (<device>): ``:
+    ``peak 36.1 MiB at step 3, backward, in aten::addmm under 0 (Linear) —
+    parameter 8.0 MiB, temporary 3.1 MiB`` (categories of zero bytes left out)."""
+    text = f"peak {format_value(device.peak_bytes, 'bytes')}"
+    if device.peak_step >= 0:
+        text += f" at step {device.peak_step}"
+    where = peak_where(profile.tree, device.peak_node)
+    places = [device.peak_phase] if device.peak_phase else []
+    if where is not None:
+        frame, module = where
+        places.append(f"in {frame.label()}" + (f" under {module.label()}" if module else ""))
+    text += "".join(f", {place}" for place in places)
+    split = [
+        f"{name} {format_value(value, 'bytes')}"
+        for name, value in memory_categories(profile, device).items()
+        if value
+    ]
+    return text + (" — " + ", ".join(split) if split else "")
+
+
+def memory_json(profile: Profile, device: DeviceMemory) -> dict[str, Any]:
+    """One device of the report's ``"memory"``: the `DeviceMemory` fields,
+    ``"peak_path"`` (the labels from the root's child to the peak node; empty
+    when unknown) and ``"categories"`` (`memory_categories`)."""
+    out: dict[str, Any] = {name: getattr(device, name) for name in DEVICE_MEMORY_FIELDS}
+    out["timeline_t_ns"], out["timeline_bytes"] = (
+        list(device.timeline_t_ns),
+        list(device.timeline_bytes),
+    )
+    known = 0 <= device.peak_node < len(profile.tree)
+    out["peak_path"] = (
+        [f.label() for f in profile.tree.path_frames(device.peak_node)] if known else []
+    )
+    out["categories"] = memory_categories(profile, device)
+    return out
 
 
 def report_json(
@@ -199,6 +263,7 @@ def rank_step_stats(profiles: Sequence[Profile]) -> list[RankStats]:
 
 def format_value(value: float, metric: str) -> str:
     """Human units: 1.23 ms, 4.5 MiB, 1.2k."""
+    metric = base_metric(metric)  # peak_live_bytes.gradient@cpu: bytes
     if metric.endswith("_ns"):
         for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
             if abs(value) >= scale:

@@ -41,6 +41,7 @@ from .present import (
     default_metric,
     describe_drops,
     format_value,
+    memory_line,
     metrics_with_values,
     rank_step_stats,
     rank_top_frames,
@@ -107,7 +108,11 @@ def add_parser(subparsers: Any) -> None:
         "for --rank N, else each run's lowest rank",
     )
     p.add_argument(
-        "--metric", default=None, help="cpu_time_ns, device_time_ns, count, samples, alloc_bytes"
+        "--metric",
+        default=None,
+        help="cpu_time_ns, device_time_ns, count, samples, alloc_bytes, peak_live_bytes, "
+        "peak_live_bytes.<category> (parameter, gradient, optimizer_state, saved_for_backward, "
+        "temporary, input); another device's with @<device>: peak_live_bytes@cpu",
     )
     p.add_argument("--limit", type=int, default=60, help="rows per profile")
     p.add_argument(
@@ -326,6 +331,13 @@ def print_header(console: Console, profile: Profile) -> None:
     source = profile.step_source
     if source:  # ``deepcontext run`` found the steps itself: say how
         console.print(hanging(Text("steps: ", style="dim"), Text(source)))
+    for device in profile.memory:
+        lead = Text(f"memory ({middle_truncate(device.device, 32)}): ", style="dim")
+        console.print(hanging(lead, Text(memory_line(profile, device))))
+    if profile.memory_missing:
+        note = f" ({profile.memory_note})" if profile.memory_note else ""
+        missing = f"not collected: {', '.join(profile.memory_missing)}{note}"
+        console.print(hanging(Text("memory: ", style="dim"), Text(missing)))
 
 
 def rows_table(width: int, rows: list[Row], metric: str, self_only: bool = False) -> Table:

@@ -57,6 +57,13 @@ def add_parser(subparsers: Any) -> None:
         "--mode", choices=MODES, help="lightweight (Python and framework context) or comprehensive"
     )
     p.add_argument(
+        "--memory",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="collect memory by context (bytes allocated, freed and live at each window's peak, "
+        "by category; PyTorch's native capture path only), or not; default: the config's",
+    )
+    p.add_argument(
         "--logdir",
         default="deepcontext",
         help="where runs go (default ./deepcontext); each invocation makes its own run directory",
@@ -194,6 +201,8 @@ def config_fields(args: argparse.Namespace, run_name: str) -> dict[str, Any]:
         options["steps"] = parse_steps(args.steps)
     if args.mode:
         options["mode"] = args.mode
+    if args.memory is not None:
+        options["memory"] = args.memory
     fields = _layered(fields, options)
     merge(ProfilerConfig(), fields)  # raises naming a bad field
     return fields

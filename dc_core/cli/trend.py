@@ -23,6 +23,7 @@ from ..analyzer.trends import p_text
 from ..ensemble import PATH_SEP
 from ..ensemble.outliers import time_metric
 from ..ensemble.series import Point, Trend, series, trend_of, trends
+from ..model.kinds import at_peak
 from ..model.rules import DEFAULTS
 from ..model.window import steps_text
 from .common import middle_truncate
@@ -194,8 +195,9 @@ def print_trend(
 
 
 def _print_row(console: Console, row: NodeTrend, metric: str) -> None:
+    per = "at the peak" if at_peak(metric) else "per step"  # a peak is one moment, not per step
     console.rule(
-        Text(f"trend of node {row.node} ({metric} per step, share of the window)", style="bold")
+        Text(f"trend of node {row.node} ({metric} {per}, share of the window)", style="bold")
     )
     console.print(
         Text(middle_truncate(PATH_SEP.join(row.path), max(console.width - 2, 24)), style="green"),
@@ -220,7 +222,7 @@ def _print_row(console: Console, row: NodeTrend, metric: str) -> None:
         )
         console.print(line)
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for head in ("window", "per step", "share"):
+    for head in ("window", per, "share"):
         table.add_column(head, justify="right", no_wrap=True)
     shown = shown_windows(len(row.points))
     for i in shown:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.kinds import at_peak
+
 #: An ancestor is reported beside a rising descendant only if the descendants
 #: already reported explain less than this fraction of its own rise.
 EXPLAINED = 0.5
@@ -195,15 +197,23 @@ def _shares(ensemble, metric: str, order: list[int], nodes: np.ndarray | slice) 
 
 
 def series(ensemble, node: int, metric: str) -> list[Point]:
-    """The node's value per step and share in each window, in step order.
-    A window without the node counts 0 (its column holds 0)."""
+    """The node's value per step and share in each window, in step order
+    (a metric at the memory peak as it is). A window without the node counts
+    0 (its column holds 0)."""
     order = window_order(ensemble)
+    whole = at_peak(metric)
     values = ensemble.values(metric, node)
     shares = _shares(ensemble, metric, order, np.array([node]))[0]
     out = []
     for share, c in zip(shares, order):
         column = ensemble.columns[c]
-        out.append(Point(tuple(column.steps), float(values[c]) / column.step_count, float(share)))
+        out.append(
+            Point(
+                tuple(column.steps),
+                float(values[c]) / (1 if whole else column.step_count),
+                float(share),
+            )
+        )
     return out
 
 

@@ -17,7 +17,9 @@ Matching children of a matched pair (`Union.pair_children`):
    an edit above it still matches, and a call whose line number another
    call now has does not take its place. The rest stay unmatched.
 
-Per step: a node's inclusive value divided by its profile's `step_count`.
+Per step: a node's inclusive value divided by its profile's `step_count`;
+a metric taken at the window's memory peak (`kinds.at_peak`) is one
+moment's value, compared as it is (`Side.divisor`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .kinds import at_peak
 from .tree import Frame, Tree
 
 if TYPE_CHECKING:  # `side_of` reads a profile's fields; the vocabulary imports no file format
@@ -84,16 +87,22 @@ class Side:
     def __len__(self) -> int:
         return len(self.tree)
 
+    def divisor(self, metric: str) -> int:
+        """What inclusive ``metric`` is divided by to give a value per step:
+        the step count; 1 for a metric taken at the window's memory peak
+        (a moment of the window, not a total over its steps)."""
+        return 1 if at_peak(metric) else self.steps
+
     def per_step(self, metric: str, node: int) -> float:
-        """``node``'s inclusive ``metric`` per step."""
-        return self.inclusive(metric)[node] / self.steps
+        """``node``'s inclusive ``metric`` per step (as it is for `divisor` 1)."""
+        return self.inclusive(metric)[node] / self.divisor(metric)
 
     def spread(self, metric: str, node: int) -> int | None:
         """How far ``node``'s inclusive ``metric`` moves between this profile's
         steps: high − low of its step bounds; None when the profile has no
         bounds for ``metric`` or fewer than two steps (one step's bounds say
-        nothing about how steps vary)."""
-        if self.steps < 2 or self._step_range is None:
+        nothing about how steps vary), and for a metric at the memory peak."""
+        if self.steps < 2 or self._step_range is None or at_peak(metric):
             return None
         if metric not in self._ranges:
             self._ranges[metric] = self._step_range(metric)
@@ -473,7 +482,7 @@ def compare(union: Union, metric: str, min_share: float = 0.0) -> Comparison:
     """
     a, b = union.a, union.b
     incl_a, incl_b = a.inclusive(metric), b.inclusive(metric)
-    sa, sb = a.steps, b.steps
+    sa, sb = a.divisor(metric), b.divisor(metric)
     floor = min_share * max(incl_a[0] / sa, incl_b[0] / sb)
     changes, only_a, only_b = [], [], []
     b_of, a_of = union._b_of, union._a_of

@@ -41,6 +41,46 @@ METRICS = {
 }
 UNITS = {name: unit for name, (unit, _) in METRICS.items()}
 
+#: The memory family, per node and exclusive like the others, in bytes: what a
+#: context allocated and freed in the window, and what it held at the peak.
+#: Per category ``peak_live_bytes.<category>``; another device than the
+#: window's main one adds ``@<device>`` (``peak_live_bytes@cpu``).
+MEMORY_METRICS = ("alloc_bytes", "free_bytes", "peak_live_bytes")
+
+#: What the bytes live at a window's memory peak were, in the order reports
+#: list them: the metric ``peak_live_bytes.<category>`` per node, which the
+#: node's ``peak_live_bytes`` splits into.
+MEMORY_CATEGORIES = (
+    "parameter",
+    "gradient",
+    "optimizer_state",
+    "saved_for_backward",
+    "temporary",
+    "input",
+)
+
+#: Metrics that are a state at one moment of the window (its memory peak),
+#: not a total over its steps: a diff compares them as they are, never per step.
+AT_PEAK_METRICS = ("peak_live_bytes",)
+
+
+def base_metric(name: str) -> str:
+    """A metric's family: ``peak_live_bytes.gradient@cuda:1`` → ``peak_live_bytes``
+    (a category after ``.``, another device after ``@``)."""
+    return name.partition("@")[0].partition(".")[0]
+
+
+def at_peak(name: str) -> bool:
+    """Whether a metric is a state at the window's memory peak (`AT_PEAK_METRICS`)."""
+    return base_metric(name) in AT_PEAK_METRICS
+
+
+def unit_of(name: str) -> str:
+    """A metric's unit by its name: ``peak_live_bytes.gradient@cpu`` → ``bytes``; ``1`` if unknown."""
+    base = base_metric(name)
+    return UNITS.get(base) or ("bytes" if base in MEMORY_METRICS else "1")
+
+
 #: Finding severities, most severe first.
 SEVERITIES = ("critical", "warning", "info")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kinds import KINDS, PHASES, UNITS
+from .kinds import KINDS, PHASES, unit_of
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class Tree:
         column = self.excl.get(metric)
         if column is None:
             column = self.excl[metric] = [0] * len(self.parent)
-            self.units.setdefault(metric, UNITS.get(metric, "1"))
+            self.units.setdefault(metric, unit_of(metric))
         column[node] += value
         self._incl.pop(metric, None)
 
@@ -312,5 +312,5 @@ def from_columns(
         parent=parent,
         frame=frame,
         excl=columns,
-        units={name: (units or {}).get(name, UNITS.get(name, "1")) for name in columns},
+        units={name: (units or {}).get(name, unit_of(name)) for name in columns},
     )

@@ -37,6 +37,9 @@ CAPTURES = ("auto", "native", "python")
 #: Which collector records: the C++ one (falling back, with a warning, to the
 #: reference one where it is not built), or the pure-Python reference one.
 COLLECTORS = ("native", "reference")
+#: Whether windows collect memory by context when ``memory`` is None: off,
+#: since it hooks the allocator and marks every parameter and optimizer state.
+MEMORY_DEFAULT = False
 #: A step no window reaches; step fields stay below it, so ``start + count``
 #: still fits the profile's int64 step fields.
 NEVER = 1 << 62
@@ -137,6 +140,11 @@ class ProfilerConfig:
             only, since torch boxes every operator's arguments once any
             profiler asks for them, about 4% of a small GPT step
             (``benchmarks/torch_overhead.py``).
+        memory: Collect memory by context: bytes allocated, freed and live
+            at the window's peak per node, by category (parameter, gradient,
+            optimizer_state, saved_for_backward, temporary, input); PyTorch's
+            native capture path only. None (the default): `MEMORY_DEFAULT`
+            (read it as ``config.collect_memory``).
         analyzer: Threshold overrides, ``{"rule.threshold": value}``, checked
             against the analyzer's rules and thresholds; ``"rule.enabled": 0``
             turns a rule off. Stored as a copy, so later edits cannot bypass the checks.
@@ -161,6 +169,7 @@ class ProfilerConfig:
     collector: str = "native"
     capture: str = "auto"
     record_shapes: bool | None = None
+    memory: bool | None = None
     analyzer: Mapping[str, float] = field(default_factory=dict)
     profile_eval: bool = False
     enabled: bool = True
@@ -193,10 +202,10 @@ class ProfilerConfig:
         for flag in ("profile_eval", "enabled"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be true or false, got {shown(getattr(self, flag))}")
-        if self.record_shapes is not None and not isinstance(self.record_shapes, bool):
-            raise ValueError(
-                f"record_shapes must be true, false or null, got {shown(self.record_shapes)}"
-            )
+        for flag in ("record_shapes", "memory"):  # true, false, or None: the default
+            value = getattr(self, flag)
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(f"{flag} must be true, false or null, got {shown(value)}")
         object.__setattr__(self, "analyzer", check_thresholds(self.analyzer))
 
     @property
@@ -213,6 +222,11 @@ class ProfilerConfig:
     def shapes(self) -> bool:
         """Whether windows read operator shapes (``record_shapes``, else by mode)."""
         return self.mode == "comprehensive" if self.record_shapes is None else self.record_shapes
+
+    @property
+    def collect_memory(self) -> bool:
+        """Whether windows collect memory by context (``memory``, else `MEMORY_DEFAULT`)."""
+        return MEMORY_DEFAULT if self.memory is None else self.memory
 
 
 #: Names a config takes besides its fields: old name -> field.

@@ -70,6 +70,44 @@ class Series:
         return MONITOR_SERIES[self.name][0] if self.name in MONITOR_SERIES else "1"
 
 
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's memory over a window (``profile.proto``'s ``DeviceMemory``).
+
+    The per-node bytes are tree metrics (`memory_metric`): the main device's,
+    the first of `Profile.memory`, carry no suffix; another's end in
+    ``@<device>``. Times are relative to the window start.
+    """
+
+    device: str  # "cpu", "cuda:0"
+    peak_bytes: int = 0  # the highest live total over the window
+    peak_t_ns: int = 0
+    peak_node: int = -1  # whose allocation reached the peak; -1 unknown
+    peak_step: int = -1  # -1 unknown
+    peak_phase: str = ""
+    #: Of the peak: allocations made before the window (parameters, optimizer state).
+    held_at_peak_bytes: int = 0
+    #: The allocator's own highest total over the window's allocations, as it reported it.
+    allocator_peak_bytes: int = 0
+    max_reserved_bytes: int = 0  # the allocator's highest reserved total (0 on CPU)
+    live_dropped: int = 0  # allocations not tracked: the live map was full
+    unknown_frees: int = 0  # frees of allocations not tracked
+    #: Highest allocated bytes per bucket (``timeline_bytes``) from each bucket's start.
+    timeline_t_ns: list[int] = field(default_factory=list)
+    timeline_bytes: list[int] = field(default_factory=list)
+
+
+#: The `DeviceMemory` fields, in the message's order (the report's JSON names them too).
+DEVICE_MEMORY_FIELDS = tuple(profile_pb2.DeviceMemory.DESCRIPTOR.fields_by_name)
+
+
+def memory_metric(metric: str, memory: list[DeviceMemory], device: str) -> str:
+    """The tree metric holding ``metric`` (``peak_live_bytes``,
+    ``peak_live_bytes.gradient``...) for ``device``: unsuffixed for the main
+    device (the first of ``memory``), ``<metric>@<device>`` for the others."""
+    return metric if memory and memory[0].device == device else f"{metric}@{device}"
+
+
 @dataclass
 class Profile:
     """A profiled window of one rank. ``steps`` is ``(start, end_exclusive)``."""
@@ -108,6 +146,11 @@ class Profile:
     step_source: str = ""
     #: The number of the first step the writing process saw; None: unknown.
     first_step: int | None = None
+    #: Memory by device, the main device first; empty: memory was not collected.
+    memory: list[DeviceMemory] = field(default_factory=list)
+    #: Memory metrics the window asked for and its capture path could not give.
+    memory_missing: list[str] = field(default_factory=list)
+    memory_note: str = ""  # why they are missing
     #: The findings a pending profile's analysis gave (`analyzer.findings_of`
     #: memoises here): not the profile's data, never written or compared.
     analysed: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
@@ -192,6 +235,10 @@ def encode(profile: Profile) -> bytes:
     msg.step_source = profile.step_source
     if profile.first_step is not None:
         msg.first_step = profile.first_step
+    for m in profile.memory:
+        msg.memory.add(**{name: getattr(m, name) for name in DEVICE_MEMORY_FIELDS})
+    msg.memory_missing.extend(profile.memory_missing)
+    msg.memory_note = profile.memory_note
     for finding in profile.findings:
         msg.findings.add(
             rule=finding["rule"],
@@ -256,6 +303,8 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
             raise ValueError("a step-bounds column has the wrong length")
         if any(len(s.t_ns) != len(s.values) for s in msg.system):
             raise ValueError("a system series has times and values of different lengths")
+        if any(len(m.timeline_t_ns) != len(m.timeline_bytes) for m in msg.memory):
+            raise ValueError("a memory timeline has times and bytes of different lengths")
         findings = [_finding(f, i) for i, f in enumerate(msg.findings)]
     except ValueError as exc:
         raise ProfileError(source, f"corrupt profile ({exc})") from None
@@ -289,7 +338,30 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         step_bounds={m.name: list(m.values) for m in msg.step_bounds},
         step_wait_ns=list(msg.step_wait_ns),
         others_wait_ns=msg.others_wait_ns - 1,
+        memory=[_device_memory(m, n) for m in msg.memory],
+        memory_missing=list(msg.memory_missing),
+        memory_note=msg.memory_note,
         **control,
+    )
+
+
+def _device_memory(m: profile_pb2.DeviceMemory, nodes: int) -> DeviceMemory:
+    """A stored device's memory; a peak node outside the tree, or a negative
+    step, reads as unknown (-1)."""
+    return DeviceMemory(
+        device=m.device,
+        peak_bytes=m.peak_bytes,
+        peak_t_ns=m.peak_t_ns,
+        peak_node=m.peak_node if 0 <= m.peak_node < nodes else -1,
+        peak_step=max(m.peak_step, -1),
+        peak_phase=m.peak_phase,
+        held_at_peak_bytes=m.held_at_peak_bytes,
+        allocator_peak_bytes=m.allocator_peak_bytes,
+        max_reserved_bytes=m.max_reserved_bytes,
+        live_dropped=m.live_dropped,
+        unknown_frees=m.unknown_frees,
+        timeline_t_ns=list(m.timeline_t_ns),
+        timeline_bytes=list(m.timeline_bytes),
     )
 
 

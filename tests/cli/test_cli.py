@@ -40,8 +40,12 @@ def test_report_json_shape(demo_logdir, capsys):
         "step_times_ns",
         "one_off_first_step_ns",
         "tree",
+        "memory",
+        "memory_missing",
+        "memory_note",
         "findings",
     }
+    assert profile["memory"] == [] and profile["memory_missing"] == []  # not collected
     assert (
         profile["steps"] == [1, 4]
         and len(profile["step_times_ns"]) == 3

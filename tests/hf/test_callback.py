@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
+from dc_core.record.config import ProfilerConfig
 from dc_core.store.logdir import load_profiles
 from dc_hf import DeepContextCallback, is_available
 from tests.conftest import module_calls
@@ -85,6 +86,36 @@ def test_gpt2_attention_forward_and_backward_under_its_module(tmp_path):
     # transformers' own frames are skipped: the module path starts at the test's call
     path = [f for f in tree.path_frames(forward_ops[0]) if f.kind == "python"]
     assert path and not any("/transformers/" in f.file for f in path)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, collected",
+    [
+        ((), {"memory": True}, True),
+        ((ProfilerConfig(memory=True),), {}, True),
+        ((), {}, False),  # MEMORY_DEFAULT
+    ],
+    ids=["keyword", "config", "default"],
+)
+def test_memory_true_reaches_the_sessions_config(tmp_path, args, kwargs, collected):
+    seen = []
+
+    class Spy(DeepContextCallback):
+        def on_step_begin(self, *a, **kw):
+            super().on_step_begin(*a, **kw)
+            seen.append(self.session.config.collect_memory)
+
+    # no window opens: only the config is looked at
+    callback = Spy(
+        *args,
+        **kwargs,
+        logdir=str(tmp_path / "prof"),
+        steps={"start": 100, "count": 1},
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    )
+    train(tmp_path, callback, max_steps=2)
+    assert seen == [collected, collected]
 
 
 def test_gradient_accumulation_counts_optimizer_steps(tmp_path):

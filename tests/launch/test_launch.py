@@ -79,7 +79,7 @@ def test_run_name_says_when_and_what():
 
 
 def _args(**kw):
-    base = dict(config=None, logdir="out", steps=None, mode=None)
+    base = dict(config=None, logdir="out", steps=None, mode=None, memory=None)
     return types.SimpleNamespace(**{**base, **kw})
 
 
@@ -103,6 +103,32 @@ def test_options_override_the_config_file_which_overrides_the_environment(tmp_pa
     )
     assert env["PYTHONPATH"].endswith("launch/boot:/mine") and CLAIMED_ENV not in env
     assert RunSettings.from_env(env) == RunSettings(logdir="/l", run="r1")
+
+
+def test_memory_options_reach_the_childs_config_over_the_file_and_the_environment(
+    tmp_path, monkeypatch
+):
+    from dc_core.cli import build_parser
+    from dc_core.record.config import ENV_VAR, resolve
+
+    config = tmp_path / "dc.json"
+    config.write_text('{"memory": true}')
+    monkeypatch.setenv(ENV_VAR, '{"memory": false}')
+
+    def fields(*options):
+        args = build_parser("run").parse_args(["run", *options, "train.py"])
+        return config_fields(args, "r1")
+
+    assert fields()["memory"] is False  # the environment's, no option given
+    assert fields("--config", str(config))["memory"] is True
+    assert fields("--config", str(config), "--no-memory")["memory"] is False
+    chosen = fields("--memory")
+    assert chosen["memory"] is True
+    # the child reads its config from the variable the run sets
+    monkeypatch.setenv(ENV_VAR, child_environment(RunSettings("/l", "r1"), chosen, {})[ENV_VAR])
+    assert resolve().collect_memory is True
+    monkeypatch.delenv(ENV_VAR)
+    assert "memory" not in fields()
 
 
 def test_bad_fields_are_named(tmp_path):

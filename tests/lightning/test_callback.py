@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("lightning")
 
+from dc_core.record.config import ProfilerConfig
 from dc_core.store.logdir import load_profiles
 from dc_lightning import DeepContextCallback, is_available
 from tests.conftest import module_calls
@@ -130,6 +131,30 @@ def test_no_eval_window_by_default_and_nothing_outside_windows(tmp_path):
     )
     fit(tmp_path, callback, max_steps=3, val=loader(batches=2), val_check_interval=2)
     assert callback.written == [] and not (tmp_path / "prof").exists()
+
+
+@pytest.mark.parametrize(
+    "make, collected",
+    [
+        (lambda **kw: DeepContextCallback(memory=True, **kw), True),
+        (lambda **kw: DeepContextCallback(ProfilerConfig(memory=True), **kw), True),
+        (lambda **kw: DeepContextCallback(**kw), False),  # MEMORY_DEFAULT
+    ],
+    ids=["keyword", "config", "default"],
+)
+def test_memory_true_reaches_the_sessions_config(tmp_path, make, collected):
+    import lightning.pytorch as pl
+
+    seen = []
+
+    class Spy(pl.Callback):  # runs after ours: the session is open
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(callback.session.config.collect_memory)
+
+    # no window opens: only the config is looked at
+    callback = make(logdir=str(tmp_path / "prof"), steps={"start": 100, "count": 1}, **QUIET)
+    fit(tmp_path, callback, max_steps=2, callbacks=[callback, Spy()])
+    assert seen == [collected, collected]
 
 
 def test_pytorch_lightning_trainer_accepts_it(tmp_path):

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from dc_core.analyzer import RULE_IDS
-from dc_core.record.config import ENV_VAR, NEVER, ProfilerConfig, StepRange, TimeRange, resolve
+from dc_core.record.config import (
+    ENV_VAR,
+    MEMORY_DEFAULT,
+    NEVER,
+    ProfilerConfig,
+    StepRange,
+    TimeRange,
+    resolve,
+)
 from dc_core.record.validate import INT64_MAX
 
 
@@ -46,6 +54,8 @@ def test_every_smaller_than_count_is_rejected():
             marks=pytest.mark.filterwarnings("ignore::DeprecationWarning"),
         ),
         ("collector", "fast", r"collector must be one of native, reference, got 'fast'"),
+        ("memory", "yes", r"memory must be true, false or null, got 'yes'"),
+        ("memory", 1, r"memory must be true, false or null, got 1"),
     ],
 )
 def test_bad_fields_name_themselves(field, value, message):
@@ -128,6 +138,23 @@ def test_env_inline_json_wins_over_code(monkeypatch):
     assert config.steps == StepRange(start=1, count=7)  # nested fields merge
     assert config.mode == "comprehensive"
     assert config.cpu_sampling_hz == 50
+
+
+def test_memory_is_off_by_default_and_set_by_code_or_the_environment(monkeypatch, tmp_path):
+    assert MEMORY_DEFAULT is False
+    assert ProfilerConfig().memory is None and ProfilerConfig().collect_memory is False
+    assert ProfilerConfig(memory=True).collect_memory is True
+    assert ProfilerConfig(memory=False).collect_memory is False
+    assert resolve(memory=True).collect_memory is True
+    monkeypatch.setenv(ENV_VAR, '{"memory": true}')
+    assert resolve(ProfilerConfig(memory=False)).collect_memory is True  # the environment wins
+    path = tmp_path / "dc.yaml"
+    path.write_text("memory: false\n")
+    monkeypatch.setenv(ENV_VAR, str(path))
+    assert resolve(ProfilerConfig(memory=True)).memory is False
+    monkeypatch.setenv(ENV_VAR, '{"memory": "on"}')
+    with pytest.raises(ValueError, match=r"inline JSON\): memory must be true, false or null"):
+        resolve()
 
 
 def test_env_yaml_file(monkeypatch, tmp_path):

@@ -30,7 +30,12 @@ from hypothesis import strategies as st
 from dc_core.store import profile_pb2
 from dc_core.store.logdir import write_profile
 from dc_core.store.profile import Profile, ProfileError, decode, encode
-from tests.reliability.test_readers import chain_profile, model_profile, snapshot_profile
+from tests.reliability.test_readers import (
+    chain_profile,
+    memory_model_profile,
+    model_profile,
+    snapshot_profile,
+)
 
 TIME_LIMIT_S = 5.0
 MEMORY_LIMIT = 256 << 20
@@ -124,6 +129,7 @@ CORPUS = (
     lambda: model_profile(1, scale=3),
     lambda: model_profile(0, (8, 10), scale=2),
     snapshot_profile,
+    memory_model_profile,
 )
 
 
@@ -255,6 +261,42 @@ def _finding(msg, i, evidence, node):
         finding.evidence_json, finding.node = evidence, node
 
 
+#: The integer fields of a device's memory: signed, or unsigned (never negative on the wire).
+MEMORY_SIGNED = (
+    "peak_bytes",
+    "peak_t_ns",
+    "peak_step",
+    "held_at_peak_bytes",
+    "allocator_peak_bytes",
+    "max_reserved_bytes",
+)
+
+
+def _memory(msg, i, field, value, text, timeline):
+    """A device's memory damaged: a number, its peak node, its name, its
+    timeline one point longer on one side, or one more device."""
+    if timeline == "device" or not msg.memory:
+        msg.memory.add(device=text, peak_node=value % 2**31, peak_bytes=value)
+        msg.memory_missing.append(text)
+        msg.memory_note = text
+        return
+    device = msg.memory[i % len(msg.memory)]
+    if field == "peak_node":
+        device.peak_node = value % 2**32 - 2**31
+    elif field in ("live_dropped", "unknown_frees"):
+        setattr(device, field, value % 2**64)
+    else:
+        setattr(device, field, value)
+    device.device = text
+    if timeline == "times":
+        device.timeline_t_ns.append(value)
+    elif timeline == "bytes":
+        device.timeline_bytes.append(value)
+    elif timeline == "both":  # equal lengths: a point far out of range
+        device.timeline_t_ns.append(value)
+        device.timeline_bytes.append(~value)  # -value - 1: in range for any int64
+
+
 def _scalars(msg, start, end, step_times, rank, world, start_ns, version):
     msg.step_start, msg.step_end, msg.rank, msg.world_size, msg.version = (
         start,
@@ -319,6 +361,16 @@ STRUCTURAL = {
     ),
     "series": (_series, st.tuples(INDEX, FLOAT, st.booleans())),
     "finding": (_finding, st.tuples(INDEX, EVIDENCE, INT32)),
+    "memory": (
+        _memory,
+        st.tuples(
+            INDEX,
+            st.sampled_from([*MEMORY_SIGNED, "peak_node", "live_dropped", "unknown_frees"]),
+            INT64,
+            ODD_TEXT,
+            st.sampled_from(["none", "times", "bytes", "both", "device"]),
+        ),
+    ),
     "scalars": (
         _scalars,
         st.tuples(

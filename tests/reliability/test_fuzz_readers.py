@@ -39,6 +39,7 @@ from dc_core.ensemble.rows import merged_json
 from dc_core.export import FORMATS, exporter
 from dc_core.export.nested import dumps
 from dc_core.model import views
+from dc_core.model.kinds import MEMORY_CATEGORIES
 from dc_core.model.processors import collapse_recursion, filter_kinds, merge_ranks, prune_small
 from dc_core.store.logdir import find_profiles, write_profile
 from dc_core.store.profile import Profile, ProfileError, decode, encode
@@ -71,6 +72,9 @@ def test_decode_reads_a_tree_or_names_the_file(base, mutations):
         assert all(0 <= f < len(tree.frames) for f in tree.frame) and len(tree.frame) == len(tree)
         assert all(len(column) == len(tree) for column in tree.excl.values())
         assert all(isinstance(f["evidence"], dict) for f in result.findings)
+        for m in result.memory:  # a peak node is one of the tree's, or unknown
+            assert m.peak_node == -1 or 0 <= m.peak_node < len(tree)
+            assert m.peak_step >= -1 and len(m.timeline_t_ns) == len(m.timeline_bytes)
         assert decode(encode(result)).tree.parent == tree.parent  # analyze can store it back
 
 
@@ -108,6 +112,10 @@ def test_report_exporters_and_analyzer_give_a_result(base, mutations):
         merged = merge_ranks([tree, other.tree], [profile.rank, other.rank])
         assert merged.total(metric) == tree.total(metric) + other.tree.total(metric)
         present.rank_top_frames([profile, other], metric)
+        for device in profile.memory:
+            assert present.memory_line(profile, device).startswith("peak ")
+            shown_memory = present.memory_json(profile, device)
+            assert set(shown_memory["categories"]) == set(MEMORY_CATEGORIES)
         present.rank_step_stats([profile, other])
         findings = analyze(profile)
         assert all(f["rule"] and f["severity"] in ("critical", "warning", "info") for f in findings)

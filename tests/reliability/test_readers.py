@@ -131,6 +131,53 @@ def model_profile(rank: int = 0, steps: tuple[int, int] = (5, 8), scale: int = 1
     )
 
 
+def memory_model_profile() -> Profile:
+    """`model_profile` with memory: per node bytes on two devices, the peak's
+    facts, a timeline, a metric asked for and not collected."""
+    from dc_core.store.profile import DeviceMemory
+
+    profile = model_profile(0)
+    tree = profile.tree
+    mm = tree.find("forward", "train.py:12 train_step", "encoder", "model.py:3 forward", "aten::mm")
+    step = tree.find("optimizer", "optim.py:1 step")
+    data = tree.find("dataloader", "data.py:9 __next__")
+    for node, metric, value in (
+        (mm, "alloc_bytes", 3 << 20),
+        (mm, "free_bytes", 1 << 20),
+        (mm, "peak_live_bytes.saved_for_backward", 2 << 20),
+        (step, "peak_live_bytes.optimizer_state", 4 << 20),
+        (data, "peak_live_bytes.input@cpu", 1 << 20),
+    ):
+        tree.add(node, metric, value)
+    for node, metric, value in (
+        (mm, "peak_live_bytes", 2 << 20),
+        (step, "peak_live_bytes", 4 << 20),
+        (data, "peak_live_bytes@cpu", 1 << 20),
+    ):
+        tree.add(node, metric, value)
+    profile.memory = [
+        DeviceMemory(
+            "cuda:0",
+            peak_bytes=6 << 20,
+            peak_t_ns=4_000_000,
+            peak_node=mm,
+            peak_step=6,
+            peak_phase="forward",
+            held_at_peak_bytes=4 << 20,
+            allocator_peak_bytes=2 << 20,
+            max_reserved_bytes=8 << 20,
+            live_dropped=1,
+            unknown_frees=2,
+            timeline_t_ns=[0, 2_000_000, 4_000_000],
+            timeline_bytes=[4 << 20, 5 << 20, 6 << 20],
+        ),
+        DeviceMemory("cpu", peak_bytes=1 << 20, peak_node=data, peak_phase="dataloader"),
+    ]
+    profile.memory_missing = ["peak_live_bytes.gradient"]
+    profile.memory_note = "gradients are not marked on this path"
+    return profile
+
+
 def model_logdir(root: Path) -> list[Path]:
     """Two ranks of one window and a second window of rank 0, under run ``run``."""
     return [
