@@ -267,6 +267,56 @@ class Collector:
     def capture_api(self) -> Any:
         """A capsule (``dc_core._native.capture_api``) holding the C table of
         ``dc_core/include/capture_api.h``; valid while this collector lives."""
+    # --- memory by context (native collector only) ------------------------
+    def memory_start(self, max_live: int = 1048576, timeline_points: int = 512) -> None:
+        """Clear and start memory tracking (native/memory.h): allocator reports
+        through the capture table's ``memory`` entry are billed to the reporting
+        thread's innermost recorded operator (else its innermost scope); at most
+        ``max_live`` blocks are kept live (the rest count in ``live_dropped``),
+        at most ``timeline_points`` timeline points per device."""
+    def memory_stop(self) -> None:
+        """Stop tracking; what was tracked stays readable until the next start."""
+    def memory_on(self) -> bool:
+        """Whether memory tracking is on."""
+    def memory_report(
+        self,
+        ptr: int,
+        size: int,
+        device_type: int,
+        device_index: int,
+        node: int,
+        total: int = 0,
+        reserved: int = 0,
+    ) -> None:
+        """An allocator report as the capture table gives it, billed to ``node``
+        (``size`` < 0: a free, billed back to its allocation)."""
+    def memory_hold(
+        self,
+        ptr: int,
+        size: int,
+        device_type: int,
+        device_index: int,
+        node: int,
+        category: int,
+        resident: bool = False,
+    ) -> int:
+        """A block made before the window joins the live map as ``category``
+        (MemCategory's number), billed to ``node``; ``resident``: live since the
+        window began (it counts at the peak already reached). Returns the token
+        ``memory_release`` takes, 0 when not kept (a tracked block is marked instead)."""
+    def memory_release(self, ptr: int, token: int) -> None:
+        """A held block is gone (if ``ptr`` still holds the one ``token`` names)."""
+    def memory_mark(self, ptr: int, category: int, only_temporary: bool = False) -> bool:
+        """The tracked block at ``ptr`` is of ``category`` (with ``only_temporary``,
+        only if it is still a temporary); its bytes at the peak move too. False:
+        not tracked."""
+    def memory_snapshot(self) -> dict:
+        """What was tracked: ``{"devices": [{"type", "index", "alloc_bytes",
+        "free_bytes": list (per node), "peak_bytes": {category: list},
+        "peak", "peak_ns", "peak_node", "held_at_peak", "allocator_peak",
+        "max_reserved", "live", "timeline_ns", "timeline_bytes", "live_dropped",
+        "unknown_frees"}], "bad_reports": int}``."""
+
     def module_enter(self, *hook_args: Any) -> None:
         """A module call begins on the calling thread (a global forward
         pre-hook; its arguments are ignored, it returns None). While capturing,

@@ -12,7 +12,7 @@ namespace dc {
 Collector::Collector(int64_t max_nodes, int64_t max_samples)
     : store_(max_nodes),
       between_(&store_),
-      capture_(&store_, &registry_, &between_),
+      capture_(&store_, &registry_, &between_, &memory_),
       scopes_(&store_, &registry_, &between_, &capture_),
       monitor_(max_samples),
       sampler_(&store_, &registry_) {

@@ -6,6 +6,7 @@
 //                 that guards them (store.h)
 //   ScopeRegistry every thread's scope stack, reachable without the GIL (scopes.h)
 //   Between       the time between two recorded things (between.h)
+//   MemoryTracker memory by context: allocator reports, live map, peak (memory.h)
 //   OpCapture     native operator capture behind capture_api.h (opcapture.h)
 //   PythonScopes  enter/exit and what splits the time between them (python_scopes.h)
 //   Sampler       the CPU sampler's thread (sampler.h)
@@ -23,6 +24,7 @@
 
 #include "between.h"
 #include "capture_api.h"
+#include "memory.h"
 #include "monitor.h"
 #include "opcapture.h"
 #include "python_scopes.h"
@@ -104,6 +106,9 @@ class Collector {
     capture_.claim_seqs(thread, first, last, node);
   }
 
+  // memory by context (memory.h); reports come through the capture table
+  MemoryTracker& memory() { return memory_; }
+
   // Holds the tree still while a snapshot copies it.
   std::unique_lock<std::mutex> hold() { return std::unique_lock<std::mutex>(store_.mu); }
 
@@ -124,6 +129,7 @@ class Collector {
   Store store_;
   ScopeRegistry registry_;
   Between between_;
+  MemoryTracker memory_;
   OpCapture capture_;
   PythonScopes scopes_;
   Monitor monitor_;

@@ -103,6 +103,10 @@ MemoryTracker::MemoryTracker() { live_.reset(); }
 
 int MemoryTracker::device_slot(int32_t type, int32_t index) {
   std::lock_guard<std::mutex> lock(mu_);
+  return slot_locked(type, index);
+}
+
+int MemoryTracker::slot_locked(int32_t type, int32_t index) {
   for (int s = 0; s < device_count_; ++s)
     if (devices_[s].type == type && devices_[s].index == index) return s;
   if (device_count_ == kMaxDevices) return -1;
@@ -165,6 +169,7 @@ void MemoryTracker::grew(Device& d, int64_t node, uint64_t now_ns) {
   d.peak = d.cur;
   d.peak_ns = now_ns;
   d.peak_node = node;
+  d.held_at_peak = d.held;
   d.pending = true;
 }
 
@@ -177,6 +182,7 @@ void MemoryTracker::remove(Entry* e) {
   // free_bytes is for the window's own allocations, so that alloc - free is
   // what they still hold; a held entry only leaves the live total.
   if (!e->held) m.freed += e->size;
+  if (e->held) d.held -= e->size;
   touch(d, e->node);
   d.cur -= e->size;
   live_.erase(e);
@@ -188,7 +194,7 @@ void MemoryTracker::move(Entry* e, uint8_t category) {
   NodeMem& m = d.nodes[static_cast<size_t>(e->node)];
   m.live[e->category] -= e->size;
   m.live[category] += e->size;
-  if (!d.pending && e->seq <= d.peak_seq) {
+  if (!d.pending && (e->seq <= d.peak_seq || e->resident)) {
     // Live at the peak and ever since: its peak bytes move with it, and the
     // node's live and peak stay as equal (or not) as they were.
     m.peak[e->category] -= e->size;
@@ -201,16 +207,39 @@ void MemoryTracker::move(Entry* e, uint8_t category) {
 }
 
 void MemoryTracker::report(uintptr_t ptr, int64_t size, int slot, int64_t node, uint64_t now_ns,
-                           uint64_t reserved) {
+                           uint64_t reserved, uint64_t total) {
   if (!on() || size == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!on_.load(std::memory_order_relaxed)) return;
+  report_locked(ptr, size, slot, node, now_ns, reserved, total);
+}
+
+void MemoryTracker::report_on(int32_t type, int32_t index, uintptr_t ptr, int64_t size,
+                              int64_t node, uint64_t now_ns, uint64_t reserved, uint64_t total) {
+  if (!on() || size == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!on_.load(std::memory_order_relaxed)) return;
+  report_locked(ptr, size, slot_locked(type, index), node, now_ns, reserved, total);
+}
+
+void MemoryTracker::report_locked(uintptr_t ptr, int64_t size, int slot, int64_t node,
+                                  uint64_t now_ns, uint64_t reserved, uint64_t total) {
   if (!valid(ptr, slot, node)) {
     ++bad_reports_;
     return;
   }
   Device& d = devices_[slot];
   d.max_reserved = std::max(d.max_reserved, reserved);
+  if (total != 0) {
+    if (!d.reported) {
+      // The total before this report: what the allocator held before the window.
+      d.reported = true;
+      const uint64_t magnitude = static_cast<uint64_t>(size < 0 ? -size : size);
+      d.total_base = size > 0 && total >= magnitude ? total - magnitude : total;
+      if (size < 0) d.total_base += magnitude;
+    }
+    d.total_max = std::max(d.total_max, total);
+  }
   d.last_ns = now_ns;
   if (size < 0) {
     Entry* e = live_.find(ptr);
@@ -255,7 +284,8 @@ void MemoryTracker::report(uintptr_t ptr, int64_t size, int slot, int64_t node, 
   d.timeline.add(now_ns, before, d.cur);
 }
 
-uint64_t MemoryTracker::hold(uintptr_t ptr, int64_t size, int slot, int64_t node, int category) {
+uint64_t MemoryTracker::hold(uintptr_t ptr, int64_t size, int slot, int64_t node, int category,
+                             bool resident) {
   if (!on()) return 0;
   std::lock_guard<std::mutex> lock(mu_);
   if (!on_.load(std::memory_order_relaxed)) return 0;
@@ -265,7 +295,7 @@ uint64_t MemoryTracker::hold(uintptr_t ptr, int64_t size, int slot, int64_t node
   }
   if (Entry* known = live_.find(ptr)) {
     // The window's own allocation: its free comes as a report, not a release.
-    move(known, static_cast<uint8_t>(category));
+    if (known->category == kTemporary) move(known, static_cast<uint8_t>(category));
     return 0;
   }
   Device& d = devices_[slot];
@@ -273,6 +303,9 @@ uint64_t MemoryTracker::hold(uintptr_t ptr, int64_t size, int slot, int64_t node
     ++d.live_dropped;
     return 0;
   }
+  // The snapshot is brought up to date first, so that a resident entry can
+  // join it directly.
+  if (resident && d.pending) flush(d);
   Entry* e = live_.insert(ptr);
   e->node = node;
   e->size = size;
@@ -280,10 +313,21 @@ uint64_t MemoryTracker::hold(uintptr_t ptr, int64_t size, int slot, int64_t node
   e->slot = static_cast<int8_t>(slot);
   e->category = static_cast<uint8_t>(category);
   e->held = true;
+  e->resident = resident;
   NodeMem& m = node_mem(d, node);
   m.live[category] += size;
-  touch(d, node);
   d.cur += size;
+  d.held += size;
+  if (resident) {
+    // Live at the peak already reached, and through every bucket so far.
+    m.peak[category] += size;
+    d.peak += size;
+    d.held_at_peak += size;
+    for (int64_t& b : d.timeline.bytes) b += size;
+    // live and peak moved together: the node is as dirty (or not) as it was
+  } else {
+    touch(d, node);
+  }
   grew(d, node, d.last_ns);
   return e->seq;
 }
@@ -296,13 +340,13 @@ void MemoryTracker::release(uintptr_t ptr, uint64_t token) {
   if (e != nullptr && e->held && e->seq == token) remove(e);
 }
 
-bool MemoryTracker::mark(uintptr_t ptr, int category) {
+bool MemoryTracker::mark(uintptr_t ptr, int category, bool only_temporary) {
   if (!on() || ptr == 0 || category < 0 || category >= kCategories) return false;
   std::lock_guard<std::mutex> lock(mu_);
   if (!on_.load(std::memory_order_relaxed)) return false;
   Entry* e = live_.find(ptr);
   if (e == nullptr) return false;
-  move(e, static_cast<uint8_t>(category));
+  if (!only_temporary || e->category == kTemporary) move(e, static_cast<uint8_t>(category));
   return true;
 }
 
@@ -332,6 +376,10 @@ MemoryReadout MemoryTracker::snapshot() {
     r.peak_node = d.peak_node;
     r.max_reserved = d.max_reserved;
     r.live = d.cur;
+    r.held_at_peak = d.held_at_peak;
+    r.allocator_peak = d.reported && d.total_max > d.total_base
+                           ? static_cast<int64_t>(d.total_max - d.total_base)
+                           : 0;
     const Timeline& t = d.timeline;
     r.timeline_bytes = t.bytes;
     r.timeline_ns.resize(t.bytes.size());

@@ -57,6 +57,10 @@ struct DeviceMemory {
   int64_t peak_node = -1;     // whose allocation reached it
   uint64_t max_reserved = 0;  // the allocator's highest reserved total (0 on CPU)
   int64_t live = 0;           // the live total now
+  int64_t held_at_peak = 0;   // of `peak`: held allocations (made before the window)
+  // The allocator's own highest total over the window, less its total before
+  // the window's first allocation: what it saw the window's allocations take.
+  int64_t allocator_peak = 0;
   // (bucket start, highest live total in the bucket), oldest first.
   std::vector<uint64_t> timeline_ns;
   std::vector<int64_t> timeline_bytes;
@@ -103,14 +107,22 @@ class MemoryTracker {
   // counts the window's own allocations only. An allocation past max_live
   // counts nowhere but live_dropped (its free then in unknown_frees): the
   // totals stay exact for what is kept.
+  // `total`: the allocator's own allocated total after this report.
   void report(uintptr_t ptr, int64_t size, int slot, int64_t node, uint64_t now_ns,
-              uint64_t reserved);
+              uint64_t reserved, uint64_t total = 0);
+  // report() on the slot of (device type, index), looked up under the same lock.
+  void report_on(int32_t type, int32_t index, uintptr_t ptr, int64_t size, int64_t node,
+                 uint64_t now_ns, uint64_t reserved, uint64_t total);
 
   // An allocation made before the window (a parameter, optimizer state)
   // joins the live map: it counts toward the live total and the peak, not
   // toward alloc_bytes. Returns the token release() takes, or 0 when it was
-  // not kept (already tracked: then it is only marked `category`).
-  uint64_t hold(uintptr_t ptr, int64_t size, int slot, int64_t node, int category);
+  // not kept (already tracked: then it is only marked `category`, unless it
+  // is already of a category other than temporary). `resident`: it has been
+  // live since the window began, so it counts toward the peak already
+  // reached and every timeline point too (a parameter first seen mid-window).
+  uint64_t hold(uintptr_t ptr, int64_t size, int slot, int64_t node, int category,
+                bool resident = false);
   // Drops a held allocation from the live total, if the entry at `ptr` is
   // still the one hold() returned `token` for (not a later allocation that
   // reused the address).
@@ -118,8 +130,10 @@ class MemoryTracker {
 
   // The allocation at `ptr` is of `category`: its live bytes move there, and
   // so do its bytes in the peak snapshot when it was live at the peak. False
-  // when `ptr` is not tracked.
-  bool mark(uintptr_t ptr, int category);
+  // when `ptr` is not tracked. With `only_temporary`, an allocation already
+  // of another category keeps it (a parameter autograd saves stays a
+  // parameter).
+  bool mark(uintptr_t ptr, int category, bool only_temporary = false);
 
   // Everything tracked so far, while on or after stop(); copies a pending
   // peak into the snapshot first, so a read mid-window changes no number.
@@ -133,7 +147,8 @@ class MemoryTracker {
     uint64_t seq = 0;  // insertion order over all devices; a held entry's token
     int8_t slot = 0;
     uint8_t category = kTemporary;
-    bool held = false;  // joined through hold(): not one of the window's allocations
+    bool held = false;      // joined through hold(): not one of the window's allocations
+    bool resident = false;  // live since the window began: in the peak snapshot whatever its seq
   };
 
   // ptr -> Entry, open addressing with linear probing and backward-shift
@@ -187,6 +202,9 @@ class MemoryTracker {
     bool pending = false;   // a new maximum not yet copied into the peak snapshot
     uint64_t peak_seq = 0;  // entries with seq <= this were live at the peak (if live now)
     uint64_t live_dropped = 0, unknown_frees = 0;
+    int64_t held = 0, held_at_peak = 0;  // held bytes live now, and at the peak
+    bool reported = false;               // the allocator's totals below are known
+    uint64_t total_base = 0, total_max = 0;
     std::vector<NodeMem> nodes;
     std::vector<int64_t> dirty;
     Timeline timeline;
@@ -201,6 +219,9 @@ class MemoryTracker {
   void grew(Device& d, int64_t node, uint64_t now_ns);
   void remove(Entry* e);  // a free or release: out of live and the total
   void move(Entry* e, uint8_t category);
+  int slot_locked(int32_t type, int32_t index);
+  void report_locked(uintptr_t ptr, int64_t size, int slot, int64_t node, uint64_t now_ns,
+                     uint64_t reserved, uint64_t total);
 
   std::atomic<bool> on_{false};
   std::mutex mu_;  // guards everything below

@@ -136,6 +136,38 @@ py::dict monitor_samples(Collector& c) {
 
 }  // namespace
 
+// The memory tracker's readout (memory.h) as plain Python data.
+py::dict memory_snapshot(Collector& c) {
+  const dc::MemoryReadout r = c.memory().snapshot();
+  py::list devices;
+  for (const dc::DeviceMemory& d : r.devices) {
+    py::dict peak;
+    for (int k = 0; k < dc::kCategories; ++k) peak[dc::kCategoryNames[k]] = d.peak_bytes[k];
+    py::dict out;
+    out["type"] = d.type;
+    out["index"] = d.index;
+    out["alloc_bytes"] = d.alloc_bytes;
+    out["free_bytes"] = d.free_bytes;
+    out["peak_bytes"] = peak;
+    out["peak"] = d.peak;
+    out["peak_ns"] = d.peak_ns;
+    out["peak_node"] = d.peak_node;
+    out["held_at_peak"] = d.held_at_peak;
+    out["allocator_peak"] = d.allocator_peak;
+    out["max_reserved"] = d.max_reserved;
+    out["live"] = d.live;
+    out["timeline_ns"] = d.timeline_ns;
+    out["timeline_bytes"] = d.timeline_bytes;
+    out["live_dropped"] = d.live_dropped;
+    out["unknown_frees"] = d.unknown_frees;
+    devices.append(out);
+  }
+  py::dict out;
+  out["devices"] = devices;
+  out["bad_reports"] = r.bad_reports;
+  return out;
+}
+
 PYBIND11_MODULE(_native, m) {
   m.doc() = "DeepContext native collector; the contract is dc_core/_native.pyi.";
   m.attr("KIND_ROOT") = static_cast<int>(dc::KIND_ROOT);
@@ -281,6 +313,48 @@ PYBIND11_MODULE(_native, m) {
             c.capture_seq(thread, first, last, node);
           },
           py::arg("thread"), py::arg("first"), py::arg("last"), py::arg("node"))
+      .def(
+          "memory_start",
+          [](Collector& c, int64_t max_live, int64_t timeline_points) {
+            if (max_live < 1 || timeline_points < 2)
+              throw py::value_error("memory_start needs max_live >= 1 and timeline_points >= 2");
+            c.memory().start(static_cast<size_t>(max_live), static_cast<size_t>(timeline_points));
+          },
+          py::arg("max_live") = 1 << 20, py::arg("timeline_points") = 512)
+      .def("memory_stop", [](Collector& c) { c.memory().stop(); })
+      .def("memory_on", [](Collector& c) { return c.memory().on(); })
+      .def(
+          "memory_report",
+          [](Collector& c, uint64_t ptr, int64_t size, int32_t device_type, int32_t device_index,
+             int64_t node, uint64_t total, uint64_t reserved) {
+            c.memory().report_on(device_type, device_index, static_cast<uintptr_t>(ptr), size, node,
+                                 static_cast<uint64_t>(dc::now_ns()), reserved, total);
+          },
+          py::arg("ptr"), py::arg("size"), py::arg("device_type"), py::arg("device_index"),
+          py::arg("node"), py::arg("total") = 0, py::arg("reserved") = 0)
+      .def(
+          "memory_hold",
+          [](Collector& c, uint64_t ptr, int64_t size, int32_t device_type, int32_t device_index,
+             int64_t node, int category, bool resident) {
+            const int slot = c.memory().device_slot(device_type, device_index);
+            return c.memory().hold(static_cast<uintptr_t>(ptr), size, slot, node, category,
+                                   resident);
+          },
+          py::arg("ptr"), py::arg("size"), py::arg("device_type"), py::arg("device_index"),
+          py::arg("node"), py::arg("category"), py::arg("resident") = false)
+      .def(
+          "memory_release",
+          [](Collector& c, uint64_t ptr, uint64_t token) {
+            c.memory().release(static_cast<uintptr_t>(ptr), token);
+          },
+          py::arg("ptr"), py::arg("token"))
+      .def(
+          "memory_mark",
+          [](Collector& c, uint64_t ptr, int category, bool only_temporary) {
+            return c.memory().mark(static_cast<uintptr_t>(ptr), category, only_temporary);
+          },
+          py::arg("ptr"), py::arg("category"), py::arg("only_temporary") = false)
+      .def("memory_snapshot", &memory_snapshot)
       .def("capturing", &Collector::capturing)
       .def("capture_api", [](Collector& c) {
         // Borrowed by the framework extension between capture_start and

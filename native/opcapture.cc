@@ -45,6 +45,18 @@ void api_op_add(void* c, int64_t metric, int64_t value) {
   static_cast<OpCapture*>(c)->op_add(metric, value);
 }
 void api_abandon(void* c) { static_cast<OpCapture*>(c)->abandon(); }
+void api_memory(void* c, uint64_t ptr, int64_t size, int32_t device_type, int32_t device_index,
+                uint64_t total_allocated, uint64_t total_reserved) {
+  static_cast<OpCapture*>(c)->memory(static_cast<uintptr_t>(ptr), size, device_type, device_index,
+                                     total_allocated, total_reserved);
+}
+
+int32_t api_memory_mark(void* c, uint64_t ptr, int32_t category, int32_t only_temporary) {
+  return static_cast<OpCapture*>(c)->memory_mark(static_cast<uintptr_t>(ptr), category,
+                                                 only_temporary != 0)
+             ? 1
+             : 0;
+}
 
 dc_capture_api make_api(OpCapture* c) {
   dc_capture_api api;
@@ -57,13 +69,19 @@ dc_capture_api make_api(OpCapture* c) {
   api.op_exit = api_op_exit;
   api.op_add = api_op_add;
   api.abandon = api_abandon;
+  api.memory = api_memory;
+  api.memory_mark = api_memory_mark;
   return api;
 }
 
 }  // namespace
 
-OpCapture::OpCapture(Store* store, ScopeRegistry* scopes, Between* between)
-    : store_(*store), scopes_(*scopes), between_(*between), api_(make_api(this)) {}
+OpCapture::OpCapture(Store* store, ScopeRegistry* scopes, Between* between, MemoryTracker* memory)
+    : store_(*store),
+      scopes_(*scopes),
+      between_(*between),
+      memory_(*memory),
+      api_(make_api(this)) {}
 
 // --- start / stop (GIL held) ----------------------------------------------
 
@@ -357,6 +375,29 @@ void OpCapture::op_add(int64_t metric, int64_t value) {
   auto lock = store_.lock();
   if (capturing_.load(std::memory_order_relaxed) && store_.tree.valid_metric(metric))
     store_.tree.add(t.open[i].node, metric, value);
+}
+
+void OpCapture::memory(uintptr_t ptr, int64_t size, int32_t device_type, int32_t device_index,
+                       uint64_t total, uint64_t reserved) {
+  if (!memory_.on()) return;
+  // The context that allocates: the innermost recorded operator (a backward
+  // one under its forward context), else the innermost scope, else the
+  // unscoped root. A free is billed back to its allocation's node whatever
+  // this says.
+  int64_t node = -1;
+  if (size > 0 && capturing_.load(std::memory_order_relaxed)) {
+    OpThread& t = op_thread();
+    const int i = t.innermost_recorded(t.depth);
+    if (i >= 0) node = t.open[i].node;
+    if (node < 0 && t.scopes != nullptr && !t.scopes->stack.empty())
+      node = t.scopes->stack.back().node;
+  }
+  if (node < 0) {
+    const int64_t unscoped = unscoped_root_.load(std::memory_order_relaxed);
+    node = unscoped >= 0 ? unscoped : 0;
+  }
+  memory_.report_on(device_type, device_index, ptr, size, node, static_cast<uint64_t>(now_ns()),
+                    reserved, total);
 }
 
 }  // namespace dc

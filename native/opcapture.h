@@ -29,6 +29,7 @@
 #include "between.h"
 #include "capture_api.h"
 #include "flatmap.h"
+#include "memory.h"
 #include "opthread.h"
 #include "scopes.h"
 #include "seqtable.h"
@@ -38,7 +39,7 @@ namespace dc {
 
 class OpCapture {
  public:
-  OpCapture(Store* store, ScopeRegistry* scopes, Between* between);
+  OpCapture(Store* store, ScopeRegistry* scopes, Between* between, MemoryTracker* memory);
   OpCapture(const OpCapture&) = delete;
   OpCapture& operator=(const OpCapture&) = delete;
 
@@ -69,6 +70,11 @@ class OpCapture {
   int64_t backward_enter(int64_t frame, int64_t seq, uint64_t forward_thread);
   void op_exit(int64_t metric, int64_t value);
   void op_add(int64_t metric, int64_t value);
+  void memory(uintptr_t ptr, int64_t size, int32_t device_type, int32_t device_index,
+              uint64_t total, uint64_t reserved);
+  bool memory_mark(uintptr_t ptr, int category, bool only_temporary) {
+    return memory_.mark(ptr, category, only_temporary);
+  }
 
   // The calling thread's operators are not recorded while suspended (> 0):
   // a region recorded by other means runs (GIL held, on that thread).
@@ -104,6 +110,7 @@ class OpCapture {
   Store& store_;
   ScopeRegistry& scopes_;
   Between& between_;
+  MemoryTracker& memory_;
 
   dc_capture_api api_;
   std::atomic<bool> capturing_{false};

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define DC_CAPTURE_CAPSULE "dc_core._native.capture_api"
-#define DC_CAPTURE_ABI 5
+#define DC_CAPTURE_ABI 6
 
 /* op_enter flags.
  * DC_OP_REGION: a named region (an autograd.Function, a compiled region), not
@@ -57,6 +57,17 @@ typedef struct dc_capture_api {
    * operator is recorded and no Python scope nests inside an open one; the
    * window keeps what was recorded before. */
   void (*abandon)(void* collector);
+  /* The allocator took (`size` > 0) or gave back (`size` < 0) the block at
+   * `ptr` on device (`device_type`, `device_index`), c10's numbering: billed
+   * to the calling thread's innermost recorded operator, else its innermost
+   * scope. `total_allocated`, `total_reserved`: the allocator's totals after
+   * it (0: unknown). Ignored unless the collector's memory tracking is on. */
+  void (*memory)(void* collector, uint64_t ptr, int64_t size, int32_t device_type,
+                 int32_t device_index, uint64_t total_allocated, uint64_t total_reserved);
+  /* The tracked block at `ptr` is of memory category `category`
+   * (native/memory.h's MemCategory); with `only_temporary`, only if nothing
+   * said otherwise yet. Returns whether `ptr` is tracked. */
+  int32_t (*memory_mark)(void* collector, uint64_t ptr, int32_t category, int32_t only_temporary);
 } dc_capture_api;
 
 #ifdef __cplusplus

@@ -135,6 +135,10 @@ def test_the_stub_lists_the_contract():
         "capture_seq",
         "module_enter",
         "module_exit",
+        *(
+            f"memory_{name}"
+            for name in ("start", "stop", "on", "report", "hold", "release", "mark", "snapshot")
+        ),
     }
     assert {"KIND_ROOT", "METRIC_SAMPLES", "FLAG_BACKWARD"} <= constants
 
