@@ -31,6 +31,7 @@ from dc_torch.closure import ClosureHooks
 from dc_torch.collectives import CollectiveHooks
 from dc_torch.device import cuda_present
 from dc_torch.hub import HookWindow, Hub
+from dc_torch.memory import MemoryHooks
 from dc_torch.modules import ModuleBoundaries, ModuleHooks
 from dc_torch.native import NO_FRAME, NO_METRIC, BusyError, NativeCapture
 from dc_torch.native import load as load_native
@@ -65,6 +66,7 @@ class TorchAdapter(Adapter):
         ] = ()  # both capture paths install these
         self._modules: ModuleHooks | None = None  # the Python path's
         self._bounds: ModuleBoundaries | None = None  # the native path's, in comprehensive windows
+        self._memory: MemoryHooks | None = None  # memory by context, where asked for
         self._modes: list[OperatorMode | AtenMode] = []
         self._install_thread = 0
 
@@ -116,6 +118,9 @@ class TorchAdapter(Adapter):
             hub.device.start(self.device_activity)
             if capture == "native":
                 self._start_native(hub, nested)
+            if _wants_memory(session):
+                assert self._memory is not None
+                self._memory.install()
             for part in self._parts:
                 part.install()
             if hub.window.capture == "native":
@@ -144,6 +149,8 @@ class TorchAdapter(Adapter):
             return self.restore()
         hub.active = False
         try:
+            if self._memory is not None:
+                self._memory.uninstall()
             failure = self._stop_native()
             restored = self.restore()
             # raised here, all unhooked: the session logs it once and turns off
@@ -191,6 +198,7 @@ class TorchAdapter(Adapter):
             self._parts = (PhaseHooks(hub), ClosureHooks(hub), CollectiveHooks(hub))
             self._modules = ModuleHooks(hub)
             self._bounds = ModuleBoundaries(hub)
+            self._memory = MemoryHooks(hub)
         return hub
 
     def environment(self) -> dict[str, str]:
@@ -207,6 +215,15 @@ class TorchAdapter(Adapter):
                 torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
             )
         return env
+
+    def memory_state(self) -> tuple[bool, str]:
+        """Whether the last window collected memory, and what it could not."""
+        memory = self._memory
+        if memory is None:
+            return False, "no window has opened"
+        if not memory.collected and self.capture != "native":
+            return False, f"memory is read on the native capture path only ({self.capture_note})"
+        return memory.collected, memory.note
 
     # --- internals ----------------------------------------------------------
     def _choose_capture(self, hub: Hub) -> tuple[str, str]:
@@ -245,6 +262,9 @@ class TorchAdapter(Adapter):
             # On a GPU, Kineto's memory events give alloc_bytes (device.py).
             marks = hub.device.on
             shapes = self._shapes(window)
+            if _wants_memory(hub.session):
+                # the allocator's reports give alloc_bytes: one source per fact
+                shapes = shapes - {"alloc_bytes"}
             native.start(
                 hub.collector,
                 hub.session.phase_frame("backward"),
@@ -298,6 +318,10 @@ class TorchAdapter(Adapter):
             return False
         self._modes = [mode for mode in self._modes if not _take_off(mode)]
         return not self._modes
+
+
+def _wants_memory(session: Session) -> bool:
+    return bool(getattr(session.config, "collect_memory", False))
 
 
 @functools.cache

@@ -76,6 +76,12 @@ class Adapter:
         (a compile): reported apart, not as step time."""
         return 0
 
+    def memory_state(self) -> tuple[bool, str]:
+        """Whether the window just closed tracked memory (``collector.memory_snapshot()``
+        then holds it), and what about it the profile should say (why not, or
+        what is missing); asked only when the config wants memory."""
+        return False, f"the {self.framework} adapter does not collect memory"
+
     def step_bound_shifts(self) -> Mapping[int, tuple[int, int]]:
         """``cpu_time_ns`` that `uninstall` moved between nodes after the steps
         were marked: per node, the least and greatest change over the window's steps."""

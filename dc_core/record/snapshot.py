@@ -80,12 +80,19 @@ def series_from_monitor(monitor: Mapping[str, list], t0: int) -> list[Series]:
 
 
 def profile_from_snapshot(
-    snap: Mapping[str, Any], monitor: Mapping[str, list], *, window_t0: int, **fields: Any
+    snap: Mapping[str, Any],
+    monitor: Mapping[str, list],
+    *,
+    window_t0: int,
+    carried: MutableMapping[str, list[int]] | None = None,
+    **fields: Any,
 ) -> Profile:
     """Build a `Profile` from ``Collector.snapshot()`` and ``monitor_samples()``.
 
     Native frames the collector left as library + offset are named here, once
-    per address, from the libraries' symbol tables (`dc_core.collect.symbols`)."""
+    per address, from the libraries' symbol tables (`dc_core.collect.symbols`).
+    Metric columns named with a key of ``carried`` travel with their nodes
+    through that and leave the tree into ``carried`` (by the tree's node ids)."""
     frames = frames_from_snapshot(snap)
     parent, frame, metrics = snap["parent"], snap["frame"], dict(snap["metrics"])
     # Step bounds travel with the metrics through a merge of equal siblings
@@ -101,6 +108,8 @@ def profile_from_snapshot(
     step_bounds = {
         name[len(_BOUND) :]: list(metrics.pop(name)) for name in bounds if name in metrics
     }
+    for name in carried or ():
+        carried[name] = list(metrics.pop(name, ()))
     tree = from_columns(frames, parent, frame, metrics, snap.get("units"))
     drops = {k: int(v) for k, v in snap.get("drops", {}).items()}
     return Profile(
