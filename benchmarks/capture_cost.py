@@ -5,7 +5,10 @@ microsecond each on a CPU) runs at Python stack depth 10, 30 and 100 under:
 no profiler; DeepContext's native capture taking op inputs and outputs (FLOPs
 and alloc_bytes, as a comprehensive window does), inputs only (FLOPs: a
 lightweight window's default) and neither (so the "shapes" cost shows apart);
-DeepContext's Python capture path; and ``torch.profiler.profile()``. Each configuration's cost per op is its time
+the same with memory by context (each ``torch.neg`` allocates its output and
+frees it: two allocator reports per op, so half the difference to "no
+shapes" is the memory path's cost per report); DeepContext's Python capture
+path; and ``torch.profiler.profile()``. Each configuration's cost per op is its time
 per op minus the unprofiled time per op measured in the same round; rounds
 interleave the configurations so machine noise hits all alike, and the median
 over rounds is printed with the ratio to torch.profiler's cost.
@@ -33,6 +36,7 @@ CONFIGS = (
     "deepcontext native",
     "deepcontext native, flops only",
     "deepcontext native, no shapes",
+    "deepcontext native, memory",
     "deepcontext python",
     "torch.profiler()",
 )
@@ -40,6 +44,7 @@ SHAPES = {
     "deepcontext native": {"flops", "alloc_bytes"},
     "deepcontext native, flops only": {"flops"},
     "deepcontext native, no shapes": set(),
+    "deepcontext native, memory": set(),
 }
 TARGET_NS_AT_30 = 300
 
@@ -69,6 +74,7 @@ def _profiled(name: str, logdir: str) -> Iterator[None]:
             capture=capture,
             cpu_sampling_hz=0,
             system_interval_ms=0,
+            memory=name.endswith("memory"),
         )
         if name in SHAPES:  # read when the window opens, in start()
             prof.session.adapter.shapes = frozenset(SHAPES[name])
@@ -117,14 +123,23 @@ def main() -> None:
         + "  ".join(f"{name.replace('deepcontext ', ''):>18}" for name in CONFIGS[1:])
         + "  native/torch.profiler"
     )
+    memory = []
     for depth in (10, 30, 100):
         cost = measure(depth, args.ops, args.rounds)
+        memory.append(
+            (cost["deepcontext native, memory"] - cost["deepcontext native, no shapes"]) / 2
+        )
         ratio = cost["deepcontext native"] / cost["torch.profiler()"]
         print(
             f"{depth:>5}  "
             + "  ".join(f"{cost[name]:>18.0f}" for name in CONFIGS[1:])
             + f"  {ratio:>21.2f}"
         )
+    print(
+        "memory path: "
+        + ", ".join(f"{ns:.0f}" for ns in memory)
+        + " ns per allocator report (alloc or free) at depth 10, 30, 100"
+    )
     print(
         f"target: <= {TARGET_NS_AT_30} ns at depth 30 for the capture itself ('no shapes': a lightweight "
         "window's default); the shape columns add what boxing op arguments costs"
