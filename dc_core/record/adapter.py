@@ -82,6 +82,13 @@ class Adapter:
         what is missing); asked only when the config wants memory."""
         return False, f"the {self.framework} adapter does not collect memory"
 
+    def memory_readout(self, collector: Any) -> Mapping[str, Any]:
+        """The window's memory, in ``Collector.memory_snapshot()``'s shape (per-node
+        columns by the collector's node ids); asked when `memory_state` says it
+        was collected. An adapter whose framework reports memory otherwise (JAX's
+        device memory profile) builds it here."""
+        return collector.memory_snapshot()
+
     def step_bound_shifts(self) -> Mapping[int, tuple[int, int]]:
         """``cpu_time_ns`` that `uninstall` moved between nodes after the steps
         were marked: per node, the least and greatest change over the window's steps."""

@@ -486,7 +486,7 @@ class Session:
         collected, note = self.adapter.memory_state()
         if collected:
             try:
-                return fold_memory(snap, self.collector.memory_snapshot()), [], note
+                return fold_memory(snap, self.adapter.memory_readout(self.collector)), [], note
             except Exception as exc:  # the window is still written, without memory
                 self.fail(exc, "memory readout")
                 note = f"the memory readout failed: {type(exc).__name__}"
