@@ -195,10 +195,12 @@ class TorchAdapter(Adapter):
         if hub is None or hub.session is not session:
             hub = self.hub = Hub(session)
             # the closure hook after the phase hooks: its optimizer pre-hook runs second
-            self._parts = (PhaseHooks(hub), ClosureHooks(hub), CollectiveHooks(hub))
+            phases = PhaseHooks(hub)
+            self._parts = (phases, ClosureHooks(hub), CollectiveHooks(hub))
             self._modules = ModuleHooks(hub)
             self._bounds = ModuleBoundaries(hub)
             self._memory = MemoryHooks(hub)
+            phases.batch_seen = self._memory.batch_seen  # a batch's blocks are `input`
         return hub
 
     def environment(self) -> dict[str, str]:

@@ -11,11 +11,13 @@ the blocks are, told by torch itself:
   its saved-tensor pack hook sees them (exactly these: a checkpointed
   region's own hooks take its tensors, which are then not saved);
 - ``parameter``, ``gradient``, ``optimizer_state``: at each optimizer step,
-  the optimizer's parameters, their gradients and its state. Blocks made in
-  the window are marked where they are (the mark moves their bytes at the
-  peak too); blocks made before it join the live map as resident, billed to
+  the optimizer's parameters (and the buffers of the modules that ran:
+  model state too), their gradients and its state. Blocks made in the
+  window are marked where they are (the mark moves their bytes at the peak
+  too); blocks made before it join the live map as resident, billed to
   their module under the phase that uses them (forward, backward,
-  optimizer).
+  optimizer);
+- ``input``: the batches a DataLoader gives in the window.
 
 Everything else is ``temporary``. A torch.profiler started inside the window
 takes the allocator's reporting slot over: the tracking stops there, and the
@@ -25,7 +27,7 @@ profile says so.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -116,6 +118,16 @@ class MemoryHooks:
         self.hub.collector.memory_stop()
 
     # --- what blocks are ------------------------------------------------------
+    def batch_seen(self, batch: Any) -> None:
+        """A DataLoader gave ``batch``: its tensors' blocks are the step's ``input``."""
+        if self.on:
+            try:
+                tensors = list(_tensors(batch))
+                if tensors:
+                    self.hub.native.extension.mark_blocks(tensors, INPUT)
+            except Exception as exc:
+                self.hub.fail(exc, "input mark")
+
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.on:
             try:
@@ -124,6 +136,7 @@ class MemoryHooks:
                     # parameters keep their blocks: once per window
                     self._optimizers[id(optimizer)] = 0
                     self._classify(params, PARAMETER, "forward")
+                    self._hold_buffers()
                 # gradients may be new blocks every step (zero_grad(set_to_none=True))
                 self._classify(
                     [p for p in params if p.grad is not None], GRADIENT, "backward", grads=True
@@ -161,6 +174,13 @@ class MemoryHooks:
                 self._hold(param, tensor, category, phase)
 
     def _hold(self, param: Any, tensor: torch.Tensor, category: int, phase: str) -> None:
+        if self._owners is None:
+            self._owners = self._module_frames()
+        self._hold_at(tensor, category, phase, self._owners.get(id(param), -1))
+
+    def _hold_at(self, tensor: torch.Tensor, category: int, phase: str, frame: int) -> None:
+        """Hold ``tensor``'s block as resident since the window began, billed to
+        module ``frame`` under ``phase`` (once per block)."""
         ptr = _storage_ptr(tensor)
         if not ptr or ptr in self._resident or tensor.device.type not in _DEVICE_TYPES:
             return
@@ -168,18 +188,28 @@ class MemoryHooks:
         if size <= 0:
             return
         self._resident.add(ptr)
-        if self._owners is None:
-            self._owners = self._module_frames()
         device = tensor.device
         self.hub.collector.memory_hold(
             ptr,
             size,
             _DEVICE_TYPES[device.type],
             device.index or 0,
-            self._node(phase, self._owners.get(id(param), -1)),
+            self._node(phase, frame),
             category,
             True,
         )
+
+    def _hold_buffers(self) -> None:
+        """The buffers of the modules named so far (running statistics, positional
+        tables) are model state beside the parameters: ``parameter`` too."""
+        for module, frame in self._named_modules():
+            buffers = [b for b in module.buffers(recurse=False) if b is not None]
+            if not buffers:
+                continue
+            tracked = self.hub.native.extension.mark_blocks(buffers, PARAMETER)
+            for buffer, known in zip(buffers, tracked):
+                if not known:
+                    self._hold_at(buffer, PARAMETER, "forward", frame)
 
     def _node(self, phase: str, frame: int) -> int:
         """Where a resident block is billed: its module under ``phase`` (the phase alone
@@ -193,16 +223,19 @@ class MemoryHooks:
             self._nodes[(phase, frame)] = node
         return node
 
-    def _module_frames(self) -> dict[int, int]:
-        """Parameter id -> frame of the module that registers it, for the modules
-        named so far this window."""
+    def _named_modules(self) -> Iterator[tuple[Any, int]]:
+        """(module, its frame) for the modules named so far this window."""
         frames = self.hub.frames
-        owners: dict[int, int] = {}
         for cache in (frames.module_names, frames.rooted_names):
-            for _root, modules in cache.values():
-                for module, frame in modules.items():
-                    for param in module.parameters(recurse=False):
-                        owners.setdefault(id(param), frame)
+            for _root, modules in list(cache.values()):
+                yield from list(modules.items())
+
+    def _module_frames(self) -> dict[int, int]:
+        """Parameter id -> frame of the module that registers it."""
+        owners: dict[int, int] = {}
+        for module, frame in self._named_modules():
+            for param in module.parameters(recurse=False):
+                owners.setdefault(id(param), frame)
         return owners
 
     # --- a torch.profiler started inside the window -----------------------------
@@ -255,15 +288,16 @@ def _params(optimizer: Any) -> Iterator[torch.Tensor]:
         yield from group["params"]
 
 
-def _tensors(state: Any) -> Iterator[torch.Tensor]:
+def _tensors(state: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    """The tensors in a nest of mappings, lists and tuples (a batch, an optimizer's state)."""
     if isinstance(state, torch.Tensor):
         yield state
-    elif isinstance(state, dict):
+    elif depth < 8 and isinstance(state, Mapping):
         for value in state.values():
-            yield from _tensors(value)
-    elif isinstance(state, (list, tuple)):
+            yield from _tensors(value, depth + 1)
+    elif depth < 8 and isinstance(state, (list, tuple)):
         for value in state:
-            yield from _tensors(value)
+            yield from _tensors(value, depth + 1)
 
 
 # c10::DeviceType numbers

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from collections.abc import Callable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,8 @@ class PhaseHooks:
         self.hub = hub
         self.handles: list[Any] = []
         self.patched: list[tuple[type, str, Any]] = []
+        # told each batch a DataLoader gives in the window (memory's `input`)
+        self.batch_seen: Callable[[Any], None] | None = None
         self.steps: dict[
             type, tuple[str, str, int] | None
         ] = {}  # optimizer class -> its step's frame
@@ -202,12 +205,16 @@ class PhaseHooks:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             hooks._begin(phase, frame=frame)
             try:
-                return wrapper.__wrapped__(*args, **kwargs)
+                out = wrapper.__wrapped__(*args, **kwargs)
             except BaseException as exc:  # the user's, with the traceback it has without us
                 cut_own_frames(exc)
                 raise
             finally:
                 hooks._end()
+            seen = hooks.batch_seen
+            if phase == "dataloader" and seen is not None:
+                seen(out)  # keeps its own errors (fail-open)
+            return out
 
         self._install(cls, name, wrapper)
 

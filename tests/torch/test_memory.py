@@ -222,3 +222,25 @@ def test_a_users_torch_profiler_takes_over_the_allocators_reporting(tmp_path):
     # and after the window, torch.profiler starts as ever
     with profile(activities=[ProfilerActivity.CPU]):
         torch.ones(2) + 1
+
+
+def test_a_dataloaders_batch_is_input(tmp_path):
+    """The batch a DataLoader collates in the window is the step's ``input``, billed
+    where it was made (the dataloader phase)."""
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(4 * BATCH, D))
+    loader = torch.utils.data.DataLoader(data, batch_size=BATCH)
+    model = Planted()
+    with dc_torch.profile(
+        logdir=str(tmp_path), steps=StepRange(start=1, count=2), memory=True, **QUIET
+    ) as prof:
+        for (x,) in loader:
+            loss = model(x).sum()
+            planted = torch.empty(SPIKE, dtype=torch.uint8)  # the peak, with the batch live
+            del planted
+            loss.backward()
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    inputs = tree.inclusive("peak_live_bytes.input")
+    assert near(inputs[0], BATCH * D * F32)
+    assert near(inputs[tree.find("dataloader")], BATCH * D * F32)
