@@ -61,6 +61,7 @@ class MemoryHooks:
         self._patched: Any = None  # torch.autograd.profiler._enable_profiler, as it was
         self._resident: set[int] = set()  # data pointers held this window
         self._optimizers: dict[int, int] = {}  # optimizer id -> state entries classified
+        self._classified: set[int] = set()  # optimizers whose parameters are classified
         self._owners: dict[int, int] | None = None  # parameter id -> its module's frame
         self._nodes: dict[tuple[str, int], int] = {}  # (phase, module frame) -> node
 
@@ -71,6 +72,7 @@ class MemoryHooks:
         self._resident.clear()
         self._nodes.clear()
         self._optimizers.clear()
+        self._classified.clear()
         self._owners = None
         native = hub.native
         if native is None or native.collector is None:
@@ -132,9 +134,9 @@ class MemoryHooks:
         if self.on:
             try:
                 params = list(_params(optimizer))
-                if id(optimizer) not in self._optimizers:
+                if id(optimizer) not in self._classified:
                     # parameters keep their blocks: once per window
-                    self._optimizers[id(optimizer)] = 0
+                    self._classified.add(id(optimizer))
                     self._classify(params, PARAMETER, "forward")
                     self._hold_buffers()
                 # gradients may be new blocks every step (zero_grad(set_to_none=True))

@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 import dc_torch
 from dc_core.record.config import StepRange
+from dc_core.store.logdir import load_profiles
 from dc_torch.native import load
 from tests.torch.conftest import only_profile
 
@@ -184,17 +185,26 @@ def test_memory_off_by_default_leaves_no_memory_metrics(tmp_path):
 
 
 def test_the_python_path_names_the_metrics_it_lacks(tmp_path, caplog):
+    from dc_core.record import session
+
+    session._warn_memory_missing.cache_clear()
     model = Planted()
     with dc_torch.profile(
         logdir=str(tmp_path),
-        steps=StepRange(start=0, count=1),
+        steps=StepRange(start=0, count=2, every=2, repeat=2),
         memory=True,
         capture="python",
         **QUIET,
     ) as prof:
-        model(torch.randn(BATCH, D)).sum().backward()
-        prof.step()
-    profile = only_profile(tmp_path)
+        for _ in range(4):
+            model(torch.randn(BATCH, D)).sum().backward()
+            prof.step()
+    warned = [r for r in caplog.records if "memory was asked for" in r.getMessage()]
+    assert len(warned) == 1  # once, for both windows
+    assert "peak_live_bytes.saved_for_backward" in warned[0].getMessage()
+    profiles, errors = load_profiles(tmp_path)
+    assert not errors and len(profiles) == 2
+    profile = profiles[0]
     assert profile.memory == []
     assert "peak_live_bytes.saved_for_backward" in profile.memory_missing
     assert "native capture path" in profile.memory_note
