@@ -150,7 +150,7 @@ class TorchAdapter(Adapter):
         hub.active = False
         try:
             if self._memory is not None:
-                self._memory.uninstall()
+                self._memory.uninstall()  # its optimizer hooks may wait: restore() below
             failure = self._stop_native()
             restored = self.restore()
             # raised here, all unhooked: the session logs it once and turns off
@@ -177,14 +177,18 @@ class TorchAdapter(Adapter):
         The session calls this again from its next step boundary, where the
         mode is back on the stack."""
         errors = []
+        waiting = False  # optimizer hooks that must wait until theirs is done (OptimizerHooks)
         for part in (
-            (*self._parts, self._modules, self._bounds) if self._modules is not None else ()
+            (*self._parts, self._modules, self._bounds, self._memory)
+            if self._modules is not None
+            else ()
         ):
             try:
-                part.uninstall()
+                undone = part.restore() if part is self._memory else part.uninstall()
+                waiting |= undone is False
             except Exception as exc:  # the others are still removed
                 errors.append(exc)
-        restored = self._remove_modes()
+        restored = self._remove_modes() and not waiting
         if errors:
             raise errors[0]
         return restored

@@ -13,9 +13,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torch.optim import optimizer as optimizer_mod
-
 from dc_core.collect.ownfiles import cut_own_frames
+from dc_torch.optimizer_hooks import OptimizerHooks
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
@@ -26,15 +25,14 @@ class ClosureHooks:
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
-        self.handle: Any = None
+        self.hooks = OptimizerHooks()
 
     def install(self) -> None:
-        self.handle = optimizer_mod.register_optimizer_step_pre_hook(self.pre)
+        self.hooks.register(pre=self.pre)
 
-    def uninstall(self) -> None:
-        handle, self.handle = self.handle, None
-        if handle is not None:
-            handle.remove()
+    def uninstall(self) -> bool:
+        """False while the hook must wait to be taken out (`OptimizerHooks`)."""
+        return self.hooks.remove()
 
     def pre(self, optimizer: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         if not self.hub.active:

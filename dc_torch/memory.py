@@ -31,9 +31,9 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.optim import optimizer as optimizer_mod
 
 from dc_core.collect.collector import ROOT_NODE
+from dc_torch.optimizer_hooks import OptimizerHooks
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
@@ -57,7 +57,7 @@ class MemoryHooks:
         self.collected = False  # the window tracked memory (for some or all of it)
         self.note = ""  # why memory was not (or not wholly) collected
         self._saved: Any = None  # the saved-tensor hooks' context
-        self._handles: list[Any] = []
+        self._optimizer = OptimizerHooks()
         self._patched: Any = None  # torch.autograd.profiler._enable_profiler, as it was
         self._resident: set[int] = set()  # data pointers held this window
         self._optimizers: dict[int, int] = {}  # optimizer id -> state entries classified
@@ -95,16 +95,19 @@ class MemoryHooks:
         except RuntimeError as exc:  # the user disabled saved-tensor hooks
             self._saved = None
             self.note = f"saved_for_backward not told apart: {exc}"
-        self._handles = [
-            optimizer_mod.register_optimizer_step_pre_hook(self._before_step),
-            optimizer_mod.register_optimizer_step_post_hook(self._after_step),
-        ]
+        self._optimizer.register(self._before_step, self._after_step)
 
-    def uninstall(self) -> None:
-        """Stop tracking (what was tracked stays readable) and take every hook out."""
-        handles, self._handles = self._handles, []
-        for handle in handles:
-            handle.remove()
+    def uninstall(self) -> bool:
+        """Stop tracking (what was tracked stays readable) and take every hook out;
+        False while the optimizer hooks must wait (`OptimizerHooks`): `restore` then."""
+        self._stop()
+        return self.restore()
+
+    def restore(self) -> bool:
+        """Take out what `uninstall` left; True when nothing is left."""
+        return self._optimizer.remove()
+
+    def _stop(self) -> None:
         saved, self._saved = self._saved, None
         if saved is not None:
             saved.__exit__(None, None, None)

@@ -30,11 +30,11 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.optim import optimizer as optimizer_mod
 from torch.utils.data import dataloader as dataloader_mod
 
 from dc_core.collect.collector import KIND_PYTHON
 from dc_core.collect.ownfiles import cut_own_frames
+from dc_torch.optimizer_hooks import OptimizerHooks
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
@@ -50,7 +50,7 @@ class PhaseHooks:
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
-        self.handles: list[Any] = []
+        self.optimizer_hooks = OptimizerHooks()
         self.patched: list[tuple[type, str, Any]] = []
         # told each batch a DataLoader gives in the window (memory's `input`)
         self.batch_seen: Callable[[Any], None] | None = None
@@ -59,10 +59,7 @@ class PhaseHooks:
         ] = {}  # optimizer class -> its step's frame
 
     def install(self) -> None:
-        self.handles = [
-            optimizer_mod.register_optimizer_step_pre_hook(self._optimizer_begin),
-            optimizer_mod.register_optimizer_step_post_hook(self._optimizer_end),
-        ]
+        self.optimizer_hooks.register(self._optimizer_begin, self._optimizer_end)
         self._patch(torch.optim.Optimizer, "zero_grad", "optimizer")
         self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", "dataloader")
         for name in CLIPPING:
@@ -81,13 +78,13 @@ class PhaseHooks:
         self._patch(torch.autograd, "backward", "backward")
         self._patch(torch.autograd, "grad", "backward")
 
-    def uninstall(self) -> None:
-        handles, self.handles = self.handles, []
-        for handle in handles:
-            handle.remove()
+    def uninstall(self) -> bool:
+        """Take the hooks and wrappers out; False while the optimizer hooks must
+        wait (one of them is running: `OptimizerHooks`)."""
         patched, self.patched = self.patched, []
         for cls, name, wrapper in reversed(patched):
             _unpatch(cls, name, wrapper)
+        return self.optimizer_hooks.remove()
 
     # --- optimizer.step: torch's global hooks -------------------------------
     def _optimizer_begin(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -254,3 +254,38 @@ def test_a_dataloaders_batch_is_input(tmp_path):
     inputs = tree.inclusive("peak_live_bytes.input")
     assert near(inputs[0], BATCH * D * F32)
     assert near(inputs[tree.find("dataloader")], BATCH * D * F32)
+
+
+def test_an_error_in_the_memory_hooks_turns_the_profiler_off_and_training_goes_on(
+    tmp_path, monkeypatch, caplog
+):
+    from dc_torch import memory
+
+    def broken(self, *args):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(memory.MemoryHooks, "_classify", broken)
+    torch.manual_seed(0)
+    model = Planted()
+    opt = torch.optim.AdamW(model.parameters())
+    losses = []
+    with dc_torch.profile(
+        logdir=str(tmp_path), steps=StepRange(start=0, count=3), memory=True, **QUIET
+    ) as prof:
+        for _ in range(4):
+            loss = model(torch.randn(BATCH, D)).pow(2).mean()
+            loss.backward()
+            opt.step()  # the planted error is raised in its pre-hook
+            opt.zero_grad()
+            losses.append(loss.item())
+            prof.step()
+    assert len(losses) == 4
+    assert sum("planted" in r.getMessage() for r in caplog.records) == 1
+    # every hook is out: no saved-tensor hooks of ours, the reporting slot is free
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        torch.ones(4) * 2
+    # what was collected before the error is written
+    assert only_profile(tmp_path).tree.total("count") > 0

@@ -139,3 +139,39 @@ def test_dataloader_workers_and_dataloader_phase(tmp_path):
         lambda fs: fs[0].name == "forward" and op_name(fs[-1].name) == op_name("torch.softmax"),
     )
     assert [tree.value(n, "count") for n in softmax] == [3]
+
+
+@pytest.mark.parametrize("where", ["phase", "closure"])
+def test_an_error_inside_an_optimizer_hook_leaves_the_users_step_whole(
+    tmp_path, monkeypatch, caplog, where
+):
+    """torch iterates its global optimizer hooks while it calls them: turning the
+    profiler off from inside one must not take a hook out under that iteration
+    (which would raise in the user's ``optimizer.step()``); they go at the next
+    step boundary."""
+    from dc_torch import closure, phases
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    if where == "phase":
+        monkeypatch.setattr(phases.PhaseHooks, "_step_frame", broken)
+    else:
+        monkeypatch.setattr(closure.ClosureHooks, "wrap", broken)
+    model = TwoLine()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = 0
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
+        for _ in range(4):
+
+            def closure_fn():
+                opt.zero_grad()
+                loss = model(torch.randn(4, 8)).sum()
+                loss.backward()
+                return loss
+
+            opt.step(closure_fn)
+            steps += 1
+            prof.step()
+    assert steps == 4
+    assert sum("planted" in r.getMessage() for r in caplog.records) == 1
