@@ -63,6 +63,7 @@ class MemoryHooks:
         self._optimizers: dict[int, int] = {}  # optimizer id -> state entries classified
         self._classified: set[int] = set()  # optimizers whose parameters are classified
         self._owners: dict[int, int] | None = None  # parameter id -> its module's frame
+        self._owners_named = 0  # modules named when it was made
         self._nodes: dict[tuple[str, int], int] = {}  # (phase, module frame) -> node
 
     def install(self) -> None:
@@ -179,9 +180,14 @@ class MemoryHooks:
                 self._hold(param, tensor, category, phase)
 
     def _hold(self, param: Any, tensor: torch.Tensor, category: int, phase: str) -> None:
-        if self._owners is None:
-            self._owners = self._module_frames()
-        self._hold_at(tensor, category, phase, self._owners.get(id(param), -1))
+        frame = self._owners.get(id(param)) if self._owners is not None else None
+        if frame is None:
+            # modules are named as they run: more may be named since the last look
+            named = self._named_count()
+            if self._owners is None or named != self._owners_named:
+                self._owners, self._owners_named = self._module_frames(), named
+            frame = self._owners.get(id(param), -1)
+        self._hold_at(tensor, category, phase, frame)
 
     def _hold_at(self, tensor: torch.Tensor, category: int, phase: str, frame: int) -> None:
         """Hold ``tensor``'s block as resident since the window began, billed to
@@ -234,6 +240,14 @@ class MemoryHooks:
         for cache in (frames.module_names, frames.rooted_names):
             for _root, modules in list(cache.values()):
                 yield from list(modules.items())
+
+    def _named_count(self) -> int:
+        frames = self.hub.frames
+        return sum(
+            len(modules)
+            for cache in (frames.module_names, frames.rooted_names)
+            for _root, modules in cache.values()
+        )
 
     def _module_frames(self) -> dict[int, int]:
         """Parameter id -> frame of the module that registers it."""

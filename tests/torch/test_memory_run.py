@@ -65,6 +65,13 @@ def test_deepcontext_run_memory_on_an_unchanged_script(tmp_path):
     # parameters (and the causal mask, a buffer), AdamW's two moments per parameter
     assert abs(tree.total("peak_live_bytes.parameter") - (params + buffers)) <= 0.01 * params
     assert abs(tree.total("peak_live_bytes.optimizer_state") - 2 * params) <= 0.01 * params
+    # billed to the module that holds them, under the forward phase (not to the phase
+    # alone: the window opens in an update, before any module of it is named)
+    head = [
+        n for n in range(len(tree)) if [f.name for f in tree.path_frames(n)] == ["forward", "head"]
+    ]
+    assert [tree.value(n, "peak_live_bytes.parameter") for n in head] == [(128 * 256 + 256) * 4]
+    assert tree.value(tree.find("forward"), "peak_live_bytes.parameter") == 0
     (memory,) = profile.memory
     assert memory.peak_step in (5, 6, 7) and memory.peak_phase in (
         "forward",
