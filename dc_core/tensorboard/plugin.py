@@ -20,7 +20,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..store.profile import ProfileError
-from . import browse, diff, overview, params, source, spread, tables, windows
+from . import browse, diff, memory, overview, params, source, spread, tables, windows
 from .answers import Answers, Busy
 from .merged import versions
 from .metadata import PLUGIN_NAME, TAB_NAME
@@ -45,6 +45,7 @@ STATIC_FILES = {
     "vocabulary.js": "text/javascript",
     "runs.js": "text/javascript",
     "spread.js": "text/javascript",
+    "memory.js": "text/javascript",
     "style.css": "text/css",
 }
 
@@ -85,6 +86,8 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             "/node": (self._node, "ref"),
             "/search": (self._search, "ref"),
             "/flame": (self._flame, "ref"),
+            "/memory": (self._memory, "ref"),
+            "/memory/children": (self._memory_children, "ref"),
             "/diff": (self._diff, "pair"),
             "/diff/children": (self._diff_children, "pair"),
             "/ranks": (self._ranks, "window"),
@@ -210,6 +213,25 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             params.metric(args),
             params.number(args, "min", 0.002, 0.0, 1.0),
             params.integer(args, "max", 3000, lo=1, hi=20000),
+        )
+
+    def _memory(self, args):
+        return memory.memory_view(
+            self._index(args),
+            params.text(args, "device", default=""),
+            params.choice(args, "sort", memory.SORTS, "incl"),
+            params.number(args, "threshold", 0.05, 0.0, 1.0),
+            _limit(args),
+        )
+
+    def _memory_children(self, args):
+        index = self._index(args)
+        return memory.memory_children(
+            index,
+            memory.device_of(index, params.text(args, "device", default="")),
+            params.node_list(args, size=len(index)),
+            params.choice(args, "sort", memory.SORTS, "incl"),
+            _limit(args),
         )
 
     def _diff(self, args):

@@ -16,7 +16,7 @@ from werkzeug.test import Client
 
 from dc_core.model.tree import tree_from_lists
 from dc_core.store.logdir import write_profile
-from dc_core.store.profile import Profile, Series
+from dc_core.store.profile import DeviceMemory, Profile, Series
 from dc_core.tensorboard.plugin import DeepContextPlugin
 from dc_core.tensorboard.store import ProfileStore
 
@@ -153,3 +153,81 @@ def api(plugin: DeepContextPlugin) -> Api:
 
 
 A = {"run": "run-a", "rank": 0, "window": "5-8"}
+
+
+def memory_profile(src: Path, steps: tuple[int, int] = (5, 7)) -> Profile:
+    """A CUDA window whose memory peaks in the optimizer's ``aten::add_``: 8 MiB
+    of encoder parameters and 8 MiB saved for backward (6 by ``aten::mm``, 2 by
+    ``aten::relu``) in forward, 8 MiB of gradients in backward, 16 MiB of
+    optimizer state and 1 MiB temporary, 41 MiB in all; a head that holds
+    nothing; on the CPU, 1 MiB of input in the dataloader."""
+    line = f"python:forward|{src}:3"
+    mib = MIB
+    tree = tree_from_lists(
+        (
+            "forward",
+            (
+                f"module:encoder @peak_live_bytes={8 * mib},peak_live_bytes.parameter={8 * mib}",
+                (
+                    line,
+                    f"aten::mm @cpu_time_ns=300,peak_live_bytes={6 * mib},"
+                    f"peak_live_bytes.saved_for_backward={6 * mib}",
+                    f"aten::relu @cpu_time_ns=50,peak_live_bytes={2 * mib},"
+                    f"peak_live_bytes.saved_for_backward={2 * mib}",
+                ),
+            ),
+            ("module:head", "aten::add @cpu_time_ns=20"),
+        ),
+        (
+            "backward",
+            (
+                "module:encoder",
+                f"aten::mm [backward] @cpu_time_ns=600,peak_live_bytes={8 * mib},"
+                f"peak_live_bytes.gradient={8 * mib}",
+            ),
+        ),
+        (
+            "optimizer",
+            (
+                f"python:step|/w/optim.py:1 @peak_live_bytes={16 * mib},"
+                f"peak_live_bytes.optimizer_state={16 * mib}",
+                f"aten::add_ @cpu_time_ns=100,peak_live_bytes={mib},peak_live_bytes.temporary={mib}",
+            ),
+        ),
+        (
+            "dataloader",
+            f"python:__next__|/w/data.py:9 @peak_live_bytes@cpu={mib},peak_live_bytes.input@cpu={mib}",
+        ),
+    )
+    cuda = DeviceMemory(
+        "cuda:0",
+        peak_bytes=41 * mib,
+        peak_t_ns=15_000_000,
+        peak_node=tree.find("optimizer", "step", "aten::add_"),
+        peak_step=6,
+        peak_phase="optimizer",
+        held_at_peak_bytes=24 * mib,
+        allocator_peak_bytes=41 * mib,
+        max_reserved_bytes=64 * mib,
+        timeline_t_ns=[0, 5_000_000, 10_000_000, 15_000_000, 20_000_000],
+        timeline_bytes=[24 * mib, 32 * mib, 36 * mib, 41 * mib, 30 * mib],
+    )
+    cpu = DeviceMemory(
+        "cpu",
+        peak_bytes=mib,
+        peak_t_ns=1_000_000,
+        peak_node=tree.find("dataloader", "__next__"),
+        peak_step=5,
+        peak_phase="dataloader",
+        timeline_t_ns=[0, 1_000_000],
+        timeline_bytes=[0, mib],
+    )
+    return Profile(
+        tree=tree,
+        steps=steps,
+        step_times_ns=[12_000_000, 13_000_000],
+        framework="torch",
+        host="node-a",
+        duration_ns=25_000_000,
+        memory=[cuda, cpu],
+    )

@@ -9,6 +9,8 @@ const SVG = "http://www.w3.org/2000/svg";
 const W = 520;
 const H = 140;
 const PAD = { left: 56, right: 8, top: 10, bottom: 22 };
+const SMALL = { w: W, h: H };
+const WIDE = { w: 860, h: 190 }; // the memory timeline: one chart across the pane
 
 function svg(tag, attrs = {}, text) {
   const node = document.createElementNS(SVG, tag);
@@ -17,26 +19,29 @@ function svg(tag, attrs = {}, text) {
   return node;
 }
 
-/** An empty chart with a y axis: `axis` is niceTicks()'s { top, ticks }, one grid line per tick. */
-function frame(title, axis) {
-  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
+/** An empty chart with a y axis: `axis` is niceTicks()'s { top, ticks }, one grid line per tick;
+ * `box` its size in the viewBox's units (the small charts' by default). */
+function frame(title, axis, box = SMALL) {
+  const root = svg("svg", { viewBox: `0 0 ${box.w} ${box.h}`, class: "chart", role: "img" });
   root.appendChild(svg("title", {}, title));
-  const y0 = H - PAD.bottom;
+  const y0 = box.h - PAD.bottom;
   for (const { value, label } of axis.ticks) {
-    const y = y0 - (value / axis.top) * (H - PAD.top - PAD.bottom);
-    root.appendChild(svg("line", { x1: PAD.left, x2: W - PAD.right, y1: y, y2: y, class: value ? "grid" : "axis" }));
+    const y = y0 - (value / axis.top) * (box.h - PAD.top - PAD.bottom);
+    root.appendChild(svg("line", { x1: PAD.left, x2: box.w - PAD.right, y1: y, y2: y, class: value ? "grid" : "axis" }));
     root.appendChild(svg("text", { x: PAD.left - 4, y: y + 3, class: "tick y-tick", "text-anchor": "end" }, label));
   }
   return root;
 }
 
 /** Labels under a time axis from 0 to `tMax` seconds, in one unit. */
-function timeAxis(root, tMax) {
-  const axis = niceTicks(tMax, "s", 5);
+function timeAxis(root, tMax, box = SMALL, count = 5) {
+  const axis = niceTicks(tMax, "s", count);
   for (const { value, label } of axis.ticks) {
     if (value > tMax * (1 + 1e-9)) break;
-    const x = PAD.left + (value / tMax) * (W - PAD.left - PAD.right);
-    root.appendChild(svg("text", { x, y: H - 6, class: "tick x-tick", "text-anchor": value ? "middle" : "start" }, label));
+    const x = PAD.left + (value / tMax) * (box.w - PAD.left - PAD.right);
+    // the first label starts at the axis and the one at its very end ends there: none is cut off
+    const anchor = !value ? "start" : x > box.w - PAD.right - 12 ? "end" : "middle";
+    root.appendChild(svg("text", { x, y: box.h - 6, class: "tick x-tick", "text-anchor": anchor }, label));
   }
 }
 
@@ -200,4 +205,53 @@ export function windowsChart(data, format, unit) {
       windowBars(rows, "value per window", (r) => r.value, unit, text),
       windowBars(rows, "share of the window", (r) => 100 * (r.share || 0), "%", text)),
     table);
+}
+
+/**
+ * A device's allocated bytes over the window (`data` is /memory's answer):
+ * the timeline as steps (each point's bytes hold until the next point), the
+ * bytes held from before the window as a dashed line, and the peak marked
+ * with its bytes, step and phase. Times are from the window's start.
+ */
+export function memoryChart(data) {
+  const { timeline, peak, held_at_peak_bytes: held, duration_ns: duration } = data;
+  const box = el("div", { className: "chart-box memory-chart" }, el("h4", {}, `Allocated bytes on ${data.device} over the window`));
+  const t = timeline.t_ns;
+  if (!t.length) {
+    box.appendChild(el("div", { className: "muted" }, "No timeline in this window."));
+    return box;
+  }
+  const bucket = t.length > 1 ? t[t.length - 1] - t[t.length - 2] : 0;
+  const tMax = Math.max(1, duration, t[t.length - 1] + bucket, peak.t_ns);
+  const axis = niceTicks(Math.max(peak.bytes, ...timeline.bytes), "bytes");
+  const root = frame(`allocated bytes on ${data.device}`, axis, WIDE);
+  const x = (ns) => PAD.left + (ns / tMax) * (WIDE.w - PAD.left - PAD.right);
+  const y = (bytes) => WIDE.h - PAD.bottom - (bytes / axis.top) * (WIDE.h - PAD.top - PAD.bottom);
+  const points = [];
+  t.forEach((ns, i) => {
+    const end = i + 1 < t.length ? t[i + 1] : ns + bucket;
+    points.push(`${x(ns).toFixed(1)},${y(timeline.bytes[i]).toFixed(1)}`, `${x(end).toFixed(1)},${y(timeline.bytes[i]).toFixed(1)}`);
+  });
+  const floor = y(0).toFixed(1);
+  const first = points[0].split(",")[0];
+  const last = points[points.length - 1].split(",")[0];
+  root.appendChild(svg("polygon", { points: `${first},${floor} ${points.join(" ")} ${last},${floor}`, class: "timeline-area" }));
+  root.appendChild(svg("polyline", { points: points.join(" "), class: "timeline-line" }));
+  if (held > 0) {
+    root.appendChild(svg("line", { x1: PAD.left, x2: WIDE.w - PAD.right, y1: y(held), y2: y(held), class: "timeline-held" }));
+    root.appendChild(svg("text", { x: WIDE.w - PAD.right - 2, y: y(held) + 12, class: "tick timeline-held-label", "text-anchor": "end" },
+      `held from before the window: ${formatNumber(held, "bytes")}`));
+  }
+  const px = x(peak.t_ns);
+  const said = [`peak ${formatNumber(peak.bytes, "bytes")}`, peak.step >= 0 ? `step ${peak.step}` : "", peak.phase].filter(Boolean);
+  const mark = svg("g", { class: "memory-peak" });
+  mark.appendChild(svg("line", { x1: px, x2: px, y1: PAD.top, y2: WIDE.h - PAD.bottom, class: "peak-line" }));
+  mark.appendChild(svg("circle", { cx: px, cy: y(peak.bytes), r: 3.5, class: "peak-dot" }));
+  const right = px > (PAD.left + WIDE.w) / 2; // the label on the side with room
+  mark.appendChild(svg("text", { x: px + (right ? -6 : 6), y: PAD.top + 10, class: "peak-label", "text-anchor": right ? "end" : "start" },
+    `${said.join(" \u00b7 ")} at ${formatNumber(peak.t_ns, "ns")}`));
+  root.appendChild(mark);
+  timeAxis(root, tMax / 1e9, WIDE, 8);
+  box.appendChild(root);
+  return box;
 }

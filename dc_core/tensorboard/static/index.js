@@ -9,6 +9,7 @@ import { clear, el, select } from "./dom.js";
 import { drawFlame } from "./flame.js";
 import { findingsStrip, findingsView } from "./findings.js";
 import { formatNumber } from "./format.js";
+import { memoryView } from "./memory.js";
 import { Listing } from "./runs.js";
 import { showDistribution, spreadParams, spreadView } from "./spread.js";
 import { addressWindow, readState, saveState } from "./urlstate.js";
@@ -29,6 +30,8 @@ const state = {
   allRanks: false, // the Rank selector's "All ranks": the tree is the window's ranks merged
   spreadSort: "mean", // the column the All ranks tree is ordered by: mean, max, imbalance or name
   selection: null, // the node last picked: { from: "rank" | "all", node }, for the Windows tab
+  memoryDevice: null, // the Memory tab's device (null: the window's main device)
+  memorySort: "incl", // the column the Memory tree is ordered by: incl, excl, name or a category
 };
 const ui = {};
 // One ticket counter per panel: an answer to a request since superseded is dropped.
@@ -46,6 +49,7 @@ const TABS = {
   bottomup: { title: "Bottom-up", show: async () => tableContent(await bottomUpView(state)), oneRank: true },
   flat: { title: "Flat", show: showFlat, oneRank: true },
   flame: { title: "Flame graph", show: showFlame, oneRank: true },
+  memory: { title: "Memory", show: showMemory, oneRank: true },
   diff: { title: "Diff", show: showDiff, oneRank: true },
   ranks: { title: "Ranks", show: showRanks },
   windows: { title: "Windows", show: showWindows },
@@ -98,6 +102,15 @@ async function showFlame() {
     });
   };
   return { element, shown, fill: true };
+}
+
+async function showMemory() {
+  const { element, table = null } = await memoryView(state, {
+    onSelect: (row) => showNode(row.id),
+    onDevice: (device) => { state.memoryDevice = device; showTab(); },
+    onSort: (key) => { state.memorySort = key; showTab(); },
+  });
+  return { element, table, shown: () => { if (table && table.selected) table.select(table.selected); } };
 }
 
 /** Zoom the flame graph into `id`, remembering where it was. */
@@ -237,6 +250,7 @@ async function changeRef(ref) {
   resetFlame();
   state.b = null;
   state.selection = null;
+  state.memoryDevice = null; // another window may have other devices
   if (state.allRanks && rankOptions()[0][0] !== "all") state.allRanks = false; // one rank wrote this window
   await loadWindow();
 }

@@ -8,18 +8,22 @@ import { bar, clear, el, highlighted, kindBadge } from "./dom.js";
  * fetchChildren(keys) -> Promise<{ [key]: rows }>, each row with `kids`; at
  * most `batch` keys a call (the server's limit per request).
  * keyOf(row, parentKey) -> string; barOf(row) -> 0..1; barClassOf(row) -> the
- * bar's class (default "backward" for a backward row); onSelect(row, key).
+ * bar's class (default "backward" for a backward row); barCell(row) -> the
+ * last cell instead of that bar (a stacked one, say); rowClassOf(row) -> more
+ * classes for a row's element; onSelect(row, key).
  * sort: the sortKey of the column the rows arrive ordered by (marked in the
  * header); onSort(sortKey) on a header click (what a bar shows is barOf's).
  */
 export class LazyTable {
-  constructor({ columns, fetchChildren, batch, keyOf, barOf, barClassOf, onSelect, onSort, sort, emptyText }) {
+  constructor({ columns, fetchChildren, batch, keyOf, barOf, barClassOf, barCell, rowClassOf, onSelect, onSort, sort, emptyText }) {
     this.columns = columns;
     this.fetchChildren = fetchChildren;
     this.batch = batch || Infinity;
     this.keyOf = keyOf || ((row) => String(row.id));
     this.barOf = barOf || (() => 0);
     this.barClassOf = barClassOf || ((row) => (row.backward ? "backward" : ""));
+    this.barCell = barCell || ((row) => bar(this.barOf(row), this.barClassOf(row)));
+    this.rowClassOf = rowClassOf || (() => "");
     this.onSelect = onSelect || (() => {});
     this.onSort = onSort;
     this.sort = sort;
@@ -144,10 +148,12 @@ export class LazyTable {
     const classes = ["row", `kind-row-${row.kind}`];
     if (key === this.selected) classes.push("selected");
     if (this.matches.has(key)) classes.push("match");
+    const extra = this.rowClassOf(row);
+    if (extra) classes.push(extra);
     return el("div", {
       className: classes.join(" "), dataset: { key }, role: "row",
       onclick: () => this.select(key), ondblclick: () => this.toggle(key),
-    }, name, ...cells, bar(this.barOf(row), this.barClassOf(row)));
+    }, name, ...cells, this.barCell(row));
   }
 
   draw() {
