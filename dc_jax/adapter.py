@@ -39,6 +39,7 @@ from dc_jax import host, trace
 from dc_jax.context import context_of, is_library
 from dc_jax.flax_hooks import ModuleRecorder
 from dc_jax.hlo import Instruction, ModuleIndex
+from dc_jax.memory import MemoryWatch
 from dc_jax.names import unwrapped
 from dc_jax.nnx_hooks import NnxScopes
 
@@ -87,6 +88,8 @@ class JaxAdapter(Adapter):
         ] = []  # host time moved after the steps: (node, step, ns)
         # (module, program)s with ops placed in the user's code
         self._located: set[tuple[str, int]] = set()
+        self._memory = MemoryWatch()  # memory by context, in windows that ask for it
+        self._modules: dict[str, str] = {}  # module path → class, of the ops placed so far
         self.last_trace_bytes = 0
         self.last_stop_ns = 0  # barrier + stop_trace (the trace's own export) of the last window
         self.last_convert_ns = 0  # reading the trace into the tree
@@ -143,6 +146,8 @@ class JaxAdapter(Adapter):
         jax.monitoring.register_event_time_span_listener(self._on_compile)
         self._flax.start()
         self._nnx.refresh()
+        if getattr(session.config, "collect_memory", False):
+            self._memory.start(session.clock)
 
     def uninstall(self, session: Any) -> None:
         import jax
@@ -164,7 +169,9 @@ class JaxAdapter(Adapter):
             self.last_convert_ns = time.perf_counter_ns() - started
         except Exception as exc:  # keep the window's host data, disable profiling
             session.fail(exc, "jax trace conversion")
-        finally:
+        finally:  # its nodes are made before the session snapshots the tree
+            modules = {**self._modules, **self._nnx.classes, **self._flax.classes}
+            self._memory.finish(session, modules)
             self._index.clear()
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -186,10 +193,25 @@ class JaxAdapter(Adapter):
         env["process_index"] = str(jax.process_index())
         return env
 
+    def memory_state(self) -> tuple[bool, str]:
+        """Whether the window just closed read its live arrays, and what JAX does not give."""
+        return self._memory.outcome()
+
+    def memory_readout(self, collector: Any) -> dict[str, Any]:
+        """The window's live arrays by context (``memory.py``), read as it closed."""
+        return self._memory.result()
+
+    def note_state(self, state: Any) -> None:
+        """The train state after the step ending now (``Profiler.step(state)``): its
+        leaves tell parameters and optimizer state apart in the window's memory."""
+        self._memory.state(state)
+
     def step_overhead_ns(self) -> int:
         """Compile time inside the step just ended (the union of its compile
         spans: compiling a function traces the ones it calls inside its own
-        span), kept out of the step's time; it is reported in ``compile``."""
+        span), kept out of the step's time; it is reported in ``compile``.
+        With memory asked for, the live arrays are summed here (``memory.py``)."""
+        self._memory.step_end()
         self._marks.append(time.monotonic_ns())
         spans, self._step_spans = sorted(self._step_spans), []
         total, end = 0.0, float("-inf")
@@ -396,6 +418,7 @@ class JaxAdapter(Adapter):
                     )
                 else:
                     frames.append(session.frame(KIND_MODULE, frame[1], detail=frame[2]))
+                    self._modules[frame[1]] = frame[2]
             if len(frames) == 1:  # nothing known about the source: name the compiled module
                 frames.append(session.frame(KIND_COMPILED, op.module))
             flags = FLAG_BACKWARD if ctx.backward else 0

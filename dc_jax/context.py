@@ -27,7 +27,14 @@ from functools import lru_cache
 from dc_jax.hlo import Instruction, Loc, placed
 from dc_jax.names import split_combined, split_name_stack
 
-__all__ = ["Context", "context_of", "parse_op_name", "split_name_stack", "transform_marker"]
+__all__ = [
+    "Context",
+    "context_of",
+    "in_optimizer",
+    "parse_op_name",
+    "split_name_stack",
+    "transform_marker",
+]
 
 _WRAPPER = re.compile(r"^([\w\-]+)\((.*)\)$")
 _INDEX_SUFFIX = re.compile(r"_\d+$")
@@ -221,6 +228,11 @@ def _collapse_retraces(stack: tuple[Loc, ...]) -> tuple[tuple[Loc, ...], int]:
     return last, shared
 
 
+def in_optimizer(file: str) -> bool:
+    """Whether ``file`` is an optimizer's code (optax, Flax's training optimizers)."""
+    return _NOT_OPTIMIZER not in file and any(m in file for m in _OPTIMIZER_MARKERS)
+
+
 @lru_cache(maxsize=4096)
 def is_library(file: str) -> bool:
     """Installed packages and the standard library are not the user's code."""
@@ -250,9 +262,7 @@ def _phase_of(
         return marked if marked and marked != "other" else UNATTRIBUTED
     if backward:
         return "backward"
-    if any(
-        m in loc.file for loc in stack for m in _OPTIMIZER_MARKERS if _NOT_OPTIMIZER not in loc.file
-    ):
+    if any(in_optimizer(loc.file) for loc in stack):
         return "optimizer"
     if marked and marked != "other":
         return marked

@@ -272,7 +272,7 @@ class JitSteps:
             out = jitted(*args, **kwargs)  # the user's exceptions pass through, and end no step
             try:
                 if top_level():
-                    loop.step()
+                    loop.step(out)  # what it returned holds the new train state
             except Exception as exc:
                 self._fail(exc)
             return out

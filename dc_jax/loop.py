@@ -3,7 +3,7 @@
     with dc_jax.profile(logdir="runs/dc", steps=StepRange(start=5, count=3)) as prof:
         for batch in data:
             state, loss = train_step(state, batch)
-            prof.step()
+            prof.step(state)  # the state: only with memory=True (parameters, optimizer state)
 
 Step 0 begins when profiling starts; ``step()`` ends the current step and
 begins the next. Outside windows a step costs a counter compare.
@@ -47,6 +47,25 @@ class Profiler(StepLoop):
             adapter or JaxAdapter(), config, framework="jax", default_phase="other", **overrides
         )
         self._placed = "rank" in overrides or "world_size" in overrides
+
+    def step(self, state: Any = None) -> None:
+        """Mark the end of the current training step and the start of the next.
+
+        Args:
+            state: The train state after the step (any pytree: ``(params,
+                opt_state)``, a Flax ``TrainState``, an NNX model or optimizer).
+                With ``memory=True``, its leaves are told apart in the window's
+                memory as parameters (under a ``params`` key, NNX ``Param``)
+                and optimizer state (optax states, ``opt_state``, NNX
+                ``OptState``), under their modules. Read only inside a window;
+                nothing of it is kept but its arrays' identities.
+        """
+        if state is not None and self.session.in_window:
+            try:
+                self.adapter.note_state(state)
+            except Exception as exc:  # the profiler's failure, never the user's step
+                self.session.fail(exc, "jax train state")
+        super().step()
 
     def phase(self, name: str) -> AbstractContextManager[Any]:
         """Mark host work (and the XLA runs it dispatches) as phase ``name``, e.g. "optimizer"."""
