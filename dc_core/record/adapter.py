@@ -84,8 +84,9 @@ class Adapter:
 
     def memory_readout(self, collector: Any) -> Mapping[str, Any]:
         """The window's memory, in ``Collector.memory_snapshot()``'s shape (per-node
-        columns by the collector's node ids); asked when `memory_state` says it
-        was collected. An adapter whose framework reports memory otherwise (JAX's
+        columns by the collector's node ids, and optionally ``"missing"``: the
+        memory metrics this framework cannot give); asked when `memory_state`
+        says it was collected. An adapter whose framework reports memory otherwise (JAX's
         device memory profile) builds it here."""
         return collector.memory_snapshot()
 

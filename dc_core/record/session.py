@@ -486,7 +486,11 @@ class Session:
         collected, note = self.adapter.memory_state()
         if collected:
             try:
-                return fold_memory(snap, self.adapter.memory_readout(self.collector)), [], note
+                readout = self.adapter.memory_readout(self.collector)
+                missing = [
+                    name for name in readout.get("missing", ()) if name in MEMORY_METRIC_NAMES
+                ]
+                return fold_memory(snap, readout), missing, note
             except Exception as exc:  # the window is still written, without memory
                 self.fail(exc, "memory readout")
                 note = f"the memory readout failed: {type(exc).__name__}"
