@@ -9,6 +9,7 @@ peak's node travels the same way, as a carried column (`PEAK_MARK`).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
@@ -81,9 +82,8 @@ def device_memory(
     tree: Tree,
     *,
     window_t0: int,
-    step_begin_ns: int,
-    steps: tuple[int, int],
-    step_times_ns: Sequence[int],
+    step_begins_ns: Sequence[int],
+    first_step: int,
 ) -> list[DeviceMemory]:
     """The profile's `DeviceMemory` per device, from `fold_memory`'s facts and the
     carried peak columns (the tree's node ids): the peak's node, phase and step."""
@@ -97,7 +97,7 @@ def device_memory(
                 peak_bytes=int(d["peak"]),
                 peak_t_ns=max(int(d["peak_ns"]) - window_t0, 0) if d["peak_ns"] else 0,
                 peak_node=peak_node,
-                peak_step=_step_at(int(d["peak_ns"]), step_begin_ns, steps, step_times_ns),
+                peak_step=_step_at(int(d["peak_ns"]), step_begins_ns, first_step),
                 peak_phase=_phase_of(tree, peak_node),
                 held_at_peak_bytes=int(d["held_at_peak"]),
                 allocator_peak_bytes=int(d["allocator_peak"]),
@@ -116,17 +116,12 @@ def _padded(values: Sequence[int], n: int) -> list[int]:
     return values + [0] * (n - len(values))
 
 
-def _step_at(t_ns: int, begin_ns: int, steps: tuple[int, int], times: Sequence[int]) -> int:
-    """The step running at ``t_ns``: steps run back to back from ``begin_ns``
-    (each to the next one's start); -1 before the first or unknown."""
-    if not t_ns or begin_ns < 0 or t_ns < begin_ns:
+def _step_at(t_ns: int, begins: Sequence[int], first_step: int) -> int:
+    """The step running at ``t_ns``: the last to begin at or before it (a step runs
+    to the next one's start, its compile included); -1 before the first or unknown."""
+    if not t_ns or not begins or t_ns < begins[0]:
         return -1
-    elapsed = t_ns - begin_ns
-    for offset, duration in enumerate(times):
-        if elapsed < duration:
-            return steps[0] + offset
-        elapsed -= duration
-    return steps[0] + max(len(times) - 1, 0) if times else -1
+    return first_step + bisect.bisect_right(begins, t_ns) - 1
 
 
 def _phase_of(tree: Tree, node: int) -> str:

@@ -451,9 +451,8 @@ class Session:
             carried,
             profile.tree,
             window_t0=window.opened_ns,
-            step_begin_ns=self._steps.first_begin_ns,
-            steps=steps,
-            step_times_ns=profile.step_times_ns,
+            step_begins_ns=self._steps.begins,
+            first_step=steps[0],
         )
         profile.memory_missing, profile.memory_note = missing, note
         # Analysis is left to whoever reads the window (`analyzer.findings_of`):

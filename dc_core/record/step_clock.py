@@ -45,7 +45,7 @@ class StepClock:
         self.thread = 0  # the thread that drives the steps
         self.step = -1  # the step begun (or ended) last in a window
         self._start_ns = 0  # the step running began (session clock)
-        self.first_begin_ns = -1  # the window's first step began (session clock)
+        self.begins: list[int] = []  # per step of the window: when it began (session clock)
         self._open = False  # a step begun and not ended
         self._between_ns: int | None = (
             None  # a trainer's loop between two steps, since (session clock)
@@ -61,7 +61,7 @@ class StepClock:
         """A window opens: its steps are timed afresh."""
         self.times, self.waits = [], []
         self.others_wait, self._others_from = -1, workers_wait_ns()
-        self.first_begin_ns = -1  # the window's first step began (session clock)
+        self.begins = []
 
     def begin(self, c: Any, phase: int, step: int) -> None:
         """Step ``step`` begins on this thread, in phase frame ``phase``."""
@@ -78,8 +78,7 @@ class StepClock:
             self._wait_ns = run_queue_wait_ns()
         self._between_ns = None
         self._start_ns = self.clock()
-        if self.first_begin_ns < 0:
-            self.first_begin_ns = self._start_ns
+        self.begins.append(self._start_ns)
         c.enter([phase], ROOT_NODE, False, WHOLE_STACK)
 
     def end(self, c: Any, overhead_ns: int, step: int) -> None:
