@@ -5,7 +5,9 @@ A rule is a small pure function ``rule(window) -> list[finding]``; a finding is
 is the labels of the node's call path (root's child first) and ``node`` its
 index in the profile's tree (-1 when the finding is about the whole window),
 plus ``gain_ns``, the time per step its fix would save (None: not
-estimable), and ``gain_basis``, the sentence saying which time that is.
+estimable), and ``gain_basis``, the sentence saying which time that is. A
+memory finding saves bytes at the memory peak instead: ``evidence["gain_bytes"]``
+(`base.saved_bytes`), said in its message and basis.
 Timing rules weigh each node's quietest step (`base.Window.quiet`), so one
 step the machine stole cannot make a finding.
 Rule ids and default thresholds are named in `dc_core.model.rules` (a config's
@@ -30,8 +32,8 @@ from typing import Any
 from ..model.kinds import SEVERITIES
 from ..model.rules import RULE_IDS
 from ..store.profile import Profile
-from . import context, operators, phases, ranks, steps, system, trends
-from .base import Window
+from . import context, growth, memory, operators, phases, ranks, steps, system, trends
+from .base import Window, saved_bytes
 from .thresholds import DEFAULTS, Thresholds
 
 logger = logging.getLogger("deepcontext")
@@ -54,6 +56,9 @@ RULES: dict[str, Callable[[Window], list[dict[str, Any]]]] = {
     "io_bottleneck": system.io_bottleneck,
     "batch_size": system.batch_size,
     "memory_growth": system.memory_growth,
+    "allocator_fragmentation": memory.allocator_fragmentation,
+    "activation_memory": memory.activation_memory,
+    "optimizer_state_memory": memory.optimizer_state_memory,
     "initialization_time": steps.initialization_time,
     "hotspot": context.hotspot,
 }
@@ -61,7 +66,7 @@ RULES: dict[str, Callable[[Window], list[dict[str, Any]]]] = {
 #: Rules over several profiles (ranks of a window, windows of a rank).
 RANK_RULES = {
     "load_imbalance": ranks.load_imbalance,
-    "memory_growth": ranks.memory_growth_windows,
+    "memory_growth": growth.memory_growth_windows,
     "share_trend": trends.share_trend,
 }
 
@@ -117,15 +122,17 @@ def findings_of(profile: Profile) -> list[dict[str, Any]]:
 
 def sort_findings(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Most severe first; within a severity, the biggest saving per step
-    first, those with none after, in rule order (stable)."""
+    first, then the biggest saving of bytes at the memory peak (time and
+    bytes do not compare), those with neither after, in rule order (stable)."""
     order = {rule: i for i, rule in enumerate(RULE_IDS)}
 
     def key(f: dict[str, Any]) -> tuple:
         gain = f.get("gain_ns")
+        saved = saved_bytes(f) if gain is None else None
         return (
             SEVERITIES.index(f["severity"]),
-            gain is None,
-            -(gain or 0),
+            0 if gain is not None else 1 if saved is not None else 2,
+            -(gain if gain is not None else saved or 0),
             order.get(f["rule"], len(order)),
         )
 

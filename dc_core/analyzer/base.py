@@ -35,12 +35,18 @@ def finding(
     *,
     gain_ns: float | None,
     gain_basis: str,
+    gain_bytes: float | None = None,
 ) -> dict[str, Any]:
     """A finding as stored in the profile and shown by the report.
 
     ``gain_ns`` is the time per step the fix would save (an upper bound where
     the basis says so; None where no saving can be estimated) and
-    ``gain_basis`` one sentence saying which nodes' time it is and why."""
+    ``gain_basis`` one sentence saying which nodes' time or bytes it is and
+    why. A memory finding saves bytes instead: ``gain_bytes``, the bytes its
+    fix takes off the window's memory peak, stored as
+    ``evidence["gain_bytes"]`` (`saved_bytes` reads it back)."""
+    if gain_bytes is not None:
+        evidence = {**evidence, "gain_bytes": _gain(gain_bytes)}
     path = (
         [tree.node_frame(n).label() for n in tree.path(node)]
         if tree is not None and node > 0
@@ -65,6 +71,20 @@ def _gain(ns: float | None) -> int | None:
     if ns is None or not math.isfinite(ns):
         return None
     return min(max(int(ns), 0), 2**63 - 1)
+
+
+def saved_bytes(f: dict[str, Any]) -> int | None:
+    """The bytes at the memory peak a finding's fix saves (None: not a memory saving)."""
+    value = (f.get("evidence") or {}).get("gain_bytes")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def size(n: float) -> str:
+    """Bytes in binary units: ``96.0 MiB``, ``1.5 GiB``, ``512 B``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
 
 
 def located(p: Profile) -> dict[str, Any]:

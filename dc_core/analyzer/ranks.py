@@ -1,6 +1,6 @@
 """Rules over several profiles: ``load_imbalance`` across the ranks of one
-window (robust outlier ranks from `ROBUST_FROM` ranks on, a work ratio below),
-``memory_growth`` across the windows of one rank.
+window (robust outlier ranks from `ROBUST_FROM` ranks on, a work ratio below);
+``memory_growth`` across the windows of one rank is `growth`'s.
 
 A finding here names its profile in ``evidence`` (``run``, ``rank``,
 ``steps``); `attach` stores it in that profile.
@@ -22,17 +22,19 @@ from .base import Window, finding, located, ms, percent
 from .thresholds import Thresholds
 
 
-class _Paths:
+class Paths:
     """Call paths interned across the windows compared: equal ids, equal frame
     sequences from the root. One pass per tree; a tuple of frames per node
-    would cost each node its depth (quadratic in a deep recursion)."""
+    would cost each node its depth (quadratic in a deep recursion). Windows
+    or profiles: anything with a ``tree``."""
 
-    def __init__(self, windows: Iterable[Window]) -> None:
+    def __init__(self, windows: Iterable[Window | Profile]) -> None:
         self.ids: dict[tuple[int, Frame], int] = {}
         self.depth = [0]  # per id; id 0 is the root's empty path
+        self.parent = [-1]  # per id, its parent's id
         self.nodes: dict[int, dict[int, int]] = {id(w): self._intern(w) for w in windows}
 
-    def _intern(self, w: Window) -> dict[int, int]:
+    def _intern(self, w: Window | Profile) -> dict[int, int]:
         tree = w.tree
         path = [0] * len(tree)
         for n in tree.topdown():
@@ -42,10 +44,11 @@ class _Paths:
                 if pid is None:
                     pid = self.ids[key] = len(self.depth)
                     self.depth.append(self.depth[key[0]] + 1)
+                    self.parent.append(key[0])
                 path[n] = pid
         return {pid: n for n, pid in enumerate(path) if n}
 
-    def keyed(self, w: Window) -> dict[int, int]:
+    def keyed(self, w: Window | Profile) -> dict[int, int]:
         """Path id → node of ``w``."""
         return self.nodes[id(w)]
 
@@ -54,7 +57,7 @@ def _step_ns(p: Profile, w: Window) -> float:
     return median(p.step_times_ns) if p.step_times_ns else w.cpu[0] / w.steps
 
 
-def _common_work(windows: dict[int, Window], paths: _Paths) -> dict[int, int]:
+def _common_work(windows: dict[int, Window], paths: Paths) -> dict[int, int]:
     """Per rank, its time in the top-level operators that every rank ran
     equally often (same call path, same count): work all ranks share, timed on
     each rank's own clock. Empty when there is no such work."""
@@ -79,7 +82,7 @@ def _common_work(windows: dict[int, Window], paths: _Paths) -> dict[int, int]:
     return work if all(work.values()) else {}
 
 
-def _work_ratios(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict[int, float]:
+def _work_ratios(windows: dict[int, Window], paths: Paths, t: Thresholds) -> dict[int, float]:
     """Per rank, its window in units of its common work (``_common_work``),
     over the ranks' median of that. Load on a host stretches a rank's common
     work and its extra work alike, so it cancels out: on a loaded 2-core host
@@ -99,7 +102,7 @@ def _work_ratios(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> di
 
 
 def _excess_node(
-    slow: Window, others: list[Window], paths: _Paths, size: Callable[[Window, int], float]
+    slow: Window, others: list[Window], paths: Paths, size: Callable[[Window, int], float]
 ) -> int:
     """Walk down the slow rank's tree through the child with the most time above
     the ranks' median, while it explains at least half of its parent's excess.
@@ -149,7 +152,7 @@ def load_imbalance(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any
                 out.append(found)
                 continue
         windows = {r: Window(p, t) for r, p in by_rank.items()}
-        paths = _Paths(windows.values())
+        paths = Paths(windows.values())
         found = (
             _straggler(windows, paths, t) if len(by_rank) < ROBUST_FROM else None
         ) or _share_difference(windows, t, paths)
@@ -241,7 +244,7 @@ def _node_by_frames(tree, frames: list[Frame]) -> int:
     return node
 
 
-def _straggler(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict[str, Any] | None:
+def _straggler(windows: dict[int, Window], paths: Paths, t: Thresholds) -> dict[str, Any] | None:
     """The rank doing ≥ ratio × the median rank's work per step (its window
     against the work every rank shares, see `_work_ratios`), else the rank
     whose median step takes ≥ ratio × the ranks' median; named with the node
@@ -296,7 +299,7 @@ def _straggler(windows: dict[int, Window], paths: _Paths, t: Thresholds) -> dict
 
 
 def _share_difference(
-    windows: dict[int, Window], t: Thresholds, paths: _Paths
+    windows: dict[int, Window], t: Thresholds, paths: Paths
 ) -> dict[str, Any] | None:
     shares: dict[int, dict[int, float]] = {}
     for rank, w in windows.items():
@@ -341,51 +344,6 @@ def _share_difference(
         gain_ns=None,
         gain_basis="a difference between ranks' shares, not a cost: no saving can be estimated",
     )
-
-
-def memory_growth_windows(profiles: list[Profile], t: Thresholds) -> list[dict[str, Any]]:
-    """Host RSS rising from window to window of one rank (warning)."""
-    by_rank: dict[tuple, list[Profile]] = {}
-    for p in profiles:
-        by_rank.setdefault((p.run, p.rank), []).append(p)
-    out = []
-    for (_, rank), runs in sorted(by_rank.items()):
-        points = []
-        for p in sorted(runs, key=lambda p: p.steps):
-            values = [v for s in p.series("rss_bytes") for v in s.values]
-            if values:
-                points.append((p, median(values)))
-        if len(points) < t["memory_growth.min_windows"]:
-            continue
-        medians = [m for _, m in points]
-        growth = medians[-1] - medians[0]
-        rising = all(b >= a for a, b in zip(medians, medians[1:]))
-        limit = max(t["memory_growth.min_mb"] * 2**20, t["memory_growth.min_fraction"] * medians[0])
-        if not rising or growth < limit:
-            continue
-        last = points[-1][0]
-        out.append(
-            finding(
-                "memory_growth",
-                "warning",
-                f"rank {rank}'s host RSS rose in every window, from {medians[0] / 2**20:.0f} MiB (steps "
-                f"{points[0][0].steps[0]}+) to {medians[-1] / 2**20:.0f} MiB (steps {last.steps[0]}+)",
-                "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
-                ".detach()), growing lists or caches, hooks that store activations",
-                None,
-                -1,
-                {
-                    **located(last),
-                    "series": "rss_bytes",
-                    "windows": [list(p.steps) for p, _ in points],
-                    "median_bytes": [int(m) for m in medians],
-                    "growth_bytes": int(growth),
-                },
-                gain_ns=None,
-                gain_basis="memory, not time: no saving per step can be estimated",
-            )
-        )
-    return out
 
 
 def attach(profiles: Iterable[Profile], findings: list[dict[str, Any]]) -> None:

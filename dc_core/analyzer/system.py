@@ -196,8 +196,29 @@ def rising(values: list[float], min_fraction: float, min_bytes: float) -> dict[s
     }
 
 
+def _tensors_steady(w: Window, series_name: str, device: int, growth: float) -> str:
+    """Where the window tracked the tensors of the series' device and their
+    live total did not rise by half the series' growth: the sentence saying
+    so ("" otherwise). Then the growth is not tensors kept: the allocator's
+    heap settling (glibc keeps freed blocks once large frees raise its mmap
+    threshold), or objects that are not tensors."""
+    name = "cpu" if series_name == "rss_bytes" else f"cuda:{device}"
+    tracked = next((m for m in w.profile.memory if m.device == name), None)
+    if tracked is None or len(tracked.timeline_bytes) < 3:
+        return ""
+    if rising(tracked.timeline_bytes, 0.0, growth / 2) is not None:
+        return ""
+    first, last = tracked.timeline_bytes[0], tracked.timeline_bytes[-1]
+    return (
+        f" (the tensors tracked on {name} did not grow with it: {first / 2**20:.0f} MiB live at "
+        f"the window's start, {last / 2**20:.0f} MiB at its end; the allocator's heap or "
+        "objects other than tensors, not tensors kept)"
+    )
+
+
 def memory_growth(w: Window) -> list[dict[str, Any]]:
-    """Host RSS or GPU memory rising steadily through the window: a possible leak (warning)."""
+    """Host RSS or GPU memory rising steadily through the window: a possible
+    leak (warning; info where the window's tracked tensors did not grow)."""
     out = []
     for s in w.profile.system:
         if s.name not in ("rss_bytes", "gpu_mem_bytes") or not _enough(w, s.values):
@@ -210,10 +231,11 @@ def memory_growth(w: Window) -> list[dict[str, Any]]:
         what = "host RSS" if s.name == "rss_bytes" else f"GPU {s.device} memory"
         # jax.profiler keeps a window's trace in host memory until it ends: the profiler's own growth
         traced = s.name == "rss_bytes" and w.profile.framework == "jax"
+        steady = _tensors_steady(w, s.name, s.device, grew["growth_bytes"])
         out.append(
             finding(
                 "memory_growth",
-                "info" if traced else "warning",
+                "info" if traced or steady else "warning",
                 f"{what} grew from {grew['first_bytes'] / 2**20:.0f} MiB to {grew['last_bytes'] / 2**20:.0f} MiB "
                 "during the window"
                 + (
@@ -221,7 +243,7 @@ def memory_growth(w: Window) -> list[dict[str, Any]]:
                     "event: within one window that cannot be told from a leak; a leak grows "
                     "from window to window)"
                     if traced
-                    else ""
+                    else steady
                 ),
                 "look for tensors kept across steps: losses accumulated with their graph (use loss.item() or "
                 ".detach()), growing lists or caches, hooks that store activations",

@@ -8,8 +8,9 @@ function per id and applies the thresholds (`dc_core.analyzer.thresholds`).
 
 Threshold keys are ``"<rule>.<threshold>"``; ``ProfilerConfig.analyzer`` and
 ``deepcontext analyze --set`` override them. ``"<rule>.enabled": 0`` turns a
-rule off. Shares are fractions of the window (0.05 = 5 %), times are in the
-unit their name says.
+rule off. Shares are fractions of the window (0.05 = 5 %), or of the memory
+peak for the memory rules; times and sizes are in the unit their name says
+(``_mb`` MiB, ``_gb`` GiB).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ RULE_IDS: tuple[str, ...] = (
     "io_bottleneck",
     "batch_size",
     "memory_growth",
+    "allocator_fragmentation",
+    "activation_memory",
+    "optimizer_state_memory",
     "initialization_time",
     "hotspot",
     "load_imbalance",
@@ -88,6 +92,24 @@ DEFAULTS: dict[str, float] = {
     "memory_growth.min_fraction": 0.10,
     "memory_growth.min_mb": 64.0,
     "memory_growth.min_windows": 3,
+    # Across windows, a context keeps what it allocates: in every window it ends holding more
+    # than min_kept_steps steps' worth of what it allocated (a loop variable carries one step's
+    # to the next), its kept bytes per step within min_steady x of each other, and that rate
+    # over the windows' span reaches min_mb and min_fraction of the peak.
+    "memory_growth.min_kept_steps": 1.5,
+    "memory_growth.min_steady": 0.5,
+    # Memory findings (windows with memory=True); their gain is bytes at the peak, not time.
+    # A module's activations saved for backward are min_share of the peak or more and
+    # min_mb MiB or more, and checkpointing would save min_mb MiB or more.
+    "activation_memory.min_share": 0.25,
+    "activation_memory.min_mb": 64.0,
+    # The optimizer's state is min_ratio x the parameters or more (AdamW's is 2x) and min_mb MiB.
+    "optimizer_state_memory.min_ratio": 2.0,
+    "optimizer_state_memory.min_mb": 64.0,
+    # A CUDA allocator's highest reserved total is min_ratio x its highest allocated one or
+    # more, and min_gb GiB above it.
+    "allocator_fragmentation.min_ratio": 1.5,
+    "allocator_fragmentation.min_gb": 1.0,
     # A straggler does ratio x the median rank's work per step (its window over its time in
     # the operators every rank runs equally often: host load stretches both alike), or,
     # doing the same work, its median step takes ratio x the ranks' median step time.

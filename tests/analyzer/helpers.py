@@ -57,3 +57,19 @@ def analysed(profile: Profile) -> Profile:
     return dataclasses.replace(
         profile, findings=findings_of(profile), analysis_pending=False, analyzer_overrides={}
     )
+
+
+def with_classes(p: Profile, classes: dict[str, str]) -> Profile:
+    """``p`` with its module frames named in ``classes`` given their class
+    (``{"blocks.0": "Block"}``): the shorthand names modules, not classes."""
+    from dc_core.model.tree import Frame
+
+    tree = p.tree
+    tree.frames = [
+        Frame(f.kind, f.name, f.file, f.line, classes[f.name], f.backward)
+        if f.kind == "module" and f.name in classes
+        else f
+        for f in tree.frames
+    ]
+    tree._frame_ids = None  # the frames' lookup, rebuilt on the next one
+    return p

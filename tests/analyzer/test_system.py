@@ -1,6 +1,7 @@
 """System-monitor rules: low_gpu_utilization, cpu_bottleneck, io_bottleneck, batch_size, memory_growth."""
 
 from dc_core.analyzer import analyze
+from dc_core.store.profile import DeviceMemory
 from tests.analyzer.helpers import MS, line, only, profile, rules, series
 
 MIB = 2**20
@@ -109,3 +110,25 @@ def test_memory_growth_quiet_for_a_plateau_or_one_jump():
         assert "memory_growth" not in rules(
             analyze(profile(TREE, system=[series("rss_bytes", values)]))
         )
+
+
+def _tracked(timeline):
+    return [DeviceMemory("cpu", peak_bytes=max(timeline), timeline_bytes=list(timeline))]
+
+
+def test_rising_rss_while_the_tracked_tensors_stay_flat_is_a_note():
+    # a clean loop's heap settling: glibc keeps freed blocks once large frees raise its mmap threshold
+    rss = [1000 * MIB + i * 40 * MIB for i in range(9)]
+    flat = [300 * MIB, 500 * MIB, 310 * MIB, 500 * MIB, 305 * MIB, 500 * MIB]
+    p = profile(TREE, system=[series("rss_bytes", rss)], memory=_tracked(flat))
+    f = only(analyze(p), "memory_growth")
+    assert f["severity"] == "info"
+    assert "the tensors tracked on cpu did not grow with it: 300 MiB live" in f["message"]
+
+
+def test_rising_rss_with_the_tracked_tensors_rising_is_a_warning():
+    rss = [1000 * MIB + i * 40 * MIB for i in range(9)]
+    leak = [300 * MIB + i * 40 * MIB for i in range(9)]
+    p = profile(TREE, system=[series("rss_bytes", rss)], memory=_tracked(leak))
+    f = only(analyze(p), "memory_growth")
+    assert f["severity"] == "warning" and "tracked" not in f["message"]
