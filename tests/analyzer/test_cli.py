@@ -213,3 +213,18 @@ def test_analyze_many_ranks_streams_and_stores_the_outlier_in_its_file(tmp_path,
         paths[0].parent.parent / ".index"
     ).is_dir()  # read through the cross-rank index, as report does
     assert "rank 9 is an outlier among 16 ranks" in capsys.readouterr().out
+
+
+def test_a_memory_findings_saving_reads_in_bytes_at_the_peak():
+    from dc_core.cli.findings import gain_text
+
+    finding = {
+        "rule": "activation_memory",
+        "severity": "info",
+        "message": "m",
+        "gain_ns": None,
+        "gain_basis": "memory, not time",
+        "evidence": {"gain_bytes": 96 * 2**20},
+    }
+    assert gain_text(finding) == "\u2248 96.0 MiB at the peak"
+    assert gain_text({**finding, "evidence": {}}) == "none estimated"

@@ -269,3 +269,16 @@ def test_the_strip_shows_the_three_findings_that_save_most():
         "saves \u2248 200 µs per step",
         "saves none estimated",
     ]
+
+
+def test_a_memory_findings_saving_is_bytes_at_the_peak_and_ranks_after_time():
+    got = run_js(
+        """
+        import { topByGain, gainText } from "{findings}";
+        const f = [{ rule: "none", gain_ns: null }, { rule: "small", gain_ns: null, evidence: { gain_bytes: 1024 } },
+                   { rule: "big", gain_ns: null, evidence: { gain_bytes: 96 * 2 ** 20 } }, { rule: "time", gain_ns: 1e3 }];
+        console.log(JSON.stringify([topByGain(f, 4).map((x) => x.rule), gainText(null, 96 * 2 ** 20)]));
+    """,
+        findings="findings.js",
+    )
+    assert got == [["time", "big", "small", "none"], "saves \u2248 96.0 MiB at the peak"]

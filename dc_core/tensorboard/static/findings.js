@@ -3,22 +3,33 @@
 // Each finding with a node links to it: a click selects that node.
 
 import { clear, el } from "./dom.js";
+import { formatNumber } from "./format.js";
 
 // How many findings the strip above the tree shows.
 const STRIP_SIZE = 3;
 
-/** "saves ≈ 4.1 ms per step" for a finding's `gain_ns` (ns per step), or "saves none estimated". */
-export function gainText(gain) {
-  if (gain === null || gain === undefined) return "saves none estimated";
+/**
+ * "saves ≈ 4.1 ms per step" for a finding's `gain_ns` (ns per step); for a
+ * memory finding, whose saving is bytes (`gainBytes`), "saves ≈ 96.0 MiB at
+ * the peak"; else "saves none estimated".
+ */
+export function gainText(gain, gainBytes) {
+  if (gain === null || gain === undefined) {
+    if (gainBytes === null || gainBytes === undefined) return "saves none estimated";
+    return `saves \u2248 ${formatNumber(gainBytes, "bytes")} at the peak`;
+  }
   const amount = gain >= 1e6 ? `${(gain / 1e6).toFixed(1)} ms` : `${Math.round(gain / 1e3)} µs`;
   return `saves \u2248 ${amount} per step`;
 }
 
+const bytesOf = (f) => (Number.isInteger(f.evidence?.gain_bytes) ? f.evidence.gain_bytes : undefined);
 const gainOf = (f) => (f.gain_ns === null || f.gain_ns === undefined ? -1 : f.gain_ns);
+// Time saved first, then bytes saved, then no estimate (as the analyzer ranks them).
+const byGain = (a, b) => gainOf(b) - gainOf(a) || (bytesOf(b) ?? -1) - (bytesOf(a) ?? -1);
 
-/** The findings that save the most per step, biggest first (those without an estimate last). */
+/** The findings that save the most, biggest first (those without an estimate last). */
 export function topByGain(findings, count = STRIP_SIZE) {
-  return [...findings].sort((a, b) => gainOf(b) - gainOf(a)).slice(0, count);
+  return [...findings].sort(byGain).slice(0, count);
 }
 
 const severityClass = (f) => `sev-${String(f.severity).replace(/[^a-z]/gi, "")}`;
@@ -35,7 +46,7 @@ function findingCard(f, onReveal) {
     el("div", {}, el("span", { className: "sev" }, f.severity), " ", el("b", {}, f.rule)),
     el("div", {}, f.message),
     "gain_basis" in f
-      ? el("div", { className: "gain" }, el("b", {}, gainText(f.gain_ns)), f.gain_basis ? `: ${f.gain_basis}` : "")
+      ? el("div", { className: "gain" }, el("b", {}, gainText(f.gain_ns, bytesOf(f))), f.gain_basis ? `: ${f.gain_basis}` : "")
       : "",
     f.suggestion ? el("div", { className: "suggestion" }, f.suggestion) : "",
     f.path && f.path.length ? el("div", { className: "finding-path mono" }, f.path.join(" \u203a ")) : "",
@@ -51,7 +62,7 @@ export function findingsView(findings, vocab, onReveal) {
     return box;
   }
   const sorted = [...findings].sort((a, b) =>
-    vocab.severityRank(a.severity) - vocab.severityRank(b.severity) || gainOf(b) - gainOf(a));
+    vocab.severityRank(a.severity) - vocab.severityRank(b.severity) || byGain(a, b));
   box.append(...sorted.map((f) => findingCard(f, onReveal)));
   return box;
 }
@@ -69,7 +80,7 @@ export function findingsStrip(findings, onReveal, onAll) {
     };
     if (f.node > 0) attrs.onclick = () => onReveal(f.node);
     strip.appendChild(el("div", attrs,
-      el("span", { className: "strip-gain" }, gainText(f.gain_ns).replace("saves ", "")),
+      el("span", { className: "strip-gain" }, gainText(f.gain_ns, bytesOf(f)).replace("saves ", "")),
       el("b", {}, f.rule), " ", el("span", { className: "strip-where" }, f.label || f.message)));
   }
   if (findings.length > STRIP_SIZE) {
