@@ -1,4 +1,6 @@
-"""Profile size and memory for a 4-step vs a 40-step window on the GPT workload.
+"""Profile size and memory for a 4-step vs a 40-step window on the GPT workload,
+and for a 10-step vs a 10,000-step window with memory by context (``memory=True``)
+on a tiny MLP step.
 
 DeepContext aggregates on the tree while it collects, so a longer window
 should cost about the same file size and collector memory; a
@@ -45,6 +47,44 @@ def deepcontext_window(steps: int, logdir: str, model, optimizer, batch) -> tupl
     return path.stat().st_size, peak - before
 
 
+def memory_window(steps: int, logdir: str) -> tuple[int, int, int]:
+    """(file bytes, RSS growth bytes, timeline points) of one ``memory=True`` window
+    of ``steps`` steps of a tiny MLP: its live map and timeline stay bounded."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step() -> None:
+        model(torch.randn(16, 32)).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    profiler = Profiler(
+        logdir=logdir,
+        run=f"m{steps}",
+        steps=StepRange(start=1, count=steps),
+        memory=True,
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    )
+    profiler.start()
+    step()
+    profiler.step()
+    before = peak = _rss()
+    for i in range(steps):
+        step()
+        if i % 100 == 0:
+            peak = max(peak, _rss())
+        profiler.step()
+    peak = max(peak, _rss())
+    profiler.stop()
+    (path,) = profiler.written
+    from dc_core.store.logdir import load_profiles
+
+    (profile,), _ = load_profiles(path.parent)
+    return path.stat().st_size, peak - before, len(profile.memory[0].timeline_bytes)
+
+
 def torch_profiler_trace(steps: int, logdir: str, model, optimizer, batch) -> int:
     from torch.profiler import ProfilerActivity, profile
 
@@ -74,7 +114,17 @@ def main() -> dict[str, float]:
     )
     print(f"{'DeepContext RSS growth in window':32s} {dc[4][1]:12,d} {dc[40][1]:12,d}")
     print(f"{'torch.profiler trace (stack)':32s} {tp[4]:12,d} {tp[40]:12,d} {tp[40] / tp[4]:7.2f}")
-    return {"file_ratio": file_ratio, "trace_ratio": tp[40] / tp[4]}
+    with tempfile.TemporaryDirectory() as logdir:
+        mem = {n: memory_window(n, logdir) for n in (10, 10_000)}
+    memory_ratio = mem[10_000][0] / mem[10][0]
+    print(f"{'':32s} {'10 steps':>12s} {'10000 steps':>12s} {'ratio':>7s}")
+    print(
+        f"{'memory=True profile file':32s} {mem[10][0]:12,d} {mem[10_000][0]:12,d} "
+        f"{memory_ratio:7.2f}  (target ≤1.30)"
+    )
+    print(f"{'memory=True RSS growth in window':32s} {mem[10][1]:12,d} {mem[10_000][1]:12,d}")
+    print(f"{'memory=True timeline points':32s} {mem[10][2]:12,d} {mem[10_000][2]:12,d}")
+    return {"file_ratio": file_ratio, "trace_ratio": tp[40] / tp[4], "memory_ratio": memory_ratio}
 
 
 if __name__ == "__main__":
