@@ -21,6 +21,7 @@ the analyzer needs to tell a cost every step pays from one the machine added.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from threading import get_ident
 from typing import Any
@@ -45,7 +46,8 @@ class StepClock:
         self.thread = 0  # the thread that drives the steps
         self.step = -1  # the step begun (or ended) last in a window
         self._start_ns = 0  # the step running began (session clock)
-        self.begins: list[int] = []  # per step of the window: when it began (session clock)
+        # per step of the window: when it began (session clock), 8 bytes a step
+        self.begins = array("q")
         self._open = False  # a step begun and not ended
         self._between_ns: int | None = (
             None  # a trainer's loop between two steps, since (session clock)
@@ -61,7 +63,7 @@ class StepClock:
         """A window opens: its steps are timed afresh."""
         self.times, self.waits = [], []
         self.others_wait, self._others_from = -1, workers_wait_ns()
-        self.begins = []
+        self.begins = array("q")
 
     def begin(self, c: Any, phase: int, step: int) -> None:
         """Step ``step`` begins on this thread, in phase frame ``phase``."""
