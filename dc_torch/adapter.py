@@ -115,7 +115,17 @@ class TorchAdapter(Adapter):
         self._install_thread = threading.get_ident()
         hub.active = True
         try:
-            hub.device.start(self.device_activity)
+            # The allocators report to one slot per thread, which a Kineto
+            # session takes too: a memory window on a device records memory
+            # and leaves the device's activity to windows without memory.
+            memory = _wants_memory(session) and capture == "native"
+            hub.device.start(self.device_activity and not memory)
+            if memory and self.device_activity and cuda_present():
+                assert self._memory is not None
+                self._memory.device_note = (
+                    "device activity is not traced in memory windows (one allocator-reporting slot "
+                    "per thread, which Kineto takes too)"
+                )
             if capture == "native":
                 self._start_native(hub, nested)
             if _wants_memory(session):

@@ -56,6 +56,7 @@ class MemoryHooks:
         self.on = False  # tracking now
         self.collected = False  # the window tracked memory (for some or all of it)
         self.note = ""  # why memory was not (or not wholly) collected
+        self.device_note = ""  # what the window left out for memory's sake (set by the adapter)
         self._saved: Any = None  # the saved-tensor hooks' context
         self._optimizer = OptimizerHooks()
         self._patched: Any = None  # torch.autograd.profiler._enable_profiler, as it was
@@ -70,6 +71,7 @@ class MemoryHooks:
         """Turn tracking on; leaves ``on`` False and says why in ``note`` when it cannot."""
         hub = self.hub
         self.on, self.collected, self.note = False, False, ""
+        left_out, self.device_note = self.device_note, ""
         self._resident.clear()
         self._nodes.clear()
         self._optimizers.clear()
@@ -86,6 +88,7 @@ class MemoryHooks:
             self.note = "a torch.profiler session holds the allocator's reporting"
             return
         self.on = self.collected = True
+        self.note = left_out
         self._patch_profiler()
         try:
             extension = native.extension

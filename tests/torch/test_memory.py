@@ -20,7 +20,7 @@ import dc_torch
 from dc_core.record.config import StepRange
 from dc_core.store.logdir import load_profiles
 from dc_torch.native import load
-from tests.torch.conftest import only_profile
+from tests.torch.conftest import only_profile, requires_cuda
 
 QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
 BATCH, D, H = 64, 1024, 4096
@@ -289,3 +289,34 @@ def test_an_error_in_the_memory_hooks_turns_the_profiler_off_and_training_goes_o
         torch.ones(4) * 2
     # what was collected before the error is written
     assert only_profile(tmp_path).tree.total("count") > 0
+
+
+@requires_cuda
+def test_on_cuda_the_peak_is_the_caching_allocators_own(tmp_path):
+    """On a CUDA device the caching allocator reports to the same slot: the window's
+    peak (held blocks included) is ``torch.cuda.max_memory_allocated()`` over it,
+    and the saved tensors are as on the CPU."""
+    torch.manual_seed(0)
+    model = Planted().cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    with dc_torch.profile(
+        logdir=str(tmp_path), steps=StepRange(start=1, count=2), memory=True, **QUIET
+    ) as prof:
+        for step in range(3):
+            y = model(torch.randn(BATCH, D, device="cuda"))
+            loss = (y * y).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            del y, loss
+            prof.step()
+            if step == 0:  # the window is open from here
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+    truth = torch.cuda.max_memory_allocated()
+    profile = only_profile(tmp_path)
+    cuda = profile.memory[0]
+    assert cuda.device == "cuda:0"
+    assert near(cuda.peak_bytes, truth)
+    assert "device activity is not traced in memory windows" in profile.memory_note
+    assert near(module_bytes(profile.tree, "inp", "peak_live_bytes.parameter"), (D * H + H) * F32)
