@@ -94,8 +94,11 @@ def _marked_node(event: Any, overlapping: Markers | None = None) -> int:
 class Markers:
     """``dc#`` records per thread, for finding the one opened by an op's own callback."""
 
-    #: How far apart (µs) an op's record and its marker may start: the
-    #: callbacks that open the two run one right after the other.
+    #: How far (µs) a marker may start before its op's record: when our
+    #: callback runs before the profiler's own, the marker opens first. After
+    #: the op's start there is no clock bound: our callback's own work (slow
+    #: under a sanitizer or a loaded host) comes first, so any marker opening
+    #: inside the op's span may be its own, and the nearest one is.
     SLACK_US = 20.0
 
     def __init__(self, events: Any) -> None:
@@ -111,18 +114,18 @@ class Markers:
 
     def of(self, event: Any) -> int:
         """Node of the marker that overlaps ``event`` and starts closest to it
-        (within ``SLACK_US``), or -1."""
+        (from ``SLACK_US`` before its start to its end), or -1."""
         spans = self.by_thread.get(getattr(event, "thread", None))
         span = getattr(event, "time_range", None)
         if not spans or span is None:
             return -1
-        best, node = self.SLACK_US, -1
+        best, node = float("inf"), -1
         for first, last, marked in spans[
             bisect.bisect_left(spans, (span.start - self.SLACK_US,)) :
         ]:
-            if first > span.start + self.SLACK_US:
+            if first > span.end:
                 break
-            if last >= span.start and first <= span.end and abs(first - span.start) <= best:
+            if last >= span.start and abs(first - span.start) < best:
                 best, node = abs(first - span.start), marked
         return node
 

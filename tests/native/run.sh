@@ -20,10 +20,12 @@ PYBIND11_DIR=$("$PY" -m pybind11 --cmakedir)
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 # The contract suite: every test that runs against both collectors, and the
-# native capture path's tests (found by name, wherever the suites live).
+# native capture path's tests, memory by context's among them (found by
+# name, wherever the suites live).
 CONTRACT=$(find tests -name 'test_collector*.py' -o -name 'test_frame_walk.py' -o -name 'test_sampler.py' \
              -o -name 'test_contract_*.py' -o -path 'tests/collect/test_native.py' | sort)
-TORCH=$(find tests -path '*torch*' \( -name 'test_native.py' -o -name 'test_backward.py' \) | sort)
+TORCH=$(find tests -path '*torch*' \( -name 'test_native.py' -o -name 'test_backward.py' \
+           -o -name 'test_memory.py' \) | sort)
 
 # An interpreter that sees the checkout's Python packages, the sanitized
 # module and the environment's other packages, without the editable

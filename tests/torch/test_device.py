@@ -57,6 +57,39 @@ def test_ingest_puts_kernels_under_the_marked_operator(tmp_path):
         session.close()
 
 
+def _timed(name, start, end, parent=None):
+    span = SimpleNamespace(start=start, end=end)
+    return SimpleNamespace(name=name, thread=1, time_range=span, cpu_parent=parent)
+
+
+def test_a_marker_opened_late_by_a_slow_callback_is_still_its_ops():
+    """Regression: under ThreadSanitizer the callback that opens an op's marker
+    ran 60 µs after the op's record began, past the old 20 µs bound, and the
+    op's kernels went unmarked. Any marker opening inside the op's span may be
+    its own; the nearest to the op's start is, and a nested op's own marker
+    (opening later) is not taken for its parent's."""
+    from dc_torch.device import Markers, _marked_node
+
+    relu = _timed("aten::relu", 100.0, 300.0)
+    clamp = _timed("aten::clamp_min", 200.0, 280.0, parent=relu)
+    events = [
+        _timed("dc#7", 40.0, 90.0),  # the previous op's marker, closed before relu
+        relu,
+        _timed("dc#12", 160.0, 301.0),  # relu's, 60 µs late
+        clamp,
+        _timed("dc#13", 205.0, 281.0),  # clamp_min's own
+        _timed("dc#14", 400.0, 420.0),  # a later op's
+    ]
+    markers = Markers(events)
+    assert _marked_node(relu, markers) == 12
+    assert _marked_node(clamp, markers) == 13
+    # a marker opening a little before its op (our callback ran first) is its own
+    early = _timed("aten::mm", 500.0, 600.0)
+    assert _marked_node(early, Markers([*events, _timed("dc#21", 490.0, 600.0)])) == 21
+    # no marker in the op's span: none, rather than a neighbour's
+    assert _marked_node(_timed("aten::add", 700.0, 750.0), markers) == -1
+
+
 def test_cpu_only_operators_are_the_leaves(tmp_path):
     with dc_torch.profile(
         logdir=str(tmp_path),
