@@ -48,6 +48,7 @@ KIND_NATIVE: int  # 4
 KIND_KERNEL: int  # 5
 KIND_PHASE: int  # 6
 KIND_COMPILED: int  # 7
+KIND_SHARDING: int  # 8
 
 FLAG_BACKWARD: int  # 1
 

@@ -37,6 +37,7 @@ from dc_torch.native import NO_FRAME, NO_METRIC, BusyError, NativeCapture
 from dc_torch.native import load as load_native
 from dc_torch.ops import AtenMode, OperatorMode
 from dc_torch.phases import PhaseHooks
+from dc_torch.sharding import ShardingHooks
 
 if TYPE_CHECKING:
     from dc_core.record.session import Session
@@ -62,7 +63,7 @@ class TorchAdapter(Adapter):
             None  # what the hooks share; made for the session at its first window
         )
         self._parts: tuple[
-            PhaseHooks | ClosureHooks | CollectiveHooks, ...
+            PhaseHooks | ClosureHooks | CollectiveHooks | ShardingHooks, ...
         ] = ()  # both capture paths install these
         self._modules: ModuleHooks | None = None  # the Python path's
         self._bounds: ModuleBoundaries | None = None  # the native path's, in comprehensive windows
@@ -210,7 +211,7 @@ class TorchAdapter(Adapter):
             hub = self.hub = Hub(session)
             # the closure hook after the phase hooks: its optimizer pre-hook runs second
             phases = PhaseHooks(hub)
-            self._parts = (phases, ClosureHooks(hub), CollectiveHooks(hub))
+            self._parts = (phases, ClosureHooks(hub), CollectiveHooks(hub), ShardingHooks(hub))
             self._modules = ModuleHooks(hub)
             self._bounds = ModuleBoundaries(hub)
             self._memory = MemoryHooks(hub)

@@ -10,18 +10,27 @@ redispatches below autograd to the real kernel. Other ops pay nothing.
 
 ``cpu_time_ns`` is the call (the launch, for an asynchronous collective);
 ``comm_time_ns`` is launch to completion, taken from the work's future, so
-communication that overlaps backward is visible too.
+communication that overlaps backward is visible too; ``comm_bytes`` the
+tensors it moves (its largest argument: an all-gather's output, a
+reduce-scatter's input, an all-reduce's tensor). ``exposed_comm_ns`` is the
+part the issuing thread could not overlap with anything else: the call itself
+(a backend may run the collective there) and the time it waited in the work's
+``wait()`` (called by ``dist.*`` itself for a synchronous collective), billed
+to the collective that work came from. A work without a future is timed to
+the end of its wait.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dc_core.collect.collector import FLAG_BACKWARD
+from dc_core.collect.collector import FLAG_BACKWARD, INHERIT
+from dc_core.collect.ownfiles import cut_own_frames
 from dc_torch.hub import Interceptor
 from dc_torch.native import NO_METRIC
 
@@ -55,21 +64,67 @@ def _initialized() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
+#: Works launched and not yet waited on, kept to bill a wait to its collective:
+#: at most this many (a work nobody waits on is forgotten with the oldest).
+PENDING = 256
+
+
+def moved_bytes(args: tuple) -> int:
+    """Bytes a collective moves: its largest tensor argument (a list counts whole)."""
+    largest = 0
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            size = arg.numel() * arg.element_size()
+        elif isinstance(arg, (list, tuple)):
+            size = moved_bytes_of_list(arg)
+        else:
+            continue
+        largest = max(largest, size)
+    return largest
+
+
+def moved_bytes_of_list(items: list | tuple) -> int:
+    total = 0
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            total += item.numel() * item.element_size()
+        elif isinstance(item, (list, tuple)):
+            total += moved_bytes_of_list(item)
+    return total
+
+
 class CollectiveHooks:
-    """Registers and destroys the ``c10d`` op kernels for one adapter's hub."""
+    """Registers and destroys the ``c10d`` op kernels for one adapter's hub, and
+    times waits on their works."""
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.library: Any = None
         self.metric = NO_METRIC
+        self.metric_bytes = NO_METRIC
+        self.metric_exposed = NO_METRIC
+        # work -> (its collective's node, launch ns, whether its future times it)
+        self.pending: OrderedDict[Any, tuple[int, int, bool]] = OrderedDict()
+        self._wait: Any = None  # Work.wait as it was, while ours stands in
         # No device marker of its own: a collective's kernels stay with the
         # marked operator around it, as they always have.
         self.scope = Interceptor(hub, "collective", capture=True, marks=False, after=self._launched)
+        # inside a sharding runtime's scope (dc_torch.sharding): right under it
+        self.inside = Interceptor(
+            hub, "collective", user_depth=INHERIT, marks=False, after=self._launched
+        )
 
     def install(self) -> None:
         if not _initialized():
             return
-        self.metric = self.hub.collector.metric("comm_time_ns", "ns")
+        collector = self.hub.collector
+        self.metric = collector.metric("comm_time_ns", "ns")
+        self.metric_bytes = collector.metric("comm_bytes", "bytes")
+        self.metric_exposed = collector.metric("exposed_comm_ns", "ns")
+        self.pending.clear()
+        if _Work is not None and self._wait is None:
+            self._wait = _Work.wait
+            _Work.wait = self._timed_wait(self._wait)
         library = torch.library.Library("c10d", "IMPL")
         for name in OPS:
             packet = getattr(torch.ops.c10d, name, None)
@@ -79,11 +134,46 @@ class CollectiveHooks:
 
     def uninstall(self) -> None:
         library, self.library = self.library, None
+        wait, self._wait = self._wait, None
+        if wait is not None:
+            _Work.wait = wait
+        self.pending.clear()
         if library is not None:
             library._destroy()
 
+    def _timed_wait(self, original: Callable) -> Callable:
+        hub = self.hub
+
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            if not hub.active:
+                return original(work, *args, **kwargs)
+            start = time.monotonic_ns()
+            try:
+                return original(work, *args, **kwargs)
+            except BaseException as exc:  # the user's, as without us
+                cut_own_frames(exc)
+                raise
+            finally:
+                try:
+                    if hub.active:
+                        self._waited(work, time.monotonic_ns() - start)
+                except Exception as exc:
+                    hub.fail(exc, "collective wait")
+
+        wait.__wrapped__ = original  # type: ignore[attr-defined]
+        return wait
+
+    def _waited(self, work: Any, ns: int) -> None:
+        """The calling thread waited ``ns`` on ``work``: exposed communication of
+        the collective it came from (else of the scope the thread is in)."""
+        collector = self.hub.collector
+        node, start, timed = self.pending.pop(work, (collector.top(), 0, True))
+        collector.add(node, self.metric_exposed, ns)
+        if not timed:  # launch to the end of the wait
+            collector.add(node, self.metric, time.monotonic_ns() - start)
+
     def _kernel(self, name: str, op: Any) -> Callable:
-        hub, scope = self.hub, self.scope
+        hub, scope, inside = self.hub, self.scope, self.inside
         fids: dict[int, int] = {}
 
         def below_autograd(*args: Any, **kwargs: Any) -> Any:
@@ -102,22 +192,37 @@ class CollectiveHooks:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
             # comm_time_ns starts where the scope's cpu_time_ns does
-            return scope.call((fid,), below_autograd, args, kwargs, time.monotonic_ns())
+            site = inside if hub.thread_state().sharding else scope
+            return site.call((fid,), below_autograd, args, kwargs, time.monotonic_ns())
 
         return kernel
 
     def _launched(
         self, node: int, frames: tuple, start: int, args: tuple, kwargs: dict, out: Any
     ) -> None:
+        collector = self.hub.collector
+        collector.add(node, self.metric_bytes, moved_bytes(args))
+        collector.add(node, self.metric_exposed, time.monotonic_ns() - start)  # the call
         self._on_completion(out, node, start)
 
     def _on_completion(self, out: Any, node: int, start: int) -> None:
         work = out[-1] if isinstance(out, tuple) and out else out
         if isinstance(work, torch.ScriptObject):  # the dispatcher hands back the boxed Work
             work = _Work.unbox(work)
+        timed = self._time_completion(work, node, start)
+        if _Work is not None and isinstance(work, _Work):
+            # the same object dist.* hands its caller while we hold it
+            pending = self.pending
+            pending[work] = (node, start, timed)
+            if len(pending) > PENDING:
+                pending.popitem(last=False)
+
+    def _time_completion(self, work: Any, node: int, start: int) -> bool:
+        """Add launch-to-completion to ``comm_time_ns`` when the work's future
+        completes; False where the work has no future to say when."""
         get_future = getattr(work, "get_future", None)
         if get_future is None:
-            return
+            return False
         hub, metric, window = self.hub, self.metric, self.hub.window
 
         def done(_future: Any) -> None:  # on the backend's thread, with the GIL
@@ -126,5 +231,6 @@ class CollectiveHooks:
 
         try:
             get_future().then(done)
-        except Exception:  # a backend without futures: the launch time stays
-            pass
+        except Exception:  # a backend without futures: timed at its wait
+            return False
+        return True

@@ -118,10 +118,11 @@ class Interceptor:
     the call returned (FLOPs, bytes, autograd marks); its errors are the
     profiler's too.
 
-    ``call(frames, func, args, kwargs, note=None)`` runs ``func(*args, **kwargs)``
-    in a scope at ``frames`` under the innermost open scope and hands ``note``
-    to ``after`` as it is. It is a closure over the site's settings: it runs
-    for every intercepted call, and cells read faster than attributes.
+    ``call(frames, func, args, kwargs, note=None, parent=INNERMOST)`` runs
+    ``func(*args, **kwargs)`` in a scope at ``frames`` under ``parent`` (the
+    innermost open scope by default) and hands ``note`` to ``after`` as it is.
+    It is a closure over the site's settings: it runs for every intercepted
+    call, and cells read faster than attributes.
     """
 
     __slots__ = ("hub", "call")
@@ -146,10 +147,17 @@ def _interceptor(
     collector, device, fail = hub.collector, hub.device, hub.fail
     enter, exit_scope = collector.enter, collector.exit
 
-    def call(frames: Any, func: Callable, args: tuple, kwargs: dict, note: Any = None) -> Any:
+    def call(
+        frames: Any,
+        func: Callable,
+        args: tuple,
+        kwargs: dict,
+        note: Any = None,
+        parent: int = INNERMOST,
+    ) -> Any:
         try:
             # Positional on purpose: pybind11 matching keywords cost ~100 ns a call here.
-            node = enter(frames, INNERMOST, capture, user_depth)
+            node = enter(frames, parent, capture, user_depth)
             marker = device.mark(node) if marks and device.on else None
         except Exception as exc:
             fail(exc, where)

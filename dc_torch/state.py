@@ -41,6 +41,9 @@ class ThreadState(threading.local):
         # per backward pass running on this thread, innermost last: (graph task
         # id, collector depth its node scopes sit on)
         self.passes: list[tuple[int, int]] = []
+        # FSDP parameter groups whose work (dc_torch.sharding) runs on this
+        # thread, innermost last: collectives issued there nest in that scope
+        self.sharding: list[Any] = []
 
 
 class Frames:

@@ -21,6 +21,7 @@ enum Kind : int64_t {
   KIND_KERNEL = 5,
   KIND_PHASE = 6,
   KIND_COMPILED = 7,
+  KIND_SHARDING = 8,
 };
 
 constexpr int64_t FLAG_BACKWARD = 1;

@@ -178,6 +178,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("KIND_KERNEL") = static_cast<int>(dc::KIND_KERNEL);
   m.attr("KIND_PHASE") = static_cast<int>(dc::KIND_PHASE);
   m.attr("KIND_COMPILED") = static_cast<int>(dc::KIND_COMPILED);
+  m.attr("KIND_SHARDING") = static_cast<int>(dc::KIND_SHARDING);
   m.attr("FLAG_BACKWARD") = static_cast<int>(dc::FLAG_BACKWARD);
   m.attr("METRIC_CPU_TIME") = static_cast<int>(dc::METRIC_CPU_TIME);
   m.attr("METRIC_COUNT") = static_cast<int>(dc::METRIC_COUNT);

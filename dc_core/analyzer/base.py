@@ -391,15 +391,18 @@ class Window:
 
     @cached_property
     def top_ops(self) -> list[int]:
-        """Operator nodes with no operator above them: what user code called."""
+        """Operator nodes with no operator above them: what user code called.
+        A ``sharding`` frame's operators are a sharding runtime's (FSDP gathering
+        and reducing a module's parameters), not the user's: left out."""
         tree, out = self.tree, []
         stack = [0]
         while stack:
             node = stack.pop()
             for kid in tree.children(node):
-                if self.kind(kid) == "operator":
+                kind = self.kind(kid)
+                if kind == "operator":
                     out.append(kid)
-                else:
+                elif kind != "sharding":
                     stack.append(kid)
         return sorted(out)
 

@@ -59,6 +59,7 @@ KIND_STYLE = {
     "native": "dim",
     "kernel": "bold blue",
     "compiled": "bold cyan",
+    "sharding": "dim magenta",
 }
 
 #: Cells a frame name keeps however deep it sits: deeper levels stop indenting.

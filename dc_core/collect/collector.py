@@ -28,6 +28,7 @@ from dc_core.collect.reference import (  # noqa: F401 (re-exported)
     KIND_PHASE,
     KIND_PYTHON,
     KIND_ROOT,
+    KIND_SHARDING,
     METRIC_COUNT,
     METRIC_CPU_TIME,
     METRIC_SAMPLES,

@@ -44,6 +44,7 @@ KIND_NATIVE = KINDS.index("native")
 KIND_KERNEL = KINDS.index("kernel")
 KIND_PHASE = KINDS.index("phase")
 KIND_COMPILED = KINDS.index("compiled")
+KIND_SHARDING = KINDS.index("sharding")
 
 #: Frame flag: an operator run in the backward pass (native/frames.h).
 FLAG_BACKWARD = 1

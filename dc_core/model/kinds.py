@@ -12,7 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 #: Frame kinds; the index is the kind's number in collectors and files.
-KINDS = ("root", "python", "module", "operator", "native", "kernel", "phase", "compiled")
+#: ``sharding`` is a sharded-training runtime's own work under the module it
+#: serves (FSDP's parameter gathering, gradient reduction, resharding): the
+#: overhead of sharding, kept apart from the model's operators.
+KINDS = (
+    "root",
+    "python",
+    "module",
+    "operator",
+    "native",
+    "kernel",
+    "phase",
+    "compiled",
+    "sharding",
+)
 
 #: Kinds that are a place in the user's program, under which operators are
 #: attributed: a line of Python, a module, a compiled region.

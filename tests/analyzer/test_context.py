@@ -356,3 +356,47 @@ def test_backward_imbalance_needs_three_steps_to_warn():
     assert (
         only(analyze(profile(*spec, steps=(5, 8))), "backward_imbalance")["severity"] == "warning"
     )
+
+
+def test_no_backward_imbalance_on_a_sharding_runtimes_own_operators():
+    """Regression: FSDP's copy-in under a block ran 23x longer in backward
+    (where the block's gather is waited on) than in forward, and was reported as
+    the block's backward formula. Under a ``sharding`` frame the operators are
+    FSDP's, not the model's, and no operator rule reads them."""
+    block = "module:blocks.0"
+    copy_in = "fsdp::all_gather_copy_in"
+    p = profile(
+        (
+            "forward",
+            (
+                TRAIN,
+                (
+                    block,
+                    ("sharding:FSDP::pre_forward", f"{copy_in} @cpu_time_ns={MS},count=3"),
+                    f"aten::addmm @cpu_time_ns={10 * MS},count=3",
+                ),
+            ),
+        ),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    block,
+                    (
+                        "sharding:FSDP::pre_backward [backward]",
+                        f"{copy_in} [backward] @cpu_time_ns={23 * MS},count=3",
+                        f"aten::copy_ [backward] @cpu_time_ns={30 * MS},count=3",
+                    ),
+                    f"aten::addmm [backward] @cpu_time_ns={20 * MS},count=3",
+                ),
+            ),
+        ),
+    )
+    assert "backward_imbalance" not in rules(analyze(p))
+    # the same operators outside a sharding frame are the line's own
+    p = profile(
+        ("forward", (TRAIN, (block, f"aten::copy_ @cpu_time_ns={MS},count=3"))),
+        ("backward", (TRAIN, (block, f"aten::copy_ [backward] @cpu_time_ns={30 * MS},count=3"))),
+    )
+    assert "backward_imbalance" in rules(analyze(p))

@@ -1,0 +1,103 @@
+"""FSDP2 on real CPU processes (gloo): each block's gathers and reductions
+under that block, as FSDP's own records count them, with the bytes they move
+and the wait they cost the step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dc_core.analyzer import analyze
+from dc_core.store.logdir import load_profiles
+
+SCRIPT = Path(__file__).with_name("fsdp_blocks.py")
+BLOCKS = ("0", "1", "2", "3")
+GATHER, REDUCE = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"
+
+
+def run(root: Path, ranks: int, capture: str) -> list:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("DEEPCONTEXT_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(root), str(ranks), capture],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    profiles, errors = load_profiles(root)
+    assert errors == [] and sorted(p.rank for p in profiles) == list(range(ranks))
+    return profiles
+
+
+def block_of(tree, node: int) -> str | None:
+    """The block (a module frame named "0".."3") above ``node``, if any."""
+    for frame in reversed(tree.path_frames(node)):
+        if frame.kind == "module" and frame.name in BLOCKS:
+            return frame.name
+    return None
+
+
+def fsdp_work(tree, node: int) -> bool:
+    """Whether ``node`` runs inside FSDP's own work: a ``sharding`` frame, or
+    (the gradients' reduction, on the native path) FSDP's autograd function."""
+    return any(
+        f.kind == "sharding" or f.name.startswith("RegisterPostBackwardFunction")
+        for f in tree.path_frames(node)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ranks", "capture"), [(2, "native"), (4, "native")])
+def test_each_blocks_collectives_sit_under_that_block(tmp_path, ranks, capture):
+    profiles = run(tmp_path, ranks, capture)
+    for p in profiles:
+        tree = p.tree
+        peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
+        records = peer["records"]
+        gathers, reduces = Counter(), Counter()
+        moved = Counter()
+        exposed = 0
+        for node in tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
+            frame = tree.node_frame(node)
+            block = block_of(tree, node)
+            # every collective serves a block's parameters, inside FSDP's own work
+            assert block is not None, tree.path_frames(node)
+            assert fsdp_work(tree, node), tree.path_frames(node)
+            count = tree.value(node, "count")
+            (gathers if frame.name == GATHER else reduces)[block] += count
+            moved[frame.name, block] += tree.value(node, "comm_bytes")
+            exposed += tree.value(node, "exposed_comm_ns")
+            assert tree.value(node, "comm_time_ns") > 0
+        # as many as torch.profiler's FSDP records of each block, in the same steps
+        for block in BLOCKS:
+            assert gathers[block] == records[f"FSDP::all_gather ({block})"], block
+            assert reduces[block] == records[f"FSDP::post_backward_reduce ({block})"], block
+            size = peer["block_bytes"][block]
+            # an all-gather brings the block's whole parameters, a reduce-scatter
+            # takes its whole gradients
+            assert moved[GATHER, block] == gathers[block] * size
+            assert moved[REDUCE, block] == reduces[block] * size
+        # the wait the step saw, all of it billed to the blocks' collectives
+        assert exposed == pytest.approx(peer["waited_ns"], rel=0.10)
+        assert exposed == sum(tree.value(n, "exposed_comm_ns") for n in range(len(tree)))
+        # FSDP's work: before a block's backward its parameters are gathered
+        # again, under the block's forward context mirrored in backward
+        for node in tree.find_all(lambda f: f.kind == "sharding"):
+            frame, path = tree.node_frame(node), tree.path_frames(node)
+            assert path[0].name == ("backward" if frame.backward else "forward"), path
+            assert frame.backward == ("backward" in frame.name), frame
+            if frame.name == "FSDP::backward_prefetch":
+                # issued in the block after it (backward runs them in reverse)
+                assert frame.detail == f"issued in {int(block_of(tree, node)) + 1}", path
+        names = {tree.node_frame(n).name for n in tree.find_all(lambda f: f.kind == "sharding")}
+        assert {"FSDP::pre_forward", "FSDP::pre_backward", "FSDP::backward_prefetch"} <= names
+        # FSDP's machinery is no model operator to rewrite
+        assert [f for f in analyze(p) if f["rule"] == "backward_imbalance"] == []
