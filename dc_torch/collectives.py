@@ -71,26 +71,16 @@ PENDING = 256
 
 def moved_bytes(args: tuple) -> int:
     """Bytes a collective moves: its largest tensor argument (a list counts whole)."""
-    largest = 0
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            size = arg.numel() * arg.element_size()
-        elif isinstance(arg, (list, tuple)):
-            size = moved_bytes_of_list(arg)
-        else:
-            continue
-        largest = max(largest, size)
-    return largest
+    return max(map(_tensor_bytes, args), default=0)
 
 
-def moved_bytes_of_list(items: list | tuple) -> int:
-    total = 0
-    for item in items:
-        if isinstance(item, torch.Tensor):
-            total += item.numel() * item.element_size()
-        elif isinstance(item, (list, tuple)):
-            total += moved_bytes_of_list(item)
-    return total
+def _tensor_bytes(arg: Any) -> int:
+    """A tensor's bytes, a (nested) list's sum of them, else 0."""
+    if isinstance(arg, torch.Tensor):
+        return arg.numel() * arg.element_size()
+    if isinstance(arg, (list, tuple)):
+        return sum(map(_tensor_bytes, arg))
+    return 0
 
 
 class CollectiveHooks:
@@ -188,11 +178,11 @@ class CollectiveHooks:
                 fid = fids.get(flags)
                 if fid is None:
                     fid = fids[flags] = hub.frames.op(f"c10d::{name}", flags)
+                site = inside if hub.thread_state().sharding else scope
             except Exception as exc:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
             # comm_time_ns starts where the scope's cpu_time_ns does
-            site = inside if hub.thread_state().sharding else scope
             return site.call((fid,), below_autograd, args, kwargs, time.monotonic_ns())
 
         return kernel

@@ -121,6 +121,7 @@ class ShardingHooks:
 
     def _run(
         self,
+        running: list[Any],
         group: Any,
         fid: int,
         parent: int,
@@ -130,8 +131,8 @@ class ShardingHooks:
         owner: Any = None,
     ) -> Any:
         """``func`` as a scope at ``fid`` under ``parent``, or where the caller
-        stands (INNERMOST); ``owner``: the group whose context that tells."""
-        running = self.hub.thread_state().sharding
+        stands (INNERMOST), with ``group`` on this thread's ``running`` groups;
+        ``owner``: the group whose context that tells."""
         running.append(group)
         try:
             if parent != INNERMOST:
@@ -180,6 +181,7 @@ class ShardingHooks:
             if not hub.active:
                 return original(group, *args, **kwargs)
             try:
+                running = hub.thread_state().sharding
                 fid = self._frame(label, backward)
                 # forward work stands in the module's call: found from there
                 parent = self._parent(group, backward) if placed else INNERMOST
@@ -187,7 +189,7 @@ class ShardingHooks:
                 hub.fail(exc, "sharding")
                 return original(group, *args, **kwargs)
             owner = None if backward else group
-            return self._run(group, fid, parent, original, (group, *args), kwargs, owner)
+            return self._run(running, group, fid, parent, original, (group, *args), kwargs, owner)
 
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapped
@@ -208,7 +210,9 @@ class ShardingHooks:
             except Exception as exc:
                 hub.fail(exc, "sharding")
                 return original(target, pass_type, *args, **kwargs)
-            return self._run(target, fid, parent, original, (target, pass_type, *args), kwargs)
+            return self._run(
+                running, target, fid, parent, original, (target, pass_type, *args), kwargs
+            )
 
         wrapped.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapped

@@ -8,19 +8,17 @@ much for the slow one to stand far above that noise.
 Usage: ddp_ranks.py ROOT_DIR RANKS SLOW_RANK
 """
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import dc_torch
+from tests.distributed.spawn import spawn
 
 
 class Block(nn.Module):
@@ -65,10 +63,5 @@ def worker(rank: int, world: int, slow: int, root: str, init: str) -> None:
 
 if __name__ == "__main__":
     root, ranks, slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    fd, store = tempfile.mkstemp(prefix="dc-ddp-store-")
-    os.close(fd)
-    os.unlink(store)
-    mp.start_processes(
-        worker, args=(ranks, slow, root, f"file://{store}"), nprocs=ranks, start_method="spawn"
-    )
+    spawn(worker, ranks, slow, root)
     print("done")

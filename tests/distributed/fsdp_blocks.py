@@ -3,16 +3,14 @@
 ``dc_torch.profile`` over steps 1-2. Over the same two steps each rank also
 runs torch.profiler (its count of FSDP's own ``FSDP::all_gather (<fqn>)`` and
 ``FSDP::post_backward_reduce (<fqn>)`` records per block) and times, with
-wrappers of its own around FSDP's collective calls and ``Work.wait``, how
-long the step spent in communication; both go to ``peer-<rank>.json``.
+wrappers of its own around the process group's collective calls and
+``Work.wait``, how long the step spent in communication; both go to ``peer-<rank>.json``.
 
 Usage: fsdp_blocks.py ROOT_DIR RANKS CAPTURE
 """
 
 import json
-import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,12 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.profiler import ProfilerActivity, profile
 
 import dc_torch
+from tests.distributed.spawn import spawn
 
 BLOCKS = 4
 
@@ -50,8 +48,9 @@ def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(32, 64)
 
-    # ns the training thread spent in FSDP's collectives (the calls, which wait
-    # when synchronous) and in waits on their works after, while counting
+    # ns the training thread spent in the process group's collective calls
+    # (a backend may run the collective there) and in waits on their works,
+    # while counting
     waited = [0, False, 0]  # total, counting, depth inside a collective call
 
     def timed(func):
@@ -67,11 +66,11 @@ def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
 
         return call
 
-    work = torch._C._distributed_c10d.Work
-    plain = (work.wait, dist.all_gather_single, dist.reduce_scatter_single)
+    work, group = torch._C._distributed_c10d.Work, torch._C._distributed_c10d.ProcessGroup
+    plain = (work.wait, group.all_gather_single, group.reduce_scatter_single)
     work.wait = timed(work.wait)
-    dist.all_gather_single = timed(dist.all_gather_single)
-    dist.reduce_scatter_single = timed(dist.reduce_scatter_single)
+    group.all_gather_single = timed(group.all_gather_single)
+    group.reduce_scatter_single = timed(group.reduce_scatter_single)
     peer = profile(activities=[ProfilerActivity.CPU])
     with dc_torch.profile(
         logdir=root,
@@ -94,7 +93,7 @@ def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
             elif step == 2:  # its last has ended
                 waited[1] = False
                 peer.__exit__(None, None, None)
-    work.wait, dist.all_gather_single, dist.reduce_scatter_single = plain
+    work.wait, group.all_gather_single, group.reduce_scatter_single = plain
     records = Counter(e.name for e in peer.events() if e.name.startswith("FSDP::"))
     Path(root, f"peer-{rank}.json").write_text(
         json.dumps({"records": records, "waited_ns": waited[0], "block_bytes": sizes})
@@ -104,10 +103,5 @@ def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
 
 if __name__ == "__main__":
     root, ranks, capture = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    fd, store = tempfile.mkstemp(prefix="dc-fsdp-store-")
-    os.close(fd)
-    os.unlink(store)
-    mp.start_processes(
-        worker, args=(ranks, root, capture, f"file://{store}"), nprocs=ranks, start_method="spawn"
-    )
+    spawn(worker, ranks, root, capture)
     print("done")

@@ -85,8 +85,13 @@ def test_each_blocks_collectives_sit_under_that_block(tmp_path, ranks, capture):
             # takes its whole gradients
             assert moved[GATHER, block] == gathers[block] * size
             assert moved[REDUCE, block] == reduces[block] * size
-        # the wait the step saw, all of it billed to the blocks' collectives
-        assert exposed == pytest.approx(peer["waited_ns"], rel=0.10)
+        # the wait the step saw, all of it billed to the blocks' collectives: the
+        # job's own timing of its process group's calls and of the waits on their
+        # works. A synchronous call also waits inside the process group, in C++
+        # after the collective's operator has returned, which no hook of ours
+        # sees: 1-7% of the wait here
+        waited = peer["waited_ns"]
+        assert 0.85 * waited <= exposed <= 1.02 * waited, (exposed, waited)
         assert exposed == sum(tree.value(n, "exposed_comm_ns") for n in range(len(tree)))
         # FSDP's work: before a block's backward its parameters are gathered
         # again, under the block's forward context mirrored in backward

@@ -1,0 +1,48 @@
+"""A collective's bytes and exposed wait, on a one-rank gloo group in this
+process (the many-rank runs are tests/distributed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dc_torch
+from dc_core.record.config import StepRange
+from tests.torch.conftest import only_profile
+
+QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_bytes_and_exposed_wait_go_to_the_collective_waited_on(tmp_path, one_rank):
+    work_class = torch._C._distributed_c10d.Work
+    plain = work_class.wait
+    grads, flags = torch.ones(1000), torch.ones(10, dtype=torch.int64)
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET):
+        assert work_class.wait is not plain  # timed while the window is open
+        first = dist.all_reduce(grads, async_op=True)
+        second = dist.all_reduce(flags, async_op=True)
+        assert second.wait() is True and first.wait() is True
+    assert work_class.wait is plain
+    assert grads.tolist() == [1.0] * 1000  # one rank: the sum is itself
+    tree = only_profile(tmp_path).tree
+    # one node per line that launched one
+    reduces = tree.find_all(lambda f: f.name == "c10d::allreduce_")
+    assert [tree.value(n, "count") for n in reduces] == [1, 1]
+    assert sorted(tree.value(n, "comm_bytes") for n in reduces) == [10 * 8, 1000 * 4]
+    # the calls and both waits, billed to the collectives and nowhere else
+    exposed = [tree.value(n, "exposed_comm_ns") for n in range(len(tree))]
+    assert all(exposed[n] > 0 for n in reduces)
+    assert sum(exposed) == sum(exposed[n] for n in reduces)
+    assert all(tree.value(n, "comm_time_ns") > 0 for n in reduces)
