@@ -32,7 +32,18 @@ from typing import Any
 from ..model.kinds import SEVERITIES
 from ..model.rules import RULE_IDS
 from ..store.profile import Profile
-from . import context, growth, memory, operators, phases, ranks, steps, system, trends
+from . import (
+    communication,
+    context,
+    growth,
+    memory,
+    operators,
+    phases,
+    ranks,
+    steps,
+    system,
+    trends,
+)
 from .base import Window, saved_bytes
 from .thresholds import DEFAULTS, Thresholds
 
@@ -44,6 +55,7 @@ RULES: dict[str, Callable[[Window], list[dict[str, Any]]]] = {
     "dataloader_bottleneck": phases.dataloader_bottleneck,
     "gpu_idle": phases.gpu_idle,
     "backward_imbalance": context.backward_imbalance,
+    "exposed_communication": communication.exposed_communication,
     "dtype_conversion": operators.dtype_conversion,
     "layout_conversion": operators.layout_conversion,
     "small_ops": operators.small_ops,

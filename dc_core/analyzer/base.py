@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from functools import cached_property
 from typing import Any
 
+from ..model.comm import is_collective, issuing
 from ..model.kinds import CONTEXT_KINDS
 from ..model.opnames import op_name as bare_op_name
 from ..model.tree import Frame, Tree
@@ -393,18 +394,26 @@ class Window:
     def top_ops(self) -> list[int]:
         """Operator nodes with no operator above them: what user code called.
         A ``sharding`` frame's operators are a sharding runtime's (FSDP gathering
-        and reducing a module's parameters), not the user's: left out."""
+        and reducing a module's parameters), not the user's: left out, as is
+        an operator that issues collectives without being one (FSDP's
+        gradient-reducing autograd function)."""
         tree, out = self.tree, []
+        issuing = self._issuing
         stack = [0]
         while stack:
             node = stack.pop()
             for kid in tree.children(node):
                 kind = self.kind(kid)
                 if kind == "operator":
-                    out.append(kid)
+                    if not issuing[kid] or is_collective(tree, kid):
+                        out.append(kid)
                 elif kind != "sharding":
                     stack.append(kid)
         return sorted(out)
+
+    @cached_property
+    def _issuing(self) -> list[int]:
+        return issuing(self.tree)
 
     @cached_property
     def _contexts(self) -> tuple[list[int], list[int]]:

@@ -22,6 +22,7 @@ RULE_IDS: tuple[str, ...] = (
     "dataloader_bottleneck",
     "gpu_idle",
     "backward_imbalance",
+    "exposed_communication",
     "dtype_conversion",
     "layout_conversion",
     "small_ops",
@@ -50,6 +51,10 @@ DEFAULTS: dict[str, float] = {
     "hotspot.min_share": 0.05,
     "backward_imbalance.ratio": 3.0,  # backward time / forward time
     "backward_imbalance.min_share": 0.05,
+    # A module's parameter all-gathers the step waits for (exposed) take min_share of the
+    # mean step or more; the top modules by that time are reported.
+    "exposed_communication.min_share": 0.10,
+    "exposed_communication.top": 3,
     "dtype_conversion.min_share": 0.05,
     "layout_conversion.min_share": 0.05,
     "small_ops.max_median_us": 20.0,

@@ -34,6 +34,7 @@ ISSUE_RULES = {
     "load_imbalance",
     "initialization_time",
     "share_trend",
+    "exposed_communication",
 }
 
 

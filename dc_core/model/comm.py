@@ -1,0 +1,220 @@
+"""Communication by module: for each module that collectives serve, its
+compute, its communication and the part of that the step waited for.
+
+A collective is an operator node carrying a communication metric
+(``comm_time_ns``, ``exposed_comm_ns``, ``comm_bytes``: `COMM_METRICS`). It
+serves the nearest module above it: sharded training places a parameter
+group's gathers and reductions under the module whose parameters they move
+(``sharding`` frames, `dc_torch.sharding`). A module's forward and its
+backward (its context mirrored under the backward phase) are one row, keyed by
+the module's frames from the root down with the phases left out.
+
+A row's compute is the time under its module that is neither another row's
+module, nor the runtime's own work (a ``sharding`` frame; an operator that
+issues collectives, as FSDP's gradient-reducing autograd function does), nor
+a collective.
+One implementation, read by the analyzer (``exposed_communication``), the
+terminal report and the tab, so the three agree to the nanosecond.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .tree import Frame, Tree
+
+#: The metrics a collective carries: launch to completion, the part the
+#: issuing thread waited (the call and every wait on its work), bytes moved.
+COMM_METRICS = ("comm_time_ns", "exposed_comm_ns", "comm_bytes")
+
+#: What a collective does, from its operator's name (c10d's and the
+#: ``dist.*`` spellings alike), in the order rows list them.
+OPERATIONS = (
+    ("all-gather", ("allgather", "all_gather")),
+    ("reduce-scatter", ("reduce_scatter",)),
+    ("all-reduce", ("allreduce", "all_reduce")),
+)
+
+
+def operation(name: str) -> str:
+    """``all-gather``, ``reduce-scatter``, ``all-reduce`` or ``other``."""
+    lowered = name.lower()
+    for label, spellings in OPERATIONS:
+        if any(s in lowered for s in spellings):
+            return label
+    return "other"
+
+
+@dataclass
+class ModuleComm:
+    """One module's communication over a window (sums over its steps).
+
+    Attributes:
+        module: The module's frame (its name is its path in the model).
+        path: Its frames from the root's first child down, phases left out.
+        nodes: Its module nodes, one per phase it ran in (forward first).
+        collectives: The collective nodes it is served by.
+        compute_ns: Time of the module's own work (see the module docstring).
+        runtime_ns: Time of the sharding runtime's work for it (``sharding``
+            frames, an operator that issues collectives, the collective
+            calls), less ``exposed_ns``: what it cost the step besides
+            waiting for communication. Compute, exposed communication and
+            this add up to the module's time.
+        comm_ns: The collectives' ``comm_time_ns``.
+        exposed_ns: Their ``exposed_comm_ns``.
+        bytes: Their ``comm_bytes``.
+        calls: How many collectives ran.
+        exposed_by: ``exposed_ns`` by ``"<phase> <operation>"``
+            (``"backward all-gather"``).
+        bytes_by: ``bytes`` likewise.
+    """
+
+    module: Frame
+    path: tuple[Frame, ...]
+    nodes: list[int] = field(default_factory=list)
+    collectives: list[int] = field(default_factory=list)
+    compute_ns: int = 0
+    runtime_ns: int = 0
+    comm_ns: int = 0
+    exposed_ns: int = 0
+    bytes: int = 0
+    calls: int = 0
+    exposed_by: dict[str, int] = field(default_factory=dict)
+    bytes_by: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.module.label()
+
+
+def is_collective(tree: Tree, node: int) -> bool:
+    frame = tree.node_frame(node)
+    return frame.kind == "operator" and any(tree.value(node, m) for m in COMM_METRICS)
+
+
+def has_communication(tree: Tree) -> bool:
+    """Whether any node carries a communication metric."""
+    return any(tree.total(m) for m in COMM_METRICS if m in tree.excl)
+
+
+def issuing(tree: Tree) -> list[int]:
+    """Per node, the collectives at or under it (all 0 without communication)."""
+    out = [0] * len(tree)
+    if not has_communication(tree):
+        return out
+    for node in reversed(tree.topdown()):
+        out[node] += is_collective(tree, node)
+        if node:
+            out[tree.parent[node]] += out[node]
+    return out
+
+
+def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
+    """Per module served by collectives, most exposed first (then most
+    communication, then name); compute in ``metric``. One pass down the tree."""
+    if not has_communication(tree):
+        return []
+    n = len(tree)
+    # per node: its non-phase path key and phase name
+    key: list[tuple[Frame, ...]] = [()] * n
+    phase: list[str] = [""] * n
+    sharded = set()  # keys of modules whose parameters a sharding runtime moves
+    for node in tree.topdown():
+        if not node:
+            continue
+        p, frame = tree.parent[node], tree.node_frame(node)
+        if frame.kind == "phase":
+            key[node], phase[node] = key[p], frame.name
+            continue
+        key[node], phase[node] = (*key[p], _forward(frame)), phase[p]
+        # its forward work stands in the module's own call (`dc_torch.sharding`)
+        if frame.kind == "sharding" and not frame.backward and tree.node_frame(p).kind == "module":
+            sharded.add(key[p])
+    # per node: the module it serves: the nearest sharded module above it,
+    # else the nearest module (FSDP's gradient reduction may run inside an
+    # autograd function placed under one of the module's own submodules)
+    module: list[int] = [0] * n
+    nearest: list[int] = [0] * n
+    for node in tree.topdown():
+        if not node:
+            continue
+        p, frame = tree.parent[node], tree.node_frame(node)
+        module[node], nearest[node] = module[p], nearest[p]
+        if frame.kind == "module":
+            nearest[node] = node
+            if key[node] in sharded:
+                module[node] = node
+
+    rows: dict[tuple[Frame, ...], ModuleComm] = {}
+    for node in range(1, n):
+        owner = module[node] or nearest[node]
+        if not owner or not is_collective(tree, node):
+            continue
+        row = rows.get(key[owner])
+        if row is None:
+            row = rows[key[owner]] = ModuleComm(_forward(tree.node_frame(owner)), key[owner])
+        row.collectives.append(node)
+        what = f"{phase[node] or 'step'} {operation(tree.node_frame(node).name)}"
+        exposed, moved = tree.value(node, "exposed_comm_ns"), tree.value(node, "comm_bytes")
+        row.comm_ns += tree.value(node, "comm_time_ns")
+        row.exposed_ns += exposed
+        row.bytes += moved
+        row.calls += tree.value(node, "count")
+        row.exposed_by[what] = row.exposed_by.get(what, 0) + exposed
+        row.bytes_by[what] = row.bytes_by.get(what, 0) + moved
+
+    for node in range(1, n):
+        if tree.node_frame(node).kind == "module" and key[node] in rows:
+            rows[key[node]].nodes.append(node)
+    incl = tree.inclusive(metric)
+    under = issuing(tree)
+    for row in rows.values():
+        row.nodes.sort(key=lambda m: phase[m] != "forward")
+        runtime = sum(incl[c] for c in row.collectives)  # the calls themselves
+        for start in row.nodes:
+            compute, outside = _split(tree, start, incl, under, rows, key)
+            row.compute_ns += compute
+            runtime += outside
+        row.runtime_ns = max(runtime - row.exposed_ns, 0)
+    return sorted(rows.values(), key=lambda r: (-r.exposed_ns, -r.comm_ns, r.name))
+
+
+def _split(
+    tree: Tree, start: int, incl: list[int], issuing: list[int], rows: dict, key: list
+) -> tuple[int, int]:
+    """``start``'s own time as (compute, runtime): its inclusive time less
+    another row's module, less what is the runtime's (a sharding frame, an
+    operator that issues collectives, as FSDP's gradient-reducing autograd
+    function does) or a collective's."""
+    compute, runtime, stack = incl[start], 0, list(tree.children(start))
+    while stack:
+        node = stack.pop()
+        frame = tree.node_frame(node)
+        if frame.kind == "module" and key[node] in rows:
+            compute -= incl[node]
+        elif frame.kind == "sharding" or (frame.kind == "operator" and issuing[node]):
+            compute -= incl[node]
+            runtime += incl[node] - _collectives(tree, node, incl)
+        else:
+            stack.extend(tree.children(node))
+    return max(compute, 0), max(runtime, 0)
+
+
+def _collectives(tree: Tree, start: int, incl: list[int]) -> int:
+    """Inclusive time of the outermost collectives at or under ``start``."""
+    total, stack = 0, [start]
+    while stack:
+        node = stack.pop()
+        if is_collective(tree, node):
+            total += incl[node]
+        else:
+            stack.extend(tree.children(node))
+    return total
+
+
+def _forward(frame: Frame) -> Frame:
+    """The frame as forward has it (a mirrored context's frames are the same
+    frames; a backward operator's flag left out)."""
+    if not frame.backward:
+        return frame
+    return Frame(frame.kind, frame.name, frame.file, frame.line, frame.detail)

@@ -1,0 +1,144 @@
+"""Communication by module (`dc_core.model.comm`) and the rule over it,
+``exposed_communication``, on literal trees with known sums."""
+
+from __future__ import annotations
+
+from dc_core.analyzer import analyze
+from dc_core.model.comm import by_module, operation
+from tests.analyzer.helpers import MS, line, only, profile, rules
+
+TRAIN = line("train", "train.py:20")
+GATHER, REDUCE = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"
+STEPS = 3
+
+
+def gather(ns: int, exposed: int, moved: int, backward: bool = False) -> str:
+    flag = " [backward]" if backward else ""
+    return (
+        f"{GATHER}{flag} @cpu_time_ns={ns},count={STEPS},comm_time_ns={ns},"
+        f"exposed_comm_ns={exposed},comm_bytes={moved}"
+    )
+
+
+def fsdp_step(big_exposed: int, compute: int = 30 * MS):
+    """Two FSDP blocks over 3 steps: ``blocks.1`` is big and its gathers are
+    ``big_exposed`` exposed in forward and again in backward; its gradients'
+    reduction runs inside FSDP's autograd function, placed under a submodule."""
+    big, small = "module:blocks.1", "module:blocks.0"
+    return profile(
+        (
+            "forward",
+            (
+                TRAIN,
+                (
+                    small,
+                    ("sharding:FSDP::pre_forward", gather(MS, MS, 3 * 1024)),
+                    f"aten::addmm @cpu_time_ns={compute},count={STEPS}",
+                ),
+                (
+                    big,
+                    (
+                        "sharding:FSDP::pre_forward @cpu_time_ns=" + str(2 * MS),
+                        gather(big_exposed, big_exposed, 3 * 64 << 20),
+                    ),
+                    ("module:blocks.1.fc", f"aten::addmm @cpu_time_ns={compute},count={STEPS}"),
+                ),
+            ),
+        ),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    big,
+                    (
+                        "sharding:FSDP::pre_backward [backward]",
+                        gather(big_exposed, big_exposed, 3 * 64 << 20, backward=True),
+                    ),
+                    (
+                        "module:blocks.1.fc",
+                        f"aten::addmm [backward] @cpu_time_ns={2 * compute},count={STEPS}",
+                        (
+                            f"operator:RegisterPostBackwardFunction [backward] @cpu_time_ns={5 * MS},"
+                            f"count={STEPS}",
+                            f"{REDUCE} [backward] @cpu_time_ns={4 * MS},count={STEPS},"
+                            f"comm_time_ns={4 * MS},exposed_comm_ns={4 * MS},"
+                            f"comm_bytes={3 * 64 << 20}",
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        steps=(1, 1 + STEPS),
+        env={"torch": "2.13.0"},
+    )
+
+
+def test_each_modules_communication_compute_and_runtime_add_up():
+    p = fsdp_step(big_exposed=60 * MS)
+    rows = {r.module.name: r for r in by_module(p.tree)}
+    assert list(rows) == ["blocks.1", "blocks.0"]  # most exposed first
+    big = rows["blocks.1"]
+    # its reduce-scatter ran under a submodule, inside FSDP's autograd function:
+    # still the sharded block's
+    assert big.calls == 3 * STEPS
+    assert big.exposed_by == {
+        "forward all-gather": 60 * MS,
+        "backward all-gather": 60 * MS,
+        "backward reduce-scatter": 4 * MS,
+    }
+    assert big.bytes_by["backward reduce-scatter"] == 3 * 64 << 20
+    assert big.comm_ns == big.exposed_ns == 124 * MS
+    # compute: the submodule's operators (forward and backward), not FSDP's
+    # frame, nor the autograd function that issues the reduction
+    assert big.compute_ns == 90 * MS
+    # the runtime: the pre-forward's own 2 ms and the autograd function's 5 ms
+    assert big.runtime_ns == 7 * MS
+    host = sum(p.tree.inclusive("cpu_time_ns")[n] for n in big.nodes)
+    assert big.compute_ns + big.runtime_ns + big.exposed_ns == host
+    assert [p.tree.node_frame(n).backward for n in big.nodes] == [False, False]
+    assert [p.tree.path_frames(n)[0].name for n in big.nodes] == ["forward", "backward"]
+
+
+def test_operations_by_name():
+    assert operation("c10d::_allgather_base_") == "all-gather"
+    assert operation("c10d::reduce_scatter_tensor_coalesced_") == "reduce-scatter"
+    assert operation("c10d::allreduce_") == "all-reduce"
+    assert operation("c10d::broadcast_") == "other"
+
+
+def test_a_module_waiting_for_its_all_gathers_is_found_with_the_saving_and_the_fix():
+    p = fsdp_step(big_exposed=60 * MS)
+    f = only(analyze(p), "exposed_communication")
+    assert f["severity"] == "warning"
+    assert f["path"][-1] == "blocks.1"
+    # both gathers, per step, exposed: the reduce-scatter is said, not counted
+    assert f["gain_ns"] == 2 * 60 * MS / STEPS
+    assert f["evidence"]["forward_ns"] == f["evidence"]["backward_ns"] == 20 * MS
+    assert f["evidence"]["all_gather_bytes"] == 2 * 64 << 20
+    assert "for its gradients' reduce-scatters" in f["message"]
+    advice = f["suggestion"]
+    assert "set_modules_to_forward_prefetch([blocks.1])" in advice
+    assert "reshard_after_forward=False" in advice and "64.0 MiB more held" in advice
+    # not the model's own operator: FSDP's autograd function is no hotspot
+    assert all("RegisterPostBackwardFunction" not in f["message"] for f in analyze(p))
+
+
+def test_on_gloo_the_advice_says_prefetches_must_be_asynchronous():
+    p = fsdp_step(big_exposed=60 * MS)
+    p.env = {"torch": "2.13.0"}  # no cuda: a CPU run
+    advice = only(analyze(p), "exposed_communication")["suggestion"]
+    assert "_set_unshard_async_op(True)" in advice
+    assert "reduce-scatter synchronously" in advice
+
+
+def test_hidden_or_small_gathers_are_no_finding():
+    # 2 ms exposed per gather: 4 ms of a ~100 ms step
+    assert "exposed_communication" not in rules(analyze(fsdp_step(big_exposed=2 * MS)))
+
+
+def test_too_few_steps_make_it_a_note():
+    p = fsdp_step(big_exposed=60 * MS)
+    p.step_times_ns = p.step_times_ns[:2]
+    p.steps = (1, 3)
+    assert only(analyze(p), "exposed_communication")["severity"] == "info"
