@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import views
+from ..model.comm import by_module
 from ..model.kinds import MEMORY_CATEGORIES, base_metric
 from ..model.processors import merge_windows
 from ..model.tree import Frame, Tree, frame_json
@@ -127,8 +128,35 @@ def profile_json(
         "memory": [memory_json(profile, m) for m in profile.memory],
         "memory_missing": list(profile.memory_missing),
         "memory_note": profile.memory_note,
+        "communication": communication_json(profile),
         "findings": [{k: v for k, v in f.items() if k != "node"} for f in _findings(profile)],
     }
+
+
+#: Communication by module, per step: (key, heading) in the order shown.
+COMMUNICATION_COLUMNS = (
+    ("compute_ns", "compute"),
+    ("exposed_ns", "exposed comm"),
+    ("runtime_ns", "sharding runtime"),
+    ("comm_ns", "comm time"),
+    ("bytes", "bytes moved"),
+)
+
+
+def communication_json(profile: Profile) -> list[dict[str, Any]]:
+    """Per module served by collectives, most exposed first, its
+    `COMMUNICATION_COLUMNS` per step (`dc_core.model.comm.by_module`; compute
+    in host time), its collectives' count per step and its exposed time by
+    ``"<phase> <operation>"`` per step."""
+    steps = max(len(profile.step_times_ns), profile.steps[1] - profile.steps[0], 1)
+    out = []
+    for row in by_module(profile.tree):
+        item: dict[str, Any] = {"module": row.name}
+        item.update({key: round(getattr(row, key) / steps) for key, _ in COMMUNICATION_COLUMNS})
+        item["calls"] = row.calls / steps
+        item["exposed_by"] = {k: round(v / steps) for k, v in row.exposed_by.items()}
+        out.append(item)
+    return out
 
 
 def memory_categories(profile: Profile, device: DeviceMemory) -> dict[str, int]:

@@ -36,8 +36,10 @@ from .common import (
     visible,
 )
 from .present import (
+    COMMUNICATION_COLUMNS,
     REPORT_VERSION,
     Row,
+    communication_json,
     default_metric,
     describe_drops,
     format_value,
@@ -283,6 +285,8 @@ def print_profile(console: Console, profile: Profile, args: argparse.Namespace) 
         console.print(rows_table(console.width, rows, metric, self_only=args.view == "bottom-up"))
     for reason in describe_drops(profile.drops):
         console.print(hanging(Text("dropped: ", style="yellow"), Text(reason)))
+    if rows := communication_json(profile):
+        console.print(communication_table(console.width, rows))
     try:
         from ..analyzer import findings_of
         from .findings import render_findings
@@ -339,6 +343,30 @@ def print_header(console: Console, profile: Profile) -> None:
         note = f" ({profile.memory_note})" if profile.memory_note else ""
         missing = f"not collected: {', '.join(profile.memory_missing)}{note}"
         console.print(hanging(Text("memory: ", style="dim"), Text(missing)))
+
+
+def communication_table(width: int, rows: list[dict[str, Any]]) -> Table:
+    """Communication by module, per step: compute, exposed communication and
+    the sharding runtime add up to the module's time; comm time overlaps them."""
+    table = Table(
+        title="communication by module (per step)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        width=min(width, 120),
+    )
+    table.add_column("module", overflow="fold")
+    for _, heading in COMMUNICATION_COLUMNS:
+        table.add_column(heading, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            escape(middle_truncate(row["module"], 40)),
+            *(
+                format_value(row[key], "x_ns" if key.endswith("_ns") else "bytes")
+                for key, _ in COMMUNICATION_COLUMNS
+            ),
+        )
+    return table
 
 
 def rows_table(width: int, rows: list[Row], metric: str, self_only: bool = False) -> Table:

@@ -142,3 +142,35 @@ def test_too_few_steps_make_it_a_note():
     p.step_times_ns = p.step_times_ns[:2]
     p.steps = (1, 3)
     assert only(analyze(p), "exposed_communication")["severity"] == "info"
+
+
+def test_the_report_prints_each_modules_communication_per_step():
+    from rich.console import Console
+
+    from dc_core.cli.present import communication_json
+    from dc_core.cli.report import communication_table
+
+    rows = communication_json(fsdp_step(big_exposed=60 * MS))
+    assert [r["module"] for r in rows] == ["blocks.1", "blocks.0"]
+    big = rows[0]
+    assert big["compute_ns"] == 30 * MS and big["runtime_ns"] == round(7 * MS / STEPS)
+    assert big["exposed_ns"] == round(124 * MS / STEPS)
+    assert big["bytes"] == 3 * 64 << 20 and big["calls"] == 3
+    assert big["exposed_by"]["forward all-gather"] == 20 * MS
+    console = Console(width=120, record=True)
+    console.print(communication_table(120, rows))
+    text = console.export_text()
+    assert "communication by module (per step)" in text
+    line = next(t for t in text.splitlines() if t.startswith("blocks.1"))
+    assert line.split()[1:] == [
+        "30.00",
+        "ms",
+        "41.33",
+        "ms",
+        "2.33",
+        "ms",
+        "41.33",
+        "ms",
+        "192.0",
+        "MiB",
+    ]

@@ -43,6 +43,7 @@ def test_report_json_shape(demo_logdir, capsys):
         "memory",
         "memory_missing",
         "memory_note",
+        "communication",
         "findings",
     }
     assert profile["memory"] == [] and profile["memory_missing"] == []  # not collected
