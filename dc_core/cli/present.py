@@ -147,11 +147,12 @@ def communication_json(profile: Profile) -> list[dict[str, Any]]:
     """Per module served by collectives, most exposed first, its
     `COMMUNICATION_COLUMNS` per step (`dc_core.model.comm.by_module`; compute
     in host time), its collectives' count per step and its exposed time by
-    ``"<phase> <operation>"`` per step."""
+    ``"<phase> <operation>"`` per step; ``node``: its first module node
+    (forward's where it ran forward)."""
     steps = max(len(profile.step_times_ns), profile.steps[1] - profile.steps[0], 1)
     out = []
     for row in by_module(profile.tree):
-        item: dict[str, Any] = {"module": row.name}
+        item: dict[str, Any] = {"module": row.name, "node": row.nodes[0]}
         item.update({key: round(getattr(row, key) / steps) for key, _ in COMMUNICATION_COLUMNS})
         item["calls"] = row.calls / steps
         item["exposed_by"] = {k: round(v / steps) for k, v in row.exposed_by.items()}

@@ -20,7 +20,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from ..store.profile import ProfileError
-from . import browse, diff, memory, overview, params, source, spread, tables, windows
+from . import browse, communication, diff, memory, overview, params, source, spread, tables, windows
 from .answers import Answers, Busy
 from .merged import versions
 from .metadata import PLUGIN_NAME, TAB_NAME
@@ -46,6 +46,7 @@ STATIC_FILES = {
     "runs.js": "text/javascript",
     "spread.js": "text/javascript",
     "memory.js": "text/javascript",
+    "communication.js": "text/javascript",
     "style.css": "text/css",
 }
 
@@ -88,6 +89,7 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             "/flame": (self._flame, "ref"),
             "/memory": (self._memory, "ref"),
             "/memory/children": (self._memory_children, "ref"),
+            "/communication": (self._communication, "ref"),
             "/diff": (self._diff, "pair"),
             "/diff/children": (self._diff_children, "pair"),
             "/ranks": (self._ranks, "window"),
@@ -233,6 +235,9 @@ class DeepContextPlugin(base_plugin.TBPlugin):
             params.choice(args, "sort", memory.SORTS, "incl"),
             _limit(args),
         )
+
+    def _communication(self, args):
+        return communication.communication_view(self._index(args))
 
     def _diff(self, args):
         union = diff.union_of(self._index(args), self._index(args, "b_"))

@@ -5,6 +5,7 @@
 import { DATA_VERSION, Latest, get, linkStylesheet, refParams } from "./api.js";
 import { ranksTable, systemCharts, windowsChart } from "./charts.js";
 import { showDetails } from "./details.js";
+import { communicationView } from "./communication.js";
 import { clear, el, select } from "./dom.js";
 import { drawFlame } from "./flame.js";
 import { findingsStrip, findingsView } from "./findings.js";
@@ -50,6 +51,7 @@ const TABS = {
   flat: { title: "Flat", show: showFlat, oneRank: true },
   flame: { title: "Flame graph", show: showFlame, oneRank: true },
   memory: { title: "Memory", show: showMemory, oneRank: true },
+  communication: { title: "Communication", show: () => communicationView(state, { onSelect: showNode }), oneRank: true },
   diff: { title: "Diff", show: showDiff, oneRank: true },
   ranks: { title: "Ranks", show: showRanks },
   windows: { title: "Windows", show: showWindows },
