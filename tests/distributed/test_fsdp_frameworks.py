@@ -55,36 +55,29 @@ def check(root: Path, logdir: Path) -> None:
         assert all(row.calls > 0 and row.exposed_ns > 0 for row in rows.values())
 
 
-@pytest.mark.slow
-def test_lightning_model_parallel_strategy_with_the_callback(tmp_path):
+def run(tmp_path: Path, *command: str) -> subprocess.CompletedProcess:
+    """``command`` in ``tmp_path``, with this interpreter's scripts (torchrun) on
+    the PATH, one thread per rank and no DeepContext config from outside."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
     env.pop("DEEPCONTEXT_CONFIG", None)
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_lightning_model_parallel_strategy_with_the_callback(tmp_path):
+    run(tmp_path, sys.executable, str(SCRIPT), str(tmp_path))
     check(tmp_path, tmp_path / "lightning_logs")
 
 
 @pytest.mark.slow
 def test_lightning_fsdp_under_deepcontext_run_torchrun(tmp_path):
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
-    env.pop("DEEPCONTEXT_CONFIG", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "dc_core", "run", "--logdir", str(tmp_path / "out"), "--no-report"]
-        + ["--", "torchrun", "--nproc-per-node", "2", str(SCRIPT), str(tmp_path), "bare"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    deepcontext = [sys.executable, "-m", "dc_core", "run", "--logdir", str(tmp_path / "out")]
+    torchrun = ["torchrun", "--nproc-per-node", "2", str(SCRIPT), str(tmp_path), "bare"]
+    done = run(tmp_path, *deepcontext, "--no-report", "--", *torchrun)
     assert "2 processes profiled" in done.stderr
     check(tmp_path, tmp_path / "out")
