@@ -127,3 +127,87 @@ def _advice(
     if reduces >= 1e5 and w.cpu_only:
         out.append("gloo runs the gradients' reduce-scatter synchronously: nothing hides it here")
     return "; ".join(out)
+
+
+def waiting_for(
+    findings: list[dict[str, Any]], stragglers: list[dict[str, Any]], rank: int
+) -> list[dict[str, Any]]:
+    """``findings`` of ``rank`` with each ``exposed_communication`` finding
+    whose wait a straggler explains told so: a straggler found across the
+    ranks of its window (`busy.busy_straggler`, a ``load_imbalance`` finding
+    measured by ``busy`` time) makes the other ranks wait in their next
+    collective, and no prefetch hides a wait for a slower rank.
+
+    A finding's wait for the straggler is its all-gathers' exposed time above
+    the straggler's own for that module, at most the median of that over the
+    waiting ranks (``all_gather_wait_ns_by_module``: the modules where the
+    wait for it lands on every rank, which noise on one rank does not move),
+    the findings together at most the wait it causes (``wait_ns``, biggest
+    first). Where this rank waits there half that median or more, the finding says
+    whom it waits for and how much, its advice is to even that rank's work
+    out, not to prefetch (the rest of its wait the straggler has too, whose
+    own findings advise on it), it is an ``info`` and its saving is the rest."""
+    out = list(findings)
+    for s in stragglers:
+        e = s.get("evidence") or {}
+        if e.get("measure") != "busy" or e.get("rank") == rank:
+            continue
+        own = e.get("all_gather_ns_by_module") or {}
+        landed = e.get("all_gather_wait_ns_by_module") or {}
+        parts = {}
+        for i, f in enumerate(out):
+            if f["rule"] == "exposed_communication" and f["path"] and f["path"][-1] in landed:
+                gathers = f["evidence"].get("exposed_all_gather_ns", 0)
+                parts[i] = min(max(gathers - own.get(f["path"][-1], 0), 0), landed[f["path"][-1]])
+        budget = float(e.get("wait_ns", 0))  # no more than the wait it causes, biggest first
+        for i in sorted(parts, key=lambda i: -parts[i]):
+            part = min(parts[i], budget)
+            if part and part >= 0.5 * landed[out[i]["path"][-1]]:
+                out[i] = _told(out[i], s, part)
+                budget -= part
+    return out
+
+
+def _told(f: dict[str, Any], straggler: dict[str, Any], part: float) -> dict[str, Any]:
+    """``f`` rewritten as a wait of ``part`` ns per step for the straggler."""
+    e, evidence = straggler["evidence"], f["evidence"]
+    slow, module = e["rank"], e.get("module")
+    fqn = f["path"][-1].split(" (")[0]
+    gathers = evidence["exposed_all_gather_ns"]
+    rest = gathers - part
+    name = f"`{module.split(' (')[0]}`" if module else None
+    whose = (
+        f"whose {name} takes {ms(e['module_excess_ns'])} more per step"
+        if name
+        else f"which is busy {ms(e['busy_ns_per_rank'][str(slow)] - e['median_busy_ns'])} more per step"
+    )
+    scale = (f.get("gain_ns") or 0) / gathers  # the rule's discount for a loaded host, kept
+    _, sep, discount = f["gain_basis"].partition("; less the ")
+    return {
+        **f,
+        "severity": "info",
+        "message": f"the step waits {ms(gathers)} per step for `{fqn}`'s parameter all-gathers, "
+        f"{ms(part)} of it because it waits for rank {slow}, {whose} than on the other ranks "
+        f"(rank {slow}'s load_imbalance finding); {ms(rest)} is left to the gathers themselves",
+        "suggestion": f"even out the work of {name or 'its step'} on rank {slow}: prefetching `{fqn}`, "
+        "or keeping it gathered, cannot hide a wait for a slower rank"
+        + (
+            f"; rank {slow} waits the other {ms(rest)} in these gathers too, and its own findings "
+            "say whether they are worth hiding"
+            if rest >= 0.5 * part
+            else ""
+        ),
+        "evidence": {
+            **evidence,
+            "waits_for": {
+                "rank": slow,
+                "module": module,
+                "module_excess_ns": e.get("module_excess_ns"),
+                "wait_ns": int(part),
+            },
+        },
+        "gain_ns": int(rest * scale),
+        "gain_basis": f"{fqn}'s all-gathers' exposed time per step less the {ms(part)} this rank "
+        f"waits there for rank {slow}: what hiding the gathers could still save, an upper bound"
+        + (f"; less the {discount}" if sep else ""),
+    }

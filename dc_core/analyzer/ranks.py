@@ -14,11 +14,14 @@ from typing import Any
 
 from ..ensemble import PATH_SEP, Ensemble, cross_rank, merge
 from ..ensemble.outliers import ROBUST_FROM, outliers
+from ..model.comm import has_communication
 from ..model.opnames import is_collective
 from ..model.tree import Frame
 from ..store.logdir import ProfileFile, read_profile
 from ..store.profile import Profile
 from .base import Window, finding, located, ms, percent
+from .busy import busy_straggler
+from .communication import waiting_for
 from .thresholds import Thresholds
 
 
@@ -102,27 +105,35 @@ def _work_ratios(windows: dict[int, Window], paths: Paths, t: Thresholds) -> dic
 
 
 def _excess_node(
-    slow: Window, others: list[Window], paths: Paths, size: Callable[[Window, int], float]
-) -> int:
-    """Walk down the slow rank's tree through the child with the most time above
-    the ranks' median, while it explains at least half of its parent's excess.
-    ``size(window, node)`` is the node's time in the unit the ranks are compared in."""
+    slow: Window,
+    others: list[Window],
+    paths: Paths,
+    size: Callable[[Window, int], float],
+    start: int = 0,
+) -> tuple[int, float]:
+    """Walk down the slow rank's tree from ``start`` through the child with the
+    most time above the ranks' median, while it explains at least half of its
+    parent's excess: that node and its excess. ``size(window, node)`` is the
+    node's time in the unit the ranks are compared in."""
     keyed = [paths.keyed(o) for o in others]
     path_of = {n: pid for pid, n in paths.keyed(slow).items()}
 
     def excess(n: int) -> float:
-        key = path_of.get(n)
-        values = [size(o, k[key]) if key in k else 0 for o, k in zip(others, keyed)]
+        key = path_of.get(n) if n else 0
+        values = [
+            size(o, k[key] if key else 0) if not key or key in k else 0
+            for o, k in zip(others, keyed)
+        ]
         return size(slow, n) - median(values + [size(slow, n)])
 
-    node, here = 0, size(slow, 0) - median([size(o, 0) for o in others] + [size(slow, 0)])
+    node, here = start, excess(start)
     while True:
         kids = [(excess(k), k) for k in slow.tree.children(node)]
         if not kids:
-            return node
+            return node, here
         best_excess, best = max(kids)
         if best_excess <= 0 or best_excess < 0.5 * here:
-            return node
+            return node, here
         node, here = best, best_excess
 
 
@@ -248,7 +259,18 @@ def _straggler(windows: dict[int, Window], paths: Paths, t: Thresholds) -> dict[
     """The rank doing ≥ ratio × the median rank's work per step (its window
     against the work every rank shares, see `_work_ratios`), else the rank
     whose median step takes ≥ ratio × the ranks' median; named with the node
-    holding its extra time. Work first: host load cannot fake it."""
+    holding its extra time. Work first: host load cannot fake it. Ranks that
+    communicate end their steps together and their waits would count as
+    work: they are weighed by busy time instead (`busy.busy_straggler`)."""
+    if all(has_communication(w.tree) for w in windows.values()):
+        others = {r: [o for q, o in windows.items() if q != r] for r in windows}
+        return busy_straggler(
+            windows,
+            lambda size, start, slow: _excess_node(
+                slow, others[slow.profile.rank], paths, size, start
+            ),
+            t,
+        )
     step = {r: _step_ns(w.profile, w) for r, w in windows.items()}
     med = median(step.values())
     work = _work_ratios(windows, paths, t)
@@ -261,7 +283,7 @@ def _straggler(windows: dict[int, Window], paths: Paths, t: Thresholds) -> dict[
     if ratio < t["load_imbalance.ratio"]:
         return None
     slow = windows[rank]
-    node = _excess_node(slow, [w for r, w in windows.items() if r != rank], paths, size)
+    node, _ = _excess_node(slow, [w for r, w in windows.items() if r != rank], paths, size)
     label = slow.tree.node_frame(node).label() if node else "time outside the profiled context"
     per_step = f"{ms(step[rank])} vs {ms(med)} per step"
     head = (
@@ -347,10 +369,19 @@ def _share_difference(
 
 
 def attach(profiles: Iterable[Profile], findings: list[dict[str, Any]]) -> None:
-    """Append each cross-profile finding to the profile its evidence names."""
+    """Append each cross-profile finding to the profile its evidence names;
+    the other ranks of a straggler's window have their ``exposed_communication``
+    findings told that they wait for it (`communication.waiting_for`)."""
+    profiles = list(profiles)
     index = {(p.run, p.rank, tuple(p.steps)): p for p in profiles}
+    stragglers: dict[tuple, list[dict[str, Any]]] = {}
     for f in findings:
         e = f.get("evidence", {})
         target = index.get((e.get("run"), e.get("rank"), tuple(e.get("steps", ()))))
         if target is not None:
             target.findings.append(f)
+        if f["rule"] == "load_imbalance":
+            stragglers.setdefault((e.get("run"), tuple(e.get("steps", ()))), []).append(f)
+    for p in profiles:
+        if found := stragglers.get((p.run, tuple(p.steps))):
+            p.findings = waiting_for(p.findings, found, p.rank)

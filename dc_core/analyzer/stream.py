@@ -5,7 +5,9 @@ is gigabytes of trees. `analyze_files` gets the same findings group by
 group: the cross-rank rule per window (from `ROBUST_FROM` ranks on, through
 the cross-rank index, as the report reads it; smaller windows are read
 whole), the across-windows rules per rank (one rank's windows at a time),
-then each profile is read again, analysed and handed back one at a time.
+then each profile is read again, analysed and handed back one at a time,
+its ``exposed_communication`` findings told where a straggler the window's
+ranks wait for explains them (`communication.waiting_for`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..ensemble.outliers import ROBUST_FROM
 from ..store.logdir import ProfileFile, read_profile
 from ..store.profile import Profile, ProfileError
 from . import RANK_RULES, _guarded, analyze, pending_overrides, sort_findings
+from .communication import waiting_for
 from .ranks import load_imbalance_files
 from .thresholds import Thresholds
 
@@ -71,9 +74,12 @@ def analyze_files(
     """
     t = Thresholds(overrides)
     named: dict[tuple, list[dict[str, Any]]] = {}
+    stragglers: dict[tuple, list[dict[str, Any]]] = {}  # per window: what its ranks wait for
     for f in cross_profile_findings(files, t, limit):
         e = f.get("evidence", {})
         named.setdefault((e.get("run"), e.get("rank"), tuple(e.get("steps", ()))), []).append(f)
+        if f["rule"] == "load_imbalance":
+            stragglers.setdefault((e.get("run"), tuple(e.get("steps", ()))), []).append(f)
     for file in files:
         try:
             profile = read_profile(file, limit)
@@ -81,9 +87,12 @@ def analyze_files(
             yield file, exc
             continue
         stored = pending_overrides(profile)  # what the session was told, unless overridden here
-        found = analyze(profile, overrides or stored) + named.get(
-            (profile.run, profile.rank, tuple(profile.steps)), []
+        own = waiting_for(
+            analyze(profile, overrides or stored),
+            stragglers.get((profile.run, tuple(profile.steps)), []),
+            profile.rank,
         )
+        found = own + named.get((profile.run, profile.rank, tuple(profile.steps)), [])
         # the read one unchanged
         yield (
             file,

@@ -119,6 +119,11 @@ DEFAULTS: dict[str, float] = {
     # the operators every rank runs equally often: host load stretches both alike), or,
     # doing the same work, its median step takes ratio x the ranks' median step time.
     "load_imbalance.ratio": 1.2,
+    # Ranks that communicate (their steps end together): a sharded module computing min_excess
+    # of the step more in each step than on the other ranks, else a rank busy (the step less its
+    # waits for collectives) busy_ratio x the median. Balanced FSDP2 ranks sharing a loaded
+    # 2-core host reached 1.32x; one with 20 ms more work per step in a module, 1.58-2.29x.
+    "load_imbalance.busy_ratio": 1.5,
     "load_imbalance.z": 3.5,  # robust z-score (median/MAD) of an outlier rank, from 8 ranks on
     "load_imbalance.min_excess": 0.03,  # ...and exceed the median rank by this fraction of the median step
     "load_imbalance.share_diff": 0.20,  # relative difference of a node's share
