@@ -60,11 +60,11 @@ class PhaseHooks:
 
     def install(self) -> None:
         self.optimizer_hooks.register(self._optimizer_begin, self._optimizer_end)
-        self._patch(torch.optim.Optimizer, "zero_grad", "optimizer")
-        self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", "dataloader")
+        self.patch(torch.optim.Optimizer, "zero_grad", "optimizer")
+        self.patch(dataloader_mod._BaseDataLoaderIter, "__next__", "dataloader")
         for name in CLIPPING:
             if callable(torch.nn.utils.__dict__.get(name)):
-                self._patch(
+                self.patch(
                     torch.nn.utils,
                     name,
                     "optimizer",
@@ -75,8 +75,8 @@ class PhaseHooks:
         # torch.autograd.backward by its module attribute); on the Python path
         # the operator mode does on its own thread (autograd.BackwardRunner),
         # these on every other (a backward run from a thread the step joins).
-        self._patch(torch.autograd, "backward", "backward")
-        self._patch(torch.autograd, "grad", "backward")
+        self.patch(torch.autograd, "backward", "backward")
+        self.patch(torch.autograd, "grad", "backward")
 
     def uninstall(self) -> bool:
         """Take the hooks and wrappers out; False while the optimizer hooks must
@@ -91,8 +91,11 @@ class PhaseHooks:
         self._begin("optimizer", type(optimizer))
 
     def _optimizer_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        step = self._end()
-        # not when the update also ended the step (deepcontext run)
+        self._update_end(self._end())
+
+    def _update_end(self, step: int | None) -> None:
+        """An update that began in ``step`` ended; not when it also ended the
+        step (deepcontext run)."""
         if step == self.hub.session.last_step:
             self.hub.session.update_end()
 
@@ -107,7 +110,10 @@ class PhaseHooks:
             mode_runs_it = (
                 name == "backward" and window.capture == "python" and thread == window.thread
             )
-            if hub.active and thread not in window.suspended and not mode_runs_it:
+            # in the same phase already (an engine's backward runs autograd's): one scope
+            inner = next((p for p, _ in reversed(state.phases) if p is not None), None)
+            again = getattr(inner, "name", None) == name
+            if hub.active and thread not in window.suspended and not mode_runs_it and not again:
                 phase = hub.session.phase(name, below_caller=name == "backward")
                 phase.__enter__()  # its exit closes the step's frame too
                 if optimizer is not None:
@@ -191,9 +197,16 @@ class PhaseHooks:
         self._install(cls, "train", train)
 
     # --- wrapped methods ------------------------------------------------------
-    def _patch(
-        self, cls: Any, name: str, phase: str, frame: tuple[str, str, int] | None = None
+    def patch(
+        self,
+        cls: Any,
+        name: str,
+        phase: str,
+        frame: tuple[str, str, int] | None = None,
+        update: bool = False,
     ) -> None:
+        """Run ``cls.name`` as phase ``phase`` (under ``frame``, when given) until
+        `uninstall`; ``update``: each call is an optimizer update (an engine's step)."""
         hooks = self
 
         # The wrapped method is read from ``__wrapped__`` at each call, so that a
@@ -207,7 +220,9 @@ class PhaseHooks:
                 cut_own_frames(exc)
                 raise
             finally:
-                hooks._end()
+                step = hooks._end()
+                if update:
+                    hooks._update_end(step)
             seen = hooks.batch_seen
             if phase == "dataloader" and seen is not None:
                 seen(out)  # keeps its own errors (fail-open)

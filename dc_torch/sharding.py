@@ -131,11 +131,13 @@ class ShardingHooks:
         owner: Any = None,
     ) -> Any:
         """``func`` as a scope at ``fid`` under ``parent``, or where the caller
-        stands (INNERMOST), with ``group`` on this thread's ``running`` groups;
-        ``owner``: the group whose context that tells."""
+        stands (INNERMOST: inside a scope of ours, right under it), with
+        ``group`` on this thread's ``running`` groups; ``owner``: the group
+        whose context that tells."""
+        nested = bool(running)
         running.append(group)
         try:
-            if parent != INNERMOST:
+            if parent != INNERMOST or nested:
                 return self.placed.call((fid,), func, args, kwargs, None, parent)
             if self.hub.window.capture == "native":
                 return self._in_call(fid, func, args, kwargs, owner)
