@@ -38,6 +38,7 @@ from dc_torch.native import load as load_native
 from dc_torch.ops import AtenMode, OperatorMode
 from dc_torch.phases import PhaseHooks
 from dc_torch.sharding import ShardingHooks
+from dc_torch.zero import ZeroHooks
 
 if TYPE_CHECKING:
     from dc_core.record.session import Session
@@ -96,7 +97,7 @@ class TorchAdapter(Adapter):
         _warm_up()
         hub = self._bind(session)
         c = hub.collector
-        skip_framework_files(c, "torch")
+        skip_framework_files(c, "torch", "deepspeed")
         # ATen ops under the torch call that ran them
         nested = session.config.mode == "comprehensive"
         capture, note = self._choose_capture(hub)
@@ -211,7 +212,13 @@ class TorchAdapter(Adapter):
             hub = self.hub = Hub(session)
             # the closure hook after the phase hooks: its optimizer pre-hook runs second
             phases = PhaseHooks(hub)
-            self._parts = (phases, ClosureHooks(hub), CollectiveHooks(hub), ShardingHooks(hub))
+            self._parts = (
+                phases,
+                ClosureHooks(hub),
+                CollectiveHooks(hub),
+                ShardingHooks(hub),
+                ZeroHooks(hub, phases),
+            )
             self._modules = ModuleHooks(hub)
             self._bounds = ModuleBoundaries(hub)
             self._memory = MemoryHooks(hub)

@@ -20,7 +20,10 @@ _ALWAYS_SKIPPED = ("<frozen ",)
 
 #: A framework's own packages: their frames are machinery, not the user's code.
 FRAMEWORK_PACKAGES: dict[str, tuple[str, ...]] = {
-    "torch": ("torch",),
+    # typing_extensions: the wrapper of torch.distributed's deprecated spellings
+    "torch": ("torch", "typing_extensions"),
+    # the runtime over torch: its engine and ZeRO hooks are machinery as torch's are
+    "deepspeed": ("deepspeed",),
     "jax": ("jax", "jaxlib"),
     "lightning": ("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities"),
     "transformers": ("transformers", "accelerate"),

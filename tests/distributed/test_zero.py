@@ -1,0 +1,181 @@
+"""DeepSpeed ZeRO on real CPU processes (gloo): the engine's backward and step
+read as phases, ZeRO-3's gathers under the module whose parameters they
+bring, its gradient reduce-scatters under the modules of their bucket,
+ZeRO-2's buckets named by their modules; counts as torch.profiler counts the
+same steps' collectives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dc_core.analyzer import analyze
+from dc_core.model.comm import by_module
+from dc_core.store.logdir import load_profiles
+
+SCRIPT = Path(__file__).with_name("zero_blocks.py")
+LINEARS = [f"{b}.{i}" for b in range(4) for i in (0, 2)]  # as the user's model names them
+GATHER, REDUCE = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"
+STEPS = 2
+
+
+def run(root: Path, stage: int, prefetch: int) -> list:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "DS_ACCELERATOR": "cpu"}
+    env.pop("DEEPCONTEXT_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(root), "2", str(stage), str(prefetch)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    profiles, errors = load_profiles(root)
+    assert errors == [] and sorted(p.rank for p in profiles) == [0, 1]
+    return profiles
+
+
+def collectives(tree) -> list[tuple[int, list]]:
+    """(node, its path's frames) of every collective."""
+    found = tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::"))
+    return [(n, tree.path_frames(n)) for n in found]
+
+
+def linear_of(path: list) -> str | None:
+    """The Linear (named as the profile names it: ``module.<b>.<i>``) above a node."""
+    names = [f.name for f in path if f.kind == "module" and f.detail == "Linear"]
+    return names[-1].removeprefix("module.") if names else None
+
+
+def assert_counted_as_peer(tmp_path: Path, p, tree) -> dict:
+    """Every collective torch.profiler saw in the window's steps, and no other."""
+    peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
+    ours = Counter()
+    for node, _path in collectives(tree):
+        ours[tree.node_frame(node).name] += tree.value(node, "count")
+    assert dict(ours) == peer["records"]
+    return peer
+
+
+@pytest.mark.slow
+def test_zero3_gathers_sit_under_the_module_they_bring_and_reductions_under_their_bucket(
+    tmp_path,
+):
+    """Prefetch off: each Linear gathers its own parameters before its forward
+    and again before its backward; each reduce bucket holds one Linear's gradients."""
+    for p in run(tmp_path, 3, 0):
+        tree = p.tree
+        peer = assert_counted_as_peer(tmp_path, p, tree)
+        gathers, reduces, moved, reduced = Counter(), Counter(), Counter(), Counter()
+        for node, path in collectives(tree):
+            frame = tree.node_frame(node)
+            phase, count = path[0].name, tree.value(node, "count")
+            if frame.name in (GATHER, REDUCE):
+                linear = linear_of(path)
+                assert linear is not None, path
+                parent = path[-2]
+                assert parent.kind == "sharding", path
+                if frame.name == GATHER:
+                    expected = "ZeRO::pre_forward" if phase == "forward" else "ZeRO::pre_backward"
+                    assert parent.name == expected, path
+                    gathers[linear, phase] += count
+                    moved[linear] += tree.value(node, "comm_bytes")
+                else:
+                    # a bucket is reduced when the next gradient would overflow
+                    # it, in that gradient's hook (under the autograd operator
+                    # that ran it), the last one by the engine's backward after
+                    # autograd, under the bucket's module; its frame names it
+                    assert phase == "backward", path
+                    assert parent.name == "ZeRO::reduce_scatter_grads", path
+                    bucket = parent.detail.removeprefix("2 parameters of module.")
+                    assert bucket in LINEARS, parent
+                    if path[-3].kind == "operator":
+                        assert path[-3].name == "torch::autograd::AccumulateGrad", path
+                    else:
+                        assert linear == bucket == LINEARS[0], path
+                    reduces[bucket] += count
+                    reduced[bucket] += tree.value(node, "comm_bytes")
+            else:  # the engine's step: the gradients' norm; its forward: a check of the trace
+                assert (phase, frame.name) in {
+                    ("optimizer", "c10d::allreduce_"),
+                    ("forward", "c10d::broadcast_"),
+                }, path
+        for linear in LINEARS:
+            assert gathers[linear, "forward"] == STEPS, linear
+            assert gathers[linear, "backward"] == STEPS, linear
+            assert reduces[linear] == STEPS, linear
+            size = peer["bytes"][linear]
+            assert moved[linear] == 2 * STEPS * size
+            assert reduced[linear] == STEPS * size
+        # one row per Linear in the communication table, its own gathers' bytes
+        # in it, and the collectives' bytes all in some row
+        rows = {r.name.removeprefix("module."): r for r in by_module(tree)}
+        assert set(rows) == {f"{linear} (Linear)" for linear in LINEARS}
+        for linear in LINEARS:
+            assert rows[f"{linear} (Linear)"].bytes_by["forward all-gather"] == moved[linear] / 2
+        total = sum(r.bytes for r in rows.values())
+        assert total == 3 * STEPS * sum(peer["bytes"].values())
+        assert [f for f in analyze(p) if f["rule"] == "backward_imbalance"] == []
+
+
+@pytest.mark.slow
+def test_zero3_prefetch_goes_under_the_modules_it_gathers_for(tmp_path):
+    """Prefetch on (a bucket of five Linears' parameter count): the root's
+    fetch gathers the first bucket ahead, module 0's the rest; each is a
+    prefetch frame in the issuing fetch, naming what it gathers and its issuer."""
+    for p in run(tmp_path, 3, 1):
+        tree = p.tree
+        peer = assert_counted_as_peer(tmp_path, p, tree)
+        gathers = {}
+        for node, path in collectives(tree):
+            if tree.node_frame(node).name == GATHER:
+                # in the issuing module's own fetch (the native path's place)
+                assert [f.name for f in path[-3:-1]] == ["ZeRO::pre_forward"] * 1 + [
+                    "ZeRO::forward_prefetch"
+                ], path
+                gathers[path[-2].detail] = (path[-4].name, tree.value(node, "comm_bytes"))
+        # DeepSpeed takes parameters in their trace order until the bucket is
+        # reached: five Linears and the weight of the sixth (2.2), then the rest
+        sizes, weight = peer["bytes"], 64 * 256 * 4
+        first = sum(sizes[n] for n in LINEARS[:5]) + weight
+        assert gathers == {
+            "11 parameters of module.0.0, module.0.2, module.1.0, module.1.2 …, issued in module": (
+                "module",
+                STEPS * first,
+            ),
+            "5 parameters of module.2.2, module.3.0, module.3.2, issued in module.0": (
+                "module.0",
+                STEPS * (sum(sizes.values()) - first),
+            ),
+        }
+
+
+@pytest.mark.slow
+def test_zero2_backward_and_step_are_phases_and_buckets_name_their_modules(tmp_path):
+    for p in run(tmp_path, 2, 0):
+        tree = p.tree
+        peer = assert_counted_as_peer(tmp_path, p, tree)
+        named = Counter()
+        for node, path in collectives(tree):
+            frame, phase = tree.node_frame(node), path[0].name
+            if frame.name == GATHER:  # the updated partitions, gathered by the engine's step
+                assert phase == "optimizer", path
+                assert tree.value(node, "comm_bytes") == STEPS * sum(peer["bytes"].values())
+                continue
+            assert frame.name == "c10d::allreduce_", path
+            if path[-2].kind != "sharding":  # the engine's step: the gradients' norm
+                assert phase == "optimizer", path
+                continue
+            # every gradient bucket in backward, its frame naming the Linear it holds
+            assert phase == "backward", path
+            assert path[-2].name == "ZeRO::reduce_bucket", path
+            detail = path[-2].detail
+            assert detail.startswith("2 parameters of module."), detail
+            named[detail.removeprefix("2 parameters of module.")] += tree.value(node, "count")
+        assert named == {linear: STEPS for linear in LINEARS}
