@@ -263,7 +263,13 @@ def unfused_norm(w: Window) -> list[dict[str, Any]]:
     called from (a model's twelve LayerNorms are one fix)."""
     chains: dict[tuple, list[tuple[list[int], list[int], set[str]]]] = {}
     for ops in w.scopes(w.top_ops).values():
-        forward = [o for o in ops if not w.tree.node_frame(o).backward and w.phase(o) != "backward"]
+        # a model's forward: an update's arithmetic (a runtime's gradient
+        # norm, under the user's ``engine.step()``) is no norm layer
+        forward = [
+            o
+            for o in ops
+            if not w.tree.node_frame(o).backward and w.phase(o) not in ("backward", "optimizer")
+        ]
         names = {op_name(w.tree.node_frame(o)) for o in forward}
         inverse_root = "rsqrt" in names or ("sqrt" in names and names & {"div", "reciprocal"})
         reduce = names & {"mean", "var", "var_mean", "sum"}

@@ -327,6 +327,26 @@ def test_unfused_norm_quiet_when_the_ops_are_in_different_functions():
     assert "unfused_norm" not in rules(analyze(p))
 
 
+def test_regression_unfused_norm_blamed_the_users_step_line_for_an_engine_s_update():
+    """DeepSpeed's step computes its gradient norm (pow, sum, sqrt, div) under the
+    user's ``engine.step()`` line, its files being machinery: not a norm layer."""
+    step = line("train", "train.py:30")
+    p = profile(
+        ("forward", (TRAIN, HEAVY)),
+        (
+            "optimizer",
+            (
+                step,
+                f"aten::pow @cpu_time_ns={5 * MS}",
+                f"aten::sum @cpu_time_ns={5 * MS}",
+                f"aten::sqrt @cpu_time_ns={5 * MS}",
+                f"aten::div @cpu_time_ns={5 * MS}",
+            ),
+        ),
+    )
+    assert "unfused_norm" not in rules(analyze(p))
+
+
 def test_host_sync_reports_the_line_and_rate():
     p = profile(
         (
