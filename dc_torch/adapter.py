@@ -233,6 +233,9 @@ class TorchAdapter(Adapter):
             if self.capture_note
             else self.capture,
         }
+        for part in self._parts:
+            if isinstance(part, ZeroHooks):
+                env.update(part.environment())
         if cuda_present():
             env["cuda"] = str(torch.version.cuda or torch.version.hip or "")
             env["devices"] = ", ".join(

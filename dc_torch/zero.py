@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dc_core.collect.collector import INNERMOST
+from dc_core.model.comm import ZERO_ENV, zero_entry
 from dc_torch.sharding import ShardingHooks
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class ZeroHooks(ShardingHooks):
         super().__init__(hub)
         self.phases = phases
         self._models: list[_Model] = []  # the modules ZeRO wraps, as learned
+        self._entry = ""  # the last engine's settings (`environment`)
 
     def install(self) -> None:
         engine = _class(ENGINE, "DeepSpeedEngine")
@@ -247,11 +249,17 @@ class ZeroHooks(ShardingHooks):
             if hub.active and not any(model.engine is engine for model in self._models):
                 try:
                     self._models.append(_Model(engine, hub.frames.naming_root))
+                    self._entry = _settings(engine)
                 except Exception as exc:
                     hub.fail(exc, "zero")
             return original(engine, *args, **kwargs)
 
         return wrapped
+
+    def environment(self) -> dict[str, str]:
+        """The profile's ``zero`` entry: the ZeRO settings of the engine that
+        ran (stage, dtype, the settings advice names); empty without one."""
+        return {ZERO_ENV: self._entry} if self._entry else {}
 
     # --- parameters to modules ----------------------------------------------
     def _model(self, params: list[Any]) -> _Model | None:
@@ -273,6 +281,34 @@ class ZeroHooks(ShardingHooks):
         modules = sorted({name.rpartition(".")[0] or "the root" for name in names}, key=_natural)
         shown = ", ".join(modules[:LISTED]) + (" …" if len(modules) > LISTED else "")
         return f"{len(names)} parameters of {shown}"
+
+
+def _settings(engine: Any) -> str:
+    """The engine's ZeRO stage, dtype and communication settings, by the
+    names of DeepSpeed's config (`dc_core.model.comm.ZERO_SETTINGS`)."""
+    dtype = (
+        "bfloat16"
+        if engine.bfloat16_enabled()
+        else "float16"
+        if engine.fp16_enabled()
+        else "float32"
+    )
+    stage = int(engine.zero_optimization_stage())
+    # the engine's accessors of its config, one per setting
+    read = {
+        "overlap_comm": engine.zero_overlap_comm,
+        "reduce_bucket_size": engine.zero_reduce_bucket_size,
+        "stage3_prefetch_bucket_size": engine.zero_prefetch_bucket_size,
+        "stage3_max_live_parameters": engine.zero_max_live_parameters,
+        "stage3_max_reuse_distance": engine.zero_max_reuse_distance,
+        "stage3_param_persistence_threshold": engine.zero_param_persistence_threshold,
+    }
+    settings = {
+        key: accessor()
+        for key, accessor in read.items()
+        if stage == 3 or not key.startswith("stage3_")
+    }
+    return zero_entry(stage, dtype, settings)
 
 
 def _natural(name: str) -> list[tuple[int, int | str]]:

@@ -36,6 +36,44 @@ OPERATIONS = (
 )
 
 
+#: The environment entry of a profile of DeepSpeed ZeRO training: its stage,
+#: parameter dtype and the settings that decide how its communication runs,
+#: as DeepSpeed's config names them (`zero_entry`, `zero_settings`).
+ZERO_ENV = "zero"
+ZERO_SETTINGS = (
+    "overlap_comm",
+    "reduce_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_max_live_parameters",
+    "stage3_max_reuse_distance",
+    "stage3_param_persistence_threshold",
+)
+#: Bytes per element of the dtypes ZeRO trains in.
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def zero_entry(stage: int, dtype: str, settings: dict[str, object]) -> str:
+    """``stage 3, float32: overlap_comm=False, reduce_bucket_size=…`` (the
+    settings of `ZERO_SETTINGS` given, in that order)."""
+    listed = ", ".join(f"{k}={settings[k]}" for k in ZERO_SETTINGS if k in settings)
+    return f"stage {stage}, {dtype}: {listed}"
+
+
+def zero_settings(env: dict[str, str]) -> dict[str, str]:
+    """The entry `zero_entry` wrote, read back (``stage``, ``dtype`` and each
+    setting, as strings); empty when the profile has none."""
+    entry = env.get(ZERO_ENV, "")
+    head, _, listed = entry.partition(": ")
+    stage, _, dtype = head.partition(", ")
+    if not stage.startswith("stage "):
+        return {}
+    out = {"stage": stage.removeprefix("stage "), "dtype": dtype}
+    for item in filter(None, listed.split(", ")):
+        key, _, value = item.partition("=")
+        out[key] = value
+    return out
+
+
 def operation(name: str) -> str:
     """``all-gather``, ``reduce-scatter``, ``all-reduce`` or ``other``."""
     lowered = name.lower()
@@ -67,6 +105,9 @@ class ModuleComm:
         exposed_by: ``exposed_ns`` by ``"<phase> <operation>"``
             (``"backward all-gather"``).
         bytes_by: ``bytes`` likewise.
+        sharded_by: The runtime that shards its parameters, as its
+            ``sharding`` frames name it (``FSDP``, ``ZeRO``); "" for a
+            module that is not sharded (a DDP bucket's).
     """
 
     module: Frame
@@ -81,6 +122,7 @@ class ModuleComm:
     calls: int = 0
     exposed_by: dict[str, int] = field(default_factory=dict)
     bytes_by: dict[str, int] = field(default_factory=dict)
+    sharded_by: str = ""
 
     @property
     def name(self) -> str:
@@ -118,7 +160,7 @@ def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
     # per node: its non-phase path key and phase name
     key: list[tuple[Frame, ...]] = [()] * n
     phase: list[str] = [""] * n
-    sharded = set()  # keys of modules whose parameters a sharding runtime moves
+    sharded: dict[tuple[Frame, ...], str] = {}  # modules whose parameters a runtime moves
     for node in tree.topdown():
         if not node:
             continue
@@ -129,7 +171,7 @@ def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
         key[node], phase[node] = (*key[p], _forward(frame)), phase[p]
         # its forward work stands in the module's own call (`dc_torch.sharding`)
         if frame.kind == "sharding" and not frame.backward and tree.node_frame(p).kind == "module":
-            sharded.add(key[p])
+            sharded.setdefault(key[p], frame.name.partition("::")[0])
     # per node: the module it serves: the nearest sharded module above it,
     # else the nearest module (FSDP's gradient reduction may run inside an
     # autograd function placed under one of the module's own submodules)
@@ -152,7 +194,9 @@ def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
             continue
         row = rows.get(key[owner])
         if row is None:
-            row = rows[key[owner]] = ModuleComm(_forward(tree.node_frame(owner)), key[owner])
+            row = rows[key[owner]] = ModuleComm(
+                _forward(tree.node_frame(owner)), key[owner], sharded_by=sharded.get(key[owner], "")
+            )
         row.collectives.append(node)
         what = f"{phase[node] or 'step'} {operation(tree.node_frame(node).name)}"
         exposed, moved = tree.value(node, "exposed_comm_ns"), tree.value(node, "comm_bytes")

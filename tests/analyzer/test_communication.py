@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from dc_core.analyzer import analyze
-from dc_core.model.comm import by_module, operation
+from dc_core.model.comm import ZERO_ENV, by_module, operation, zero_entry, zero_settings
+from dc_core.model.tree import Frame
 from tests.analyzer.helpers import MS, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
@@ -20,10 +21,11 @@ def gather(ns: int, exposed: int, moved: int, backward: bool = False) -> str:
     )
 
 
-def fsdp_step(big_exposed: int, compute: int = 30 * MS):
+def fsdp_step(big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP"):
     """Two FSDP blocks over 3 steps: ``blocks.1`` is big and its gathers are
     ``big_exposed`` exposed in forward and again in backward; its gradients'
-    reduction runs inside FSDP's autograd function, placed under a submodule."""
+    reduction runs inside FSDP's autograd function, placed under a submodule.
+    ``runtime``: the sharding runtime its frames name."""
     big, small = "module:blocks.1", "module:blocks.0"
     return profile(
         (
@@ -32,13 +34,13 @@ def fsdp_step(big_exposed: int, compute: int = 30 * MS):
                 TRAIN,
                 (
                     small,
-                    ("sharding:FSDP::pre_forward", gather(MS, MS, 3 * 1024)),
+                    (f"sharding:{runtime}::pre_forward", gather(MS, MS, 3 * 1024)),
                     f"aten::addmm @cpu_time_ns={compute},count={STEPS}",
                 ),
                 (
                     big,
                     (
-                        "sharding:FSDP::pre_forward @cpu_time_ns=" + str(2 * MS),
+                        f"sharding:{runtime}::pre_forward @cpu_time_ns=" + str(2 * MS),
                         gather(big_exposed, big_exposed, 3 * 64 << 20),
                     ),
                     ("module:blocks.1.fc", f"aten::addmm @cpu_time_ns={compute},count={STEPS}"),
@@ -52,7 +54,7 @@ def fsdp_step(big_exposed: int, compute: int = 30 * MS):
                 (
                     big,
                     (
-                        "sharding:FSDP::pre_backward [backward]",
+                        f"sharding:{runtime}::pre_backward [backward]",
                         gather(big_exposed, big_exposed, 3 * 64 << 20, backward=True),
                     ),
                     (
@@ -130,6 +132,82 @@ def test_on_gloo_the_advice_says_prefetches_must_be_asynchronous():
     advice = only(analyze(p), "exposed_communication")["suggestion"]
     assert "_set_unshard_async_op(True)" in advice
     assert "reduce-scatter synchronously" in advice
+
+
+def test_under_zero_the_advice_is_deepspeed_s_settings_with_their_values_in_the_run():
+    p = fsdp_step(big_exposed=60 * MS, runtime="ZeRO")
+    settings = {
+        "overlap_comm": False,
+        "reduce_bucket_size": 500_000_000,
+        "stage3_prefetch_bucket_size": 0,
+        "stage3_max_reuse_distance": 1000,
+        "stage3_param_persistence_threshold": 100_000,
+    }
+    p.env = {"torch": "2.13.0", "cuda": "12.4", ZERO_ENV: zero_entry(3, "bfloat16", settings)}
+    assert [r.sharded_by for r in by_module(p.tree)] == ["ZeRO", "ZeRO"]
+    f = only(analyze(p), "exposed_communication")
+    assert f["path"][-1] == "blocks.1" and f["gain_ns"] == 2 * 60 * MS / STEPS
+    advice = f["suggestion"]
+    # 64 MiB a gather of bfloat16: 32 Mi elements
+    assert (
+        "prefetching is off (`stage3_prefetch_bucket_size` 0); 33554432 elements or more" in advice
+    )
+    assert "`stage3_max_reuse_distance` (now 1000)" in advice
+    assert (
+        "with `stage3_param_persistence_threshold` (now 100000) above 33554432 elements its "
+        "parameters stay whole on every rank (no gathers, 64.0 MiB more per rank)"
+    ) in advice
+    assert "`overlap_comm: true`" in advice
+    assert "fully_shard" not in advice and "set_modules_to" not in advice
+
+
+def test_under_zero_a_module_whose_gathers_are_prefetches_for_others_is_told_so():
+    """ZeRO-3's prefetch, one coalesced gather of the next modules' parameters,
+    stays in the fetch that issued it: the settings of the issuer's own gathers
+    are no advice for it."""
+    p = profile(
+        (
+            "forward",
+            (
+                TRAIN,
+                (
+                    "module:model",
+                    (
+                        "sharding:ZeRO::pre_forward",
+                        ("sharding:ZeRO::forward_prefetch", gather(60 * MS, 60 * MS, 3 << 20)),
+                    ),
+                    f"aten::addmm @cpu_time_ns={60 * MS},count={STEPS}",
+                ),
+            ),
+        ),
+        steps=(1, 1 + STEPS),
+        env={
+            "torch": "2.13.0",
+            ZERO_ENV: zero_entry(3, "float32", {"stage3_prefetch_bucket_size": 5}),
+        },
+    )
+    prefetch = p.tree.find_all(lambda f: f.name == "ZeRO::forward_prefetch")[0]
+    detail = "11 parameters of model.0, model.1, issued in model"
+    frame = p.tree.node_frame(prefetch)
+    p.tree.frames[p.tree.frame[prefetch]] = Frame(frame.kind, frame.name, detail=detail)
+    advice = only(analyze(p), "exposed_communication")["suggestion"]
+    assert advice.startswith(
+        "`model`'s gathers are ZeRO-3 prefetches issued in its fetch for 11 parameters of "
+        "model.0, model.1 (`stage3_prefetch_bucket_size` (now 5)): those modules wait for them"
+    )
+    assert "persistence" not in advice
+
+
+def test_the_zero_entry_reads_back_as_written():
+    entry = zero_entry(2, "float16", {"overlap_comm": True, "reduce_bucket_size": 16640})
+    assert entry == "stage 2, float16: overlap_comm=True, reduce_bucket_size=16640"
+    assert zero_settings({ZERO_ENV: entry}) == {
+        "stage": "2",
+        "dtype": "float16",
+        "overlap_comm": "True",
+        "reduce_bucket_size": "16640",
+    }
+    assert zero_settings({}) == zero_settings({ZERO_ENV: "garbled"}) == {}
 
 
 def test_hidden_or_small_gathers_are_no_finding():

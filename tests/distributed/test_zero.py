@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dc_core.analyzer import analyze
-from dc_core.model.comm import by_module
+from dc_core.model.comm import by_module, zero_settings
 from dc_core.store.logdir import load_profiles
 
 SCRIPT = Path(__file__).with_name("zero_blocks.py")
@@ -122,6 +122,19 @@ def test_zero3_gathers_sit_under_the_module_they_bring_and_reductions_under_thei
         total = sum(r.bytes for r in rows.values())
         assert total == 3 * STEPS * sum(peer["bytes"].values())
         assert [f for f in analyze(p) if f["rule"] == "backward_imbalance"] == []
+        assert {r.sharded_by for r in rows.values()} == {"ZeRO"}
+        # the engine's settings, as the analyzer's advice quotes them
+        linear = str(64 * 256 + 256)
+        assert zero_settings(p.env) == {
+            "stage": "3",
+            "dtype": "float32",
+            "overlap_comm": "False",
+            "reduce_bucket_size": linear,
+            "stage3_prefetch_bucket_size": "0",
+            "stage3_max_live_parameters": "1000000000",
+            "stage3_max_reuse_distance": "0",
+            "stage3_param_persistence_threshold": "0",
+        }
 
 
 @pytest.mark.slow
@@ -179,3 +192,9 @@ def test_zero2_backward_and_step_are_phases_and_buckets_name_their_modules(tmp_p
             assert detail.startswith("2 parameters of module."), detail
             named[detail.removeprefix("2 parameters of module.")] += tree.value(node, "count")
         assert named == {linear: STEPS for linear in LINEARS}
+        assert zero_settings(p.env) == {
+            "stage": "2",
+            "dtype": "float32",
+            "overlap_comm": "False",
+            "reduce_bucket_size": str(64 * 256 + 256),
+        }
