@@ -17,7 +17,10 @@ part the issuing thread could not overlap with anything else: the call itself
 (a backend may run the collective there) and the time it waited in the work's
 ``wait()`` (called by ``dist.*`` itself for a synchronous collective), billed
 to the collective that work came from. A work without a future is timed to
-the end of its wait.
+the end of its wait. A collective launched in one sharding scope and waited
+for in another's (a prefetch, waited for by the module it gathers for) has
+its wait timed as a scope of its own where the thread waits, a node of the
+collective's name whose detail is `WAITED`: the module that waited paid it.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD, INHERIT
 from dc_core.collect.ownfiles import cut_own_frames
+from dc_core.model.comm import WAITED
 from dc_torch.hub import Interceptor
 from dc_torch.native import NO_METRIC
 
@@ -69,6 +73,16 @@ def _initialized() -> bool:
 PENDING = 256
 
 
+class _Launch(NamedTuple):
+    """A collective's launch, kept until its work is waited for."""
+
+    node: int  # its collective's node
+    start: int  # launch ns
+    timed: bool  # whether its future times its completion
+    group: Any  # the sharding group whose scope launched it, None outside one
+    name: str  # its operator's name
+
+
 def moved_bytes(args: tuple) -> int:
     """Bytes a collective moves: its largest tensor argument (a list counts whole)."""
     return max(map(_tensor_bytes, args), default=0)
@@ -93,8 +107,8 @@ class CollectiveHooks:
         self.metric = NO_METRIC
         self.metric_bytes = NO_METRIC
         self.metric_exposed = NO_METRIC
-        # work -> (its collective's node, launch ns, whether its future times it)
-        self.pending: OrderedDict[Any, tuple[int, int, bool]] = OrderedDict()
+        self.pending: OrderedDict[Any, _Launch] = OrderedDict()  # by work
+        self._waited_fids: dict[tuple[str, int], int] = {}
         self._wait: Any = None  # Work.wait as it was, while ours stands in
         # No device marker of its own: a collective's kernels stay with the
         # marked operator around it, as they always have.
@@ -102,6 +116,10 @@ class CollectiveHooks:
         # inside a sharding runtime's scope (dc_torch.sharding): right under it
         self.inside = Interceptor(
             hub, "collective", user_depth=INHERIT, marks=False, after=self._launched
+        )
+        # a wait in another sharding group's scope than its launch's: right there
+        self.waiting = Interceptor(
+            hub, "collective wait", user_depth=INHERIT, marks=False, after=self._waited_here
         )
 
     def install(self) -> None:
@@ -112,6 +130,7 @@ class CollectiveHooks:
         self.metric_bytes = collector.metric("comm_bytes", "bytes")
         self.metric_exposed = collector.metric("exposed_comm_ns", "ns")
         self.pending.clear()
+        self._waited_fids = {}
         if _Work is not None and self._wait is None:
             self._wait = _Work.wait
             _Work.wait = self._timed_wait(self._wait)
@@ -137,6 +156,15 @@ class CollectiveHooks:
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
             if not hub.active:
                 return original(work, *args, **kwargs)
+            try:
+                fid = self._elsewhere(work)
+            except Exception as exc:
+                hub.fail(exc, "collective wait")
+                fid = None
+            if fid is not None:
+                launch = self.pending.pop(work)
+                note = (time.monotonic_ns(), launch)
+                return self.waiting.call((fid,), original, (work, *args), kwargs, note)
             start = time.monotonic_ns()
             try:
                 return original(work, *args, **kwargs)
@@ -157,10 +185,39 @@ class CollectiveHooks:
         """The calling thread waited ``ns`` on ``work``: exposed communication of
         the collective it came from (else of the scope the thread is in)."""
         collector = self.hub.collector
-        node, start, timed = self.pending.pop(work, (collector.top(), 0, True))
-        collector.add(node, self.metric_exposed, ns)
-        if not timed:  # launch to the end of the wait
-            collector.add(node, self.metric, time.monotonic_ns() - start)
+        launch = self.pending.pop(work, None)
+        if launch is None:
+            collector.add(collector.top(), self.metric_exposed, ns)
+            return
+        collector.add(launch.node, self.metric_exposed, ns)
+        if not launch.timed:  # launch to the end of the wait
+            collector.add(launch.node, self.metric, time.monotonic_ns() - launch.start)
+
+    def _elsewhere(self, work: Any) -> int | None:
+        """The frame of a wait for ``work`` where the thread stands, when that is
+        in another sharding group's scope than its launch (else None)."""
+        launch = self.pending.get(work)
+        if launch is None or launch.group is None:
+            return None
+        running = self.hub.thread_state().sharding
+        if not running or running[-1] is launch.group:
+            return None
+        flags = FLAG_BACKWARD if _current_node() is not None else 0
+        fid = self._waited_fids.get((launch.name, flags))
+        if fid is None:
+            fid = self._waited_fids[launch.name, flags] = self.hub.frames.op(
+                launch.name, flags, WAITED
+            )
+        return fid
+
+    def _waited_here(
+        self, node: int, frames: tuple, note: tuple, args: tuple, kwargs: dict, out: Any
+    ) -> None:
+        start, launch = note
+        now, collector = time.monotonic_ns(), self.hub.collector
+        collector.add(node, self.metric_exposed, now - start)
+        if not launch.timed:
+            collector.add(launch.node, self.metric, now - launch.start)
 
     def _kernel(self, name: str, op: Any) -> Callable:
         hub, scope, inside = self.hub, self.scope, self.inside
@@ -178,24 +235,27 @@ class CollectiveHooks:
                 fid = fids.get(flags)
                 if fid is None:
                     fid = fids[flags] = hub.frames.op(f"c10d::{name}", flags)
-                site = inside if hub.thread_state().sharding else scope
+                running = hub.thread_state().sharding
+                site, group = (inside, running[-1]) if running else (scope, None)
             except Exception as exc:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
             # comm_time_ns starts where the scope's cpu_time_ns does
-            return site.call((fid,), below_autograd, args, kwargs, time.monotonic_ns())
+            launch = (time.monotonic_ns(), group, f"c10d::{name}")
+            return site.call((fid,), below_autograd, args, kwargs, launch)
 
         return kernel
 
     def _launched(
-        self, node: int, frames: tuple, start: int, args: tuple, kwargs: dict, out: Any
+        self, node: int, frames: tuple, launch: tuple, args: tuple, kwargs: dict, out: Any
     ) -> None:
         collector = self.hub.collector
+        start, group, name = launch
         collector.add(node, self.metric_bytes, moved_bytes(args))
         collector.add(node, self.metric_exposed, time.monotonic_ns() - start)  # the call
-        self._on_completion(out, node, start)
+        self._on_completion(out, node, start, group, name)
 
-    def _on_completion(self, out: Any, node: int, start: int) -> None:
+    def _on_completion(self, out: Any, node: int, start: int, group: Any, name: str) -> None:
         work = out[-1] if isinstance(out, tuple) and out else out
         if isinstance(work, torch.ScriptObject):  # the dispatcher hands back the boxed Work
             work = _Work.unbox(work)
@@ -203,7 +263,7 @@ class CollectiveHooks:
         if _Work is not None and isinstance(work, _Work):
             # the same object dist.* hands its caller while we hold it
             pending = self.pending
-            pending[work] = (node, start, timed)
+            pending[work] = _Launch(node, start, timed, group, name)
             if len(pending) > PENDING:
                 pending.popitem(last=False)
 

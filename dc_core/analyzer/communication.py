@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.comm import ELEMENT_BYTES, ModuleComm, by_module, zero_settings
+from ..model.comm import ELEMENT_BYTES, WAITED, ModuleComm, by_module, zero_settings
 from .base import Window, finding, ms, percent, size
 
 MIB = 1 << 20
@@ -50,9 +50,22 @@ def _finding(w: Window, row: ModuleComm, gathers: float, step: float) -> dict[st
     forward = _part(row.exposed_by, "all-gather", "forward") / steps
     backward = gathers - forward
     moved = _part(row.bytes_by, "all-gather") / steps
-    calls = sum(w.tree.value(c, "count") for c in row.collectives if "gather" in _name(w, c)) / max(
-        steps, 1
-    )
+    gather_nodes = [c for c in row.collectives if "gather" in _name(w, c)]
+    calls = sum(w.tree.value(c, "count") for c in gather_nodes) / max(steps, 1)
+    # waits for gathers launched in another module's fetch (prefetches), per step
+    # by phase; the module's own gathers are the rest
+    waits = {"forward": 0, "backward": 0}
+    for c in gather_nodes:
+        if w.tree.node_frame(c).detail == WAITED:
+            phase = "forward" if w.phase(c) == "forward" else "backward"
+            waits[phase] += w.tree.value(c, "exposed_comm_ns")
+    waited = sum(waits.values()) / steps
+    own_forward = (_part(row.exposed_by, "all-gather", "forward") - waits["forward"]) / steps
+    own_backward = (
+        _part(row.exposed_by, "all-gather")
+        - _part(row.exposed_by, "all-gather", "forward")
+        - waits["backward"]
+    ) / steps
     reduces = _part(row.exposed_by, "reduce-scatter") / steps
     fqn = row.module.name
     severity, caveat = w.judge("warning", gathers)
@@ -61,7 +74,10 @@ def _finding(w: Window, row: ModuleComm, gathers: float, step: float) -> dict[st
     )
     message = (
         f"the step waits {ms(gathers)} per step ({percent(gathers / step)}) for `{fqn}`'s "
-        f"parameter all-gathers ({split}; {size(moved)} a step)"
+        f"parameter all-gathers ({split}"
+        + (f"; {size(moved)} a step" if moved else "")
+        + (f"; {ms(waited)} of it for a prefetch another module's fetch launched" if waited else "")
+        + ")"
         + (f", and {ms(reduces)} for its gradients' reduce-scatters" if reduces >= 1e5 else "")
         + (f" ({caveat})" if caveat else "")
     )
@@ -70,7 +86,14 @@ def _finding(w: Window, row: ModuleComm, gathers: float, step: float) -> dict[st
         severity,
         message,
         (_zero_advice if row.sharded_by == "ZeRO" else _advice)(
-            w, row, forward, backward, moved, calls, reduces
+            w,
+            row,
+            own_forward,
+            own_backward,
+            moved,
+            calls,
+            reduces,
+            waited,
         ),
         w.tree,
         row.nodes[0],
@@ -104,6 +127,7 @@ def _advice(
     moved: float,
     calls: float,
     reduces: float,
+    waited: float = 0,
 ) -> str:
     """FSDP2's settings that would hide the module's gathers."""
     fqn = row.module.name
@@ -231,6 +255,7 @@ def _zero_advice(
     moved: float,
     calls: float,
     reduces: float,
+    waited: float = 0,
 ) -> str:
     """DeepSpeed ZeRO-3's settings that would hide the module's gathers, with
     their values in the run (the profile's ``zero`` entry) where it has them."""
@@ -253,6 +278,13 @@ def _zero_advice(
     per_call = moved / max(calls, 1)
     elements = int(per_call / ELEMENT_BYTES.get(z.get("dtype", ""), 4))
     out = []
+    if waited:
+        out.append(
+            f"`{fqn}`'s parameters were prefetched and the step still waits for them here: "
+            f"a larger `stage3_prefetch_bucket_size`{now('stage3_prefetch_bucket_size')} requests "
+            f"them further ahead, behind more work, as far as `stage3_max_live_parameters`"
+            f"{now('stage3_max_live_parameters')} allows"
+        )
     if forward:
         bucket = z.get("stage3_prefetch_bucket_size", "")
         if bucket == "0":

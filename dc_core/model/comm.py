@@ -27,6 +27,11 @@ from .tree import Frame, Tree
 #: issuing thread waited (the call and every wait on its work), bytes moved.
 COMM_METRICS = ("comm_time_ns", "exposed_comm_ns", "comm_bytes")
 
+#: The detail of a collective's node that times a wait for it away from its
+#: launch: in another module's sharding scope (a prefetch, waited for by the
+#: module it gathers for). Exposed time, no call: its count is no collective's.
+WAITED = "waited for here, launched in another module's scope"
+
 #: What a collective does, from its operator's name (c10d's and the
 #: ``dist.*`` spellings alike), in the order rows list them.
 OPERATIONS = (
@@ -203,7 +208,7 @@ def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
         row.comm_ns += tree.value(node, "comm_time_ns")
         row.exposed_ns += exposed
         row.bytes += moved
-        row.calls += tree.value(node, "count")
+        row.calls += 0 if tree.node_frame(node).detail == WAITED else tree.value(node, "count")
         row.exposed_by[what] = row.exposed_by.get(what, 0) + exposed
         row.bytes_by[what] = row.bytes_by.get(what, 0) + moved
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dc_core.analyzer import analyze
-from dc_core.model.comm import ZERO_ENV, by_module, operation, zero_entry, zero_settings
+from dc_core.model.comm import WAITED, ZERO_ENV, by_module, operation, zero_entry, zero_settings
 from dc_core.model.tree import Frame
 from tests.analyzer.helpers import MS, line, only, profile, rules
 
@@ -196,6 +196,52 @@ def test_under_zero_a_module_whose_gathers_are_prefetches_for_others_is_told_so(
         "model.0, model.1 (`stage3_prefetch_bucket_size` (now 5)): those modules wait for them"
     )
     assert "persistence" not in advice
+
+
+def test_under_zero_a_module_that_waits_for_a_prefetch_is_told_to_have_it_requested_earlier():
+    """The wait for a prefetch is timed where the module that needs it waits
+    (`WAITED`); the gather and its bytes stay where it was launched."""
+    p = profile(
+        (
+            "forward",
+            (
+                TRAIN,
+                (
+                    "module:model",
+                    ("sharding:ZeRO::pre_forward", gather(MS, MS, 3 << 20)),
+                    (
+                        "module:model.1",
+                        (
+                            "sharding:ZeRO::pre_forward",
+                            f"{GATHER} @cpu_time_ns={60 * MS},count={STEPS},"
+                            f"exposed_comm_ns={60 * MS}",
+                        ),
+                        f"aten::addmm @cpu_time_ns={60 * MS},count={STEPS}",
+                    ),
+                ),
+            ),
+        ),
+        steps=(1, 1 + STEPS),
+        env={
+            "torch": "2.13.0",
+            ZERO_ENV: zero_entry(3, "float32", {"stage3_prefetch_bucket_size": 5}),
+        },
+    )
+    wait = p.tree.find_all(lambda f: f.name == GATHER)[-1]
+    frame = p.tree.node_frame(wait)
+    p.tree.frames[p.tree.frame[wait]] = Frame(frame.kind, frame.name, detail=WAITED)
+    row = {r.name: r for r in by_module(p.tree)}["model.1"]
+    assert (row.calls, row.bytes, row.exposed_ns) == (0, 0, 60 * MS)
+    f = only(analyze(p), "exposed_communication")
+    assert f["path"][-1] == "model.1"
+    assert f["message"].endswith(
+        "(forward 20.0 ms; 20.0 ms of it for a prefetch another module's fetch launched)"
+    )
+    assert f["suggestion"] == (
+        "`model.1`'s parameters were prefetched and the step still waits for them here: a "
+        "larger `stage3_prefetch_bucket_size` (now 5) requests them further ahead, behind more "
+        "work, as far as `stage3_max_live_parameters` allows"
+    )
 
 
 def test_the_zero_entry_reads_back_as_written():

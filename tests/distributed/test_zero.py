@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dc_core.analyzer import analyze
-from dc_core.model.comm import by_module, zero_settings
+from dc_core.model.comm import WAITED, by_module, zero_settings
 from dc_core.store.logdir import load_profiles
 
 SCRIPT = Path(__file__).with_name("zero_blocks.py")
@@ -42,8 +42,11 @@ def run(root: Path, stage: int, prefetch: int) -> list:
 
 
 def collectives(tree) -> list[tuple[int, list]]:
-    """(node, its path's frames) of every collective."""
-    found = tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::"))
+    """(node, its path's frames) of every collective (not a wait timed away
+    from its launch)."""
+    found = tree.find_all(
+        lambda f: f.kind == "operator" and f.name.startswith("c10d::") and f.detail != WAITED
+    )
     return [(n, tree.path_frames(n)) for n in found]
 
 
@@ -123,6 +126,7 @@ def test_zero3_gathers_sit_under_the_module_they_bring_and_reductions_under_thei
         assert total == 3 * STEPS * sum(peer["bytes"].values())
         assert [f for f in analyze(p) if f["rule"] == "backward_imbalance"] == []
         assert {r.sharded_by for r in rows.values()} == {"ZeRO"}
+        assert tree.find_all(lambda f: f.detail == WAITED) == []  # each waits for its own
         # the engine's settings, as the analyzer's advice quotes them
         linear = str(64 * 256 + 256)
         assert zero_settings(p.env) == {
@@ -138,10 +142,11 @@ def test_zero3_gathers_sit_under_the_module_they_bring_and_reductions_under_thei
 
 
 @pytest.mark.slow
-def test_zero3_prefetch_goes_under_the_modules_it_gathers_for(tmp_path):
+def test_zero3_prefetch_is_named_by_what_it_gathers_and_waited_for_where_it_is_used(tmp_path):
     """Prefetch on (a bucket of five Linears' parameter count): the root's
     fetch gathers the first bucket ahead, module 0's the rest; each is a
-    prefetch frame in the issuing fetch, naming what it gathers and its issuer."""
+    prefetch frame in the issuing fetch, naming what it gathers and its issuer,
+    and the step's wait for it is the first module that needs it."""
     for p in run(tmp_path, 3, 1):
         tree = p.tree
         peer = assert_counted_as_peer(tmp_path, p, tree)
@@ -167,6 +172,21 @@ def test_zero3_prefetch_goes_under_the_modules_it_gathers_for(tmp_path):
                 STEPS * (sum(sizes.values()) - first),
             ),
         }
+        # each bucket is waited for in the fetch of the first Linear it serves
+        # (the second begins with 2.2's bias): that Linear's row has the wait
+        waits = Counter()
+        for node in tree.find_all(lambda f: f.detail == WAITED):
+            path = tree.path_frames(node)
+            assert path[-1].name == GATHER and path[-2].name == "ZeRO::pre_forward", path
+            waits[linear_of(path)] += tree.value(node, "count")
+        assert waits == {"0.0": STEPS, "2.2": STEPS}
+        rows = {r.name: r for r in by_module(tree)}
+        for linear in ("0.0", "2.2"):
+            row = rows[f"module.{linear} (Linear)"]
+            assert row.exposed_by["forward all-gather"] > 0
+            # the bytes stay with the gather, in the fetch that launched it
+            assert row.bytes_by["forward all-gather"] == 0
+        assert rows["module (Sequential)"].bytes_by["forward all-gather"] == STEPS * first
 
 
 @pytest.mark.slow
