@@ -128,8 +128,10 @@ def _package_prefixes(package: str) -> tuple[str, ...]:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):  # a broken install, or a module without a spec
         return ()
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None:
         return ()
+    if not spec.submodule_search_locations:  # a module of one file (typing_extensions.py)
+        return (spec.origin,) if spec.origin and os.path.isfile(spec.origin) else ()
     # os.fspath: a lazy module's spec may list its directory as a Path
     return tuple(
         prefix

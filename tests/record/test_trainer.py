@@ -127,9 +127,12 @@ def test_a_frameworks_model_subpackages_are_not_its_machinery(tmp_path, monkeypa
         (root / path).write_text("")
     (tmp_path / "dcfakeplain").mkdir()
     (tmp_path / "dcfakeplain" / "__init__.py").write_text("")
+    (tmp_path / "dcfakeone.py").write_text("")  # a module of one file (typing_extensions)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(
-        ownfiles.FRAMEWORK_PACKAGES, "fake", ("dcfakefw", "dcfakeplain", "dcfake_missing")
+        ownfiles.FRAMEWORK_PACKAGES,
+        "fake",
+        ("dcfakefw", "dcfakeplain", "dcfake_missing", "dcfakeone"),
     )
     prefixes = ownfiles.framework_prefixes("fake")
     assert "dcfakefw" not in sys.modules  # found, not imported
@@ -149,5 +152,6 @@ def test_a_frameworks_model_subpackages_are_not_its_machinery(tmp_path, monkeypa
     )
     assert not covered("dcfakefw/pytorch/demos/model.py")
     assert str(tmp_path / "dcfakeplain") + os.sep in prefixes  # no model code in it: one prefix
+    assert str(tmp_path / "dcfakeone.py") in prefixes
     with pytest.raises(KeyError):
         ownfiles.framework_prefixes("no such framework")
