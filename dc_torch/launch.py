@@ -12,18 +12,34 @@ Torch runs the per-optimizer post-hooks before the global ones, and a window
 opening or closing adds or removes global hooks (the adapter's optimizer
 phase): doing it from the optimizer's own hook keeps torch's loop over the
 global hooks intact.
+
+An optimizer stepped by a training engine's ``step()`` (DeepSpeed's, whose
+ZeRO optimizer steps torch's, then gathers the updated parameters) ends its
+step where the engine's ``step()`` returns, when that call updated: the
+engine's class gets a wrapper for the rest of the run (inert once the run's
+steps end). Step 0 still ends at the first update, inside that call.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from dc_core.collect.ownfiles import cut_own_frames
 
 if TYPE_CHECKING:
     from dc_torch.loop import Profiler
 
 logger = logging.getLogger("deepcontext")
+
+#: Training engines whose ``step()`` steps the optimizer and does more after:
+#: (the file of the module defining the engine, its class's method).
+ENGINES = ((os.path.join("deepspeed", "runtime", "engine.py"), "step"),)
+#: How far up the stack an engine's step is looked for from the optimizer's.
+ENGINE_DEPTH = 16
 
 
 class OptimizerSteps:
@@ -36,6 +52,9 @@ class OptimizerSteps:
         self.post: Any = None  # handle of the optimizer's own post-hook
         self._seen = False
         self._started = False
+        self.updates = 0  # the first optimizer's updates so far
+        # (class, its step as it was, our wrapper) while an engine's step ends steps
+        self.engine: tuple[type, Callable, Callable] | None = None
 
     def install(self) -> None:
         from torch.optim import optimizer as optimizer_mod
@@ -50,6 +69,7 @@ class OptimizerSteps:
             return
         self._seen = True
         try:
+            self._follow_engine()
             self.post = optimizer.register_step_post_hook(self._updated)
         except Exception as exc:  # fail-open: the script runs unprofiled
             logger.warning(
@@ -58,9 +78,11 @@ class OptimizerSteps:
             )
 
     def _updated(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.updates += 1
         loop = self.loop
         if loop is not None:
-            loop.step()
+            if self.engine is None:  # else the engine's step, when it returns
+                loop.step()
         # the first update ended step 0: step 1 begins, if the steps are ours
         elif not self._started:
             self._started = True
@@ -75,10 +97,13 @@ class OptimizerSteps:
 
     def _adopt(self, optimizer: Any) -> None:
         launch = self.launch
-        if not launch.claim(
-            f"each {type(optimizer).__name__}.step{_caller(launch)} (the first optimizer to "
-            "step); step 0 ends at its first update"
-        ):
+        stepped = (
+            f"each {self.engine[0].__name__}.step{_caller(launch)} that updates (the engine "
+            f"stepping {type(optimizer).__name__}, the first optimizer to step)"
+            if self.engine is not None
+            else f"each {type(optimizer).__name__}.step{_caller(launch)} (the first optimizer to step)"
+        )
+        if not launch.claim(f"{stepped}; step 0 ends at its first update"):
             return  # a trainer or the script's own profiler has them; this hook stays inert until close
         from dc_torch.loop import Profiler  # the adapter loads when there are steps to profile
 
@@ -101,6 +126,60 @@ class OptimizerSteps:
         self.post = self.first = None
         if self.loop is not None:
             self.loop.stop()
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            cls, original, wrapper = engine
+            if cls.__dict__.get("step") is wrapper:  # else a window's wrapper is over ours
+                cls.step = original
+
+    # --- a training engine's step ----------------------------------------------
+    def _follow_engine(self) -> None:
+        """When this first update runs inside an engine's ``step()``, end the
+        steps where that returns (see the module docstring)."""
+        frame = sys._getframe(2)
+        for _ in range(ENGINE_DEPTH):
+            if frame is None:
+                return
+            code = frame.f_code
+            if any(
+                code.co_name == name and code.co_filename.endswith(file) for file, name in ENGINES
+            ):
+                engine = frame.f_locals.get("self")
+                break
+            frame = frame.f_back
+        else:
+            return
+        cls = next((c for c in type(engine).__mro__ if code.co_name in c.__dict__), None)
+        if cls is None or cls.__dict__[code.co_name].__code__ is not code:
+            return
+        original = cls.__dict__[code.co_name]
+        steps = self
+
+        def step(engine: Any, *args: Any, **kwargs: Any) -> Any:
+            before = steps.updates
+            try:
+                out = original(engine, *args, **kwargs)
+            except BaseException as exc:  # the user's, with the traceback it has without us
+                cut_own_frames(exc)
+                raise
+            loop = steps.loop
+            if loop is not None and steps.engine is not None and steps.updates != before:
+                try:
+                    loop.step()
+                except Exception as exc:  # fail-open: training goes on
+                    logger.warning(
+                        "DeepContext could not end a step at the engine's step (%r)", exc
+                    )
+            return out
+
+        step.__wrapped__ = original  # type: ignore[attr-defined]
+        step.__name__, step.__qualname__, step.__doc__ = (
+            original.__name__,
+            original.__qualname__,
+            original.__doc__,
+        )
+        setattr(cls, code.co_name, step)
+        self.engine = (cls, original, step)
 
 
 def _caller(launch: Any) -> str:

@@ -91,11 +91,8 @@ class PhaseHooks:
         self._begin("optimizer", type(optimizer))
 
     def _optimizer_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._update_end(self._end())
-
-    def _update_end(self, step: int | None) -> None:
-        """An update that began in ``step`` ended; not when it also ended the
-        step (deepcontext run)."""
+        step = self._end()
+        # not when the update also ended the step (deepcontext run)
         if step == self.hub.session.last_step:
             self.hub.session.update_end()
 
@@ -203,10 +200,9 @@ class PhaseHooks:
         name: str,
         phase: str,
         frame: tuple[str, str, int] | None = None,
-        update: bool = False,
     ) -> None:
         """Run ``cls.name`` as phase ``phase`` (under ``frame``, when given) until
-        `uninstall`; ``update``: each call is an optimizer update (an engine's step)."""
+        `uninstall`."""
         hooks = self
 
         # The wrapped method is read from ``__wrapped__`` at each call, so that a
@@ -220,9 +216,7 @@ class PhaseHooks:
                 cut_own_frames(exc)
                 raise
             finally:
-                step = hooks._end()
-                if update:
-                    hooks._update_end(step)
+                hooks._end()
             seen = hooks.batch_seen
             if phase == "dataloader" and seen is not None:
                 seen(out)  # keeps its own errors (fail-open)

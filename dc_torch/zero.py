@@ -84,7 +84,8 @@ class ZeroHooks(ShardingHooks):
         self.contexts, self._models = {}, []
         self._wrap(engine, "forward", self._forward)
         self.phases.patch(engine, "backward", "backward")
-        self.phases.patch(engine, "step", "optimizer", update=True)
+        # its update is torch's optimizer's, inside: that ends the update
+        self.phases.patch(engine, "step", "optimizer")
         offload = _class(OFFLOAD, "DeepSpeedZeRoOffload")
         if offload is not None:
             for name, (label, backward) in MODULE_HOOKS.items():

@@ -1,12 +1,16 @@
 """Start a test script's ranks: ``spawn(worker, ranks, *args)`` runs
 ``worker(rank, ranks, *args, init)`` in ``ranks`` fresh processes that meet at
-``init``, a file store of their own (gloo)."""
+``init``, a file store of their own (gloo); ``launch(cwd, *command)`` runs a
+launcher (``torchrun``, ``deepcontext run -- torchrun``) that starts them."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch.multiprocessing as mp
@@ -19,3 +23,15 @@ def spawn(worker: Callable[..., None], ranks: int, *args: Any) -> None:
     mp.start_processes(
         worker, args=(ranks, *args, f"file://{store}"), nprocs=ranks, start_method="spawn"
     )
+
+
+def launch(cwd: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
+    """``command`` in ``cwd`` (a launcher: ``torchrun``, ``deepcontext run``),
+    with this interpreter's scripts (torchrun) on the PATH, one thread per
+    rank, ``env`` added and no DeepContext config from outside; it must succeed."""
+    merged = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", **env}
+    merged["PATH"] = str(Path(sys.executable).parent) + os.pathsep + merged.get("PATH", "")
+    merged.pop("DEEPCONTEXT_CONFIG", None)
+    done = subprocess.run(command, cwd=cwd, env=merged, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done

@@ -7,8 +7,6 @@ names it, as many as torch.profiler's FSDP records of that block count."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,10 +15,10 @@ import pytest
 
 from dc_core.model.comm import by_module
 from dc_core.store.logdir import find_profiles, read_profile
+from tests.distributed.spawn import launch
 
 SCRIPT = Path(__file__).with_name("lightning_fsdp.py")
 GATHER, REDUCE = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"
-BIN = str(Path(sys.executable).parent)
 
 
 def check(root: Path, logdir: Path) -> None:
@@ -55,22 +53,9 @@ def check(root: Path, logdir: Path) -> None:
         assert all(row.calls > 0 and row.exposed_ns > 0 for row in rows.values())
 
 
-def run(tmp_path: Path, *command: str) -> subprocess.CompletedProcess:
-    """``command`` in ``tmp_path``, with this interpreter's scripts (torchrun) on
-    the PATH, one thread per rank and no DeepContext config from outside."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
-    env.pop("DEEPCONTEXT_CONFIG", None)
-    done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
 @pytest.mark.slow
 def test_lightning_model_parallel_strategy_with_the_callback(tmp_path):
-    run(tmp_path, sys.executable, str(SCRIPT), str(tmp_path))
+    launch(tmp_path, sys.executable, str(SCRIPT), str(tmp_path))
     check(tmp_path, tmp_path / "lightning_logs")
 
 
@@ -78,6 +63,6 @@ def test_lightning_model_parallel_strategy_with_the_callback(tmp_path):
 def test_lightning_fsdp_under_deepcontext_run_torchrun(tmp_path):
     deepcontext = [sys.executable, "-m", "dc_core", "run", "--logdir", str(tmp_path / "out")]
     torchrun = ["torchrun", "--nproc-per-node", "2", str(SCRIPT), str(tmp_path), "bare"]
-    done = run(tmp_path, *deepcontext, "--no-report", "--", *torchrun)
+    done = launch(tmp_path, *deepcontext, "--no-report", "--", *torchrun)
     assert "2 processes profiled" in done.stderr
     check(tmp_path, tmp_path / "out")

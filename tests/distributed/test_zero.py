@@ -18,8 +18,10 @@ import pytest
 from dc_core.analyzer import analyze
 from dc_core.model.comm import WAITED, by_module, zero_settings
 from dc_core.store.logdir import load_profiles
+from tests.distributed.spawn import launch
 
 SCRIPT = Path(__file__).with_name("zero_blocks.py")
+RUN_SCRIPT = Path(__file__).with_name("zero_run.py")
 LINEARS = [f"{b}.{i}" for b in range(4) for i in (0, 2)]  # as the user's model names them
 GATHER, REDUCE = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"
 STEPS = 2
@@ -218,3 +220,44 @@ def test_zero2_backward_and_step_are_phases_and_buckets_name_their_modules(tmp_p
             "overlap_comm": "False",
             "reduce_bucket_size": str(64 * 256 + 256),
         }
+
+
+@pytest.mark.slow
+def test_deepcontext_run_torchrun_ends_a_step_where_the_engine_s_updating_step_returns(tmp_path):
+    """No DeepContext in the script: ``deepcontext run`` follows torch's
+    optimizer, which ZeRO steps inside ``engine.step()``; the step ends where
+    that call returns (the gathers of the updated parameters after torch's
+    update are the step's optimizer work, not the next step's forward), and
+    only at calls that updated (two micro-batches a step)."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "dc_core", "run", "--steps", "2:2", "--logdir", str(out)]
+    torchrun = ["torchrun", "--nproc-per-node", "2", str(RUN_SCRIPT), str(tmp_path)]
+    done = launch(tmp_path, *command, "--no-report", "--", *torchrun, DS_ACCELERATOR="cpu")
+    assert "2 processes profiled" in done.stderr
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"updates-{rank}.json").read_text()) == 6
+    profiles, errors = load_profiles(out)
+    assert errors == [] and sorted(p.rank for p in profiles) == [0, 1]
+    for p in profiles:
+        assert p.steps == (2, 4)
+        assert p.step_source.startswith("each DeepSpeedEngine.step at zero_run.py:")
+        tree = p.tree
+        # forward is the model's and the loss's: nothing else runs outside the engine
+        outside = set()
+        for node in tree.find_all(lambda f: f.kind == "operator"):
+            path = tree.path_frames(node)
+            if path[0].name == "forward" and not any(f.name == "DeepSpeedEngine" for f in path):
+                outside.add(path[-1].name)
+        assert outside - {"deepcontext::call_paths"} == {"aten::pow", "aten::mean"}
+        # two micro-batches per step, both in forward (no step ends, no phase
+        # changes at a call that did not update): each Linear ran twice a step
+        runs = Counter()
+        for node in tree.find_all(
+            lambda f: f.name == "LinearFunctionForZeroStage3" and not f.backward
+        ):
+            path = tree.path_frames(node)
+            runs[path[0].name, linear_of(path)] += tree.value(node, "count")
+        assert runs == {("forward", linear): 2 * STEPS for linear in ("0.0", "0.2", "1.0", "1.2")}
+        # the updated parameters' gathers after torch's update: in the optimizer phase
+        gathers = [n for n, path in collectives(tree) if path[-1].name == GATHER]
+        assert gathers and all(tree.path_frames(n)[0].name == "optimizer" for n in gathers)
