@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model.comm import zero_settings
 from .base import Window, finding, ms, op_name, percent
 
 
@@ -13,6 +14,11 @@ def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
     phases = w.phase_nodes("optimizer")
     if not phases or w.profile.framework == "jax":
         return []  # XLA compiles a JAX update into the step's program: there is nothing to launch per parameter
+    if zero_settings(w.profile.env):
+        # DeepSpeed ZeRO updates flat partitions, a tensor or a few per group:
+        # the per-parameter operators of its step are the runtime's (gathering
+        # and copying out the updated parameters), which no foreach changes
+        return []
     share = w.quiet_share(phases)
     ops = [o for o in w.top_ops if w.phase(o) == "optimizer"]
     names = {op_name(w.tree.node_frame(o)) for o in ops}

@@ -1,6 +1,7 @@
 """optimizer_unfused, dataloader_bottleneck, gpu_idle on literal trees."""
 
 from dc_core.analyzer import analyze
+from dc_core.model.comm import ZERO_ENV, zero_entry
 from tests.analyzer.helpers import MS, line, only, profile, rules
 
 TRAIN = line("train", "train.py:20")
@@ -33,6 +34,19 @@ def test_optimizer_unfused_is_torch_advice_not_given_to_jax():
     )
     assert "optimizer_unfused" not in rules(analyze(profile(FORWARD, ops, framework="jax")))
     assert "optimizer_unfused" in rules(analyze(profile(FORWARD, ops, framework="torch")))
+
+
+def test_optimizer_unfused_is_no_advice_for_deepspeed_zero():
+    """ZeRO's step updates flat partitions; its per-parameter operators are
+    the runtime's gathering of the updated parameters."""
+    ops = (
+        "optimizer",
+        f"aten::narrow @cpu_time_ns={10 * MS},count=150",
+        f"aten::copy_ @cpu_time_ns={10 * MS},count=150",
+    )
+    env = {"torch": "2.13.0", ZERO_ENV: zero_entry(3, "float32", {"overlap_comm": True})}
+    assert "optimizer_unfused" not in rules(analyze(profile(FORWARD, ops, env=env)))
+    assert "optimizer_unfused" in rules(analyze(profile(FORWARD, ops, env={"torch": "2.13.0"})))
 
 
 def test_optimizer_unfused_quiet_with_foreach_kernels():
