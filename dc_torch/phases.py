@@ -107,9 +107,12 @@ class PhaseHooks:
             mode_runs_it = (
                 name == "backward" and window.capture == "python" and thread == window.thread
             )
-            # in the same phase already (an engine's backward runs autograd's): one scope
+            # a backward inside a backward (an engine's runs autograd's): one scope,
+            # at the engine's caller. Not other phases: an optimizer's phase may
+            # stay open on this list while a closure's phases run (Lightning's
+            # clipping after it belongs to the update)
             inner = next((p for p, _ in reversed(state.phases) if p is not None), None)
-            again = getattr(inner, "name", None) == name
+            again = name == "backward" and getattr(inner, "name", None) == name
             if hub.active and thread not in window.suspended and not mode_runs_it and not again:
                 phase = hub.session.phase(name, below_caller=name == "backward")
                 phase.__enter__()  # its exit closes the step's frame too
