@@ -83,6 +83,23 @@ def test_a_straggler_is_named_by_busy_time_with_its_module_and_the_wait_it_cause
     assert "prefetching cannot hide" in f["suggestion"]
 
 
+def test_regression_the_wait_is_read_where_the_ranks_meet_the_straggler():
+    """4 ranks on 2 cores: every rank waits mostly on the host, the slow one as
+    much as the others elsewhere (here 20 ms more in blocks.0), so the totals'
+    difference was 0 and the planted straggler went unnamed in 1 run of 3. At
+    blocks.2, where they meet it, the others wait 20 ms more."""
+    profiles = [
+        fsdp_rank(r, extra_ms=20, own_wait_ms=20) if r == 2 else fsdp_rank(r, waited_ms=20)
+        for r in range(4)
+    ]
+    f = only(analyze_ranks(profiles), "load_imbalance")
+    e = f["evidence"]
+    assert e["rank"] == 2 and e["module"] == "blocks.1"
+    assert e["wait_ns_per_rank"] == {"0": 0, "1": 0, "3": 0}
+    assert e["wait_ns"] == f["gain_ns"] == 20 * MS
+    assert e["all_gather_wait_ns_by_module"] == {"blocks.2": 20 * MS}
+
+
 def test_regression_ranks_waiting_for_a_straggler_are_not_told_to_prefetch():
     """Issue 31: ranks 0, 1 and 3 were told to prefetch blocks.2, whose gather
     they wait in for rank 2. Analysed together, they are told whom they wait for."""
