@@ -166,9 +166,7 @@ class ZeroHooks(ShardingHooks):
             except Exception as exc:
                 hub.fail(exc, "zero")
                 return original(*call, **kwargs)
-            if parent == INNERMOST:
-                return self._inside(running, target, fid, original, call, kwargs)
-            return self._run(running, target, fid, parent, original, call, kwargs)
+            return self._placed(running, target, fid, parent, original, call, kwargs)
 
         return wrapped
 
@@ -198,9 +196,7 @@ class ZeroHooks(ShardingHooks):
             except Exception as exc:
                 hub.fail(exc, "zero")
                 return original(*call, **kwargs)
-            if parent == INNERMOST:
-                return self._inside(running, target, fid, original, call, kwargs)
-            return self._run(running, target, fid, parent, original, call, kwargs)
+            return self._placed(running, target, fid, parent, original, call, kwargs)
 
         return wrapped
 
@@ -230,6 +226,22 @@ class ZeroHooks(ShardingHooks):
             return self._inside(running, optimizer, fid, original, call, kwargs)
 
         return wrapped
+
+    def _placed(
+        self,
+        running: list[Any],
+        group: Any,
+        fid: int,
+        parent: int,
+        func: Callable,
+        args: tuple,
+        kwargs: dict,
+    ) -> Any:
+        """``func`` as a scope at ``fid``: right under the innermost open scope
+        (`_inside`) where ``parent`` is INNERMOST, else under ``parent``."""
+        if parent == INNERMOST:
+            return self._inside(running, group, fid, func, args, kwargs)
+        return self._run(running, group, fid, parent, func, args, kwargs)
 
     def _inside(
         self, running: list[Any], group: Any, fid: int, func: Callable, args: tuple, kwargs: dict

@@ -7,8 +7,6 @@ same steps' collectives."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -28,16 +26,16 @@ STEPS = 2
 
 
 def run(root: Path, stage: int, prefetch: int) -> list:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "DS_ACCELERATOR": "cpu"}
-    env.pop("DEEPCONTEXT_CONFIG", None)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(root), "2", str(stage), str(prefetch)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    launch(
+        root,
+        sys.executable,
+        str(SCRIPT),
+        str(root),
+        "2",
+        str(stage),
+        str(prefetch),
+        DS_ACCELERATOR="cpu",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     profiles, errors = load_profiles(root)
     assert errors == [] and sorted(p.rank for p in profiles) == [0, 1]
     return profiles
