@@ -51,7 +51,10 @@ def _finding(w: Window, row: ModuleComm, gathers: float, step: float) -> dict[st
     backward = gathers - forward
     moved = _part(row.bytes_by, "all-gather") / steps
     gather_nodes = [c for c in row.collectives if "gather" in _name(w, c)]
-    calls = sum(w.tree.value(c, "count") for c in gather_nodes) / max(steps, 1)
+    # the gathers themselves: a wait timed away from its launch is no call
+    calls = sum(
+        w.tree.value(c, "count") for c in gather_nodes if w.tree.node_frame(c).detail != WAITED
+    ) / max(steps, 1)
     # waits for gathers launched in another module's fetch (prefetches), per step
     # by phase; the module's own gathers are the rest
     waits = {"forward": 0, "backward": 0}
