@@ -11,7 +11,9 @@
   step's edges), where the window timed its steps on the thread that ran
   them (``deepcontext run``'s time-range fallback times a range from a
   thread of its own while the work runs on others), less a ``compile`` phase
-  (one-off compiles, which step times leave out by design).
+  (one-off compiles, which step times leave out by design). The root may
+  exceed them by its ``other`` phase too: threads in no scope (gloo's worker
+  copying a gathered tensor into place) record there while the step runs.
 
 ``tests/conftest.py`` runs it over every profile a session writes during the
 suite (in this process or a child process's, under the test's ``tmp_path``).
@@ -83,11 +85,14 @@ def violations(profile: Profile) -> list[str]:
         root = tree.inclusive("cpu_time_ns")[0] - (
             tree.inclusive("cpu_time_ns")[compiled] if compiled else 0
         )
+        other = tree.find("other")
+        beside = tree.inclusive("cpu_time_ns")[other] if other else 0
         off_thread = profile.step_source.startswith("a time range")
+        slack = STEP_SLACK * steps + EDGE_SLACK_NS * len(profile.step_times_ns)
         if (
             profile.step_times_ns
             and not off_thread
-            and abs(root - steps) > STEP_SLACK * steps + EDGE_SLACK_NS * len(profile.step_times_ns)
+            and not -slack <= root - steps <= slack + beside
         ):
             found.append(f"the root's time {root} ns is not the steps' {steps} ns (±2%)")
     return found

@@ -48,29 +48,30 @@ def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(32, 64)
 
-    # ns the training thread spent in the process group's collective calls
-    # (a backend may run the collective there) and in waits on their works,
-    # while counting
-    waited = [0, False, 0]  # total, counting, depth inside a collective call
+    # ns the training thread spent in waits on the process group's works and
+    # in its collective calls (a backend may run the collective there), while
+    # counting
+    spent = {"wait": 0, "call": 0}
+    state = [False, 0]  # counting, depth inside a timed call
 
-    def timed(func):
+    def timed(func, kind):
         def call(*args, **kwargs):
             start = time.monotonic_ns()
-            waited[2] += 1
+            state[1] += 1
             try:
                 return func(*args, **kwargs)
             finally:
-                waited[2] -= 1
-                if waited[1] and not waited[2]:
-                    waited[0] += time.monotonic_ns() - start
+                state[1] -= 1
+                if state[0] and not state[1]:
+                    spent[kind] += time.monotonic_ns() - start
 
         return call
 
     work, group = torch._C._distributed_c10d.Work, torch._C._distributed_c10d.ProcessGroup
     plain = (work.wait, group.all_gather_single, group.reduce_scatter_single)
-    work.wait = timed(work.wait)
-    group.all_gather_single = timed(group.all_gather_single)
-    group.reduce_scatter_single = timed(group.reduce_scatter_single)
+    work.wait = timed(work.wait, "wait")
+    group.all_gather_single = timed(group.all_gather_single, "call")
+    group.reduce_scatter_single = timed(group.reduce_scatter_single, "call")
     peer = profile(activities=[ProfilerActivity.CPU])
     with dc_torch.profile(
         logdir=root,
@@ -89,14 +90,14 @@ def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
             prof.step()
             if step == 0:  # the window's first step begins
                 peer.__enter__()
-                waited[1] = True
+                state[0] = True
             elif step == 2:  # its last has ended
-                waited[1] = False
+                state[0] = False
                 peer.__exit__(None, None, None)
     work.wait, group.all_gather_single, group.reduce_scatter_single = plain
     records = Counter(e.name for e in peer.events() if e.name.startswith("FSDP::"))
     Path(root, f"peer-{rank}.json").write_text(
-        json.dumps({"records": records, "waited_ns": waited[0], "block_bytes": sizes})
+        json.dumps({"records": records, "spent_ns": spent, "block_bytes": sizes})
     )
     dist.destroy_process_group()
 

@@ -88,12 +88,14 @@ def test_each_blocks_collectives_sit_under_that_block(tmp_path, ranks, capture):
             assert moved[GATHER, block] == gathers[block] * size
             assert moved[REDUCE, block] == reduces[block] * size
         # the wait the step saw, all of it billed to the blocks' collectives: the
-        # job's own timing of its process group's calls and of the waits on their
-        # works. A synchronous call also waits inside the process group, in C++
-        # after the collective's operator has returned, which no hook of ours
-        # sees: 1-7% of the wait here
-        waited = peer["waited_ns"]
-        assert 0.85 * waited <= exposed <= 1.02 * waited, (exposed, waited)
+        # job's own timing of the waits on its process group's works, and of its
+        # collective calls (a backend may run the collective there). Every wait
+        # is billed whole; of a call, the collective's operator is, not what
+        # runs around it in the job's timing (the bindings, the dispatcher, the
+        # interception: 60-660 us a call here, 2-20% of the step's wait)
+        spent = peer["spent_ns"]
+        assert exposed <= 1.02 * (spent["wait"] + spent["call"]), (exposed, spent)
+        assert exposed - spent["wait"] >= 0.25 * spent["call"], (exposed, spent)
         assert exposed == sum(tree.value(n, "exposed_comm_ns") for n in range(len(tree)))
         # FSDP's work: before a block's backward its parameters are gathered
         # again, under the block's forward context mirrored in backward
@@ -111,10 +113,6 @@ def test_each_blocks_collectives_sit_under_that_block(tmp_path, ranks, capture):
 
 
 @pytest.mark.slow
-# Known limit: gloo's worker thread copies a gathered tensor into place
-# (aten::copy_, under the "other" phase) while the step waits for it, so the
-# window's root holds ~5% more time than its steps with 32 MiB gathers.
-@pytest.mark.keeps_no_accounts
 def test_a_planted_exposed_all_gather_is_the_top_finding_and_prefetch_saves_it(tmp_path):
     """fsdp_exposed.py: block 1 is huge and resharded after forward, its
     gathers waited for in forward and backward. The finding names it, with the
