@@ -13,6 +13,7 @@ it at DeepSpeed's default.
 Usage: zero_blocks.py ROOT_DIR RANKS STAGE PREFETCH
 """
 
+import importlib
 import json
 import os
 import sys
@@ -29,6 +30,11 @@ from torch.profiler import ProfilerActivity, profile
 
 import dc_torch
 from tests.distributed.spawn import spawn
+
+# DeepSpeed compiles its CPU shared-memory all-reduce (~30 s of g++, again
+# whenever another ninja built it last) as its backend starts; only its
+# inference all-reduce uses it, ZeRO's collectives go through torch.distributed
+importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 BLOCKS = 4
 WIDTH, HIDDEN = 64, 256

@@ -7,6 +7,7 @@ second call). Each worker writes the engine's count of updates to
 Usage: zero_run.py OUT_DIR
 """
 
+import importlib
 import json
 import os
 import sys
@@ -17,6 +18,11 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed
 import torch
 from torch import nn
+
+# DeepSpeed compiles its CPU shared-memory all-reduce (~30 s of g++, again
+# whenever another ninja built it last) as its backend starts; only its
+# inference all-reduce uses it, ZeRO's collectives go through torch.distributed
+importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 deepspeed.init_distributed(dist_backend="gloo")
 torch.set_num_threads(1)
