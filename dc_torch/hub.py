@@ -145,7 +145,7 @@ def _interceptor(
     hub: Hub, where: str, capture: bool, user_depth: int, marks: bool, after: After | None
 ) -> Callable[..., Any]:
     collector, device, fail = hub.collector, hub.device, hub.fail
-    enter, exit_scope = collector.enter, collector.exit
+    enter, exit_scope, depth = collector.enter, collector.exit, collector.depth
 
     def call(
         frames: Any,
@@ -156,6 +156,10 @@ def _interceptor(
         parent: int = INNERMOST,
     ) -> Any:
         try:
+            # A thread in no scope (not the steps'): with its operators in the
+            # unscoped phase, which the native capture finds by itself.
+            if parent == INNERMOST and hub.window.capture != "native" and not depth():
+                parent = hub.unscoped_node()
             # Positional on purpose: pybind11 matching keywords cost ~100 ns a call here.
             node = enter(frames, parent, capture, user_depth)
             marker = device.mark(node) if marks and device.on else None

@@ -19,6 +19,16 @@ int lasti_of(const RawFrame& f, bool gil_free) {
 
 }  // namespace
 
+int64_t OpCapture::unscoped_node_locked() {
+  if (!capturing_.load(std::memory_order_relaxed)) return 0;
+  int64_t node = unscoped_root_.load(std::memory_order_relaxed);
+  if (node >= 0) return node;
+  if (unscoped_frame_ < 0) return 0;
+  node = store_.tree.child(0, unscoped_frame_);
+  unscoped_root_.store(node, std::memory_order_relaxed);
+  return node;
+}
+
 int64_t OpCapture::context_node(OpThread& t, int64_t frame) {
   int64_t parent = 0, min_depth = 0;
   ThreadScopes* sc = t.scopes;
@@ -30,8 +40,7 @@ int64_t OpCapture::context_node(OpThread& t, int64_t frame) {
     if (parent < 0) {
       auto lock = store_.lock();
       if (!capturing_.load(std::memory_order_relaxed)) return -1;
-      parent = store_.tree.child(0, unscoped_frame_);
-      unscoped_root_.store(parent, std::memory_order_relaxed);
+      parent = unscoped_node_locked();
     }
   }
   // The cache key is the whole walk (with the scope's depth and the op): the

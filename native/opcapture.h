@@ -63,6 +63,9 @@ class OpCapture {
   const dc_capture_api* api() const { return &api_; }
   // In a forked child (a DataLoader worker): nothing is recorded for the parent.
   void after_fork_child() { capturing_.store(false); }
+  // Where a thread in no scope records (the phase start() was given, made on
+  // first use), else the root; store's mutex held.
+  int64_t unscoped_node_locked();
 
   // The hot calls (capture_api.h): any thread, GIL or not.
   int64_t op_frame(const char* name, bool backward, const char* detail = "");

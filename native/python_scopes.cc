@@ -26,7 +26,9 @@ int64_t PythonScopes::enter(const int64_t* frames, size_t n, int64_t parent, boo
   const bool nested = !ts->stack.empty();
   // Inside an operator the native capture recorded, a scope nests under it.
   const int64_t inside = ts->innermost.load(std::memory_order_relaxed);
-  int64_t base = parent >= 0 ? parent : (inside >= 0 ? inside : 0);
+  // In no scope at all (a thread the window's steps do not run on), where
+  // that thread's operators go: a phase, not the root.
+  int64_t base = parent >= 0 ? parent : (inside >= 0 ? inside : capture_.unscoped_node_locked());
   int64_t min_depth = nested ? ts->stack.back().user_depth : 0;
   if (user_depth == kInheritUserDepth) user_depth = min_depth;
   // Without capture the walk is still needed unless the caller gave the user

@@ -3,6 +3,8 @@ process (the many-rank runs are tests/distributed)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -46,3 +48,26 @@ def test_bytes_and_exposed_wait_go_to_the_collective_waited_on(tmp_path, one_ran
     assert all(exposed[n] > 0 for n in reduces)
     assert sum(exposed) == sum(exposed[n] for n in reduces)
     assert all(tree.value(n, "comm_time_ns") > 0 for n in reduces)
+
+
+def test_a_collective_on_a_thread_in_no_scope_lands_in_the_other_phase(tmp_path, one_rank):
+    """A thread the steps do not run on (``deepcontext run``'s time range times
+    its steps from a thread of its own; a loader thread) calls a collective:
+    it lands with that thread's operators in phase ``other``, under the line
+    that called it, never right under the window's root."""
+
+    def loader_thread():
+        dist.broadcast(torch.ones(16), src=0)
+
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET) as prof:
+        thread = threading.Thread(target=loader_thread)
+        thread.start()
+        thread.join()
+        prof.step()
+    profile = only_profile(tmp_path)
+    tree = profile.tree
+    (broadcast,) = tree.find_all(lambda f: f.name == "c10d::broadcast_")
+    path = tree.path_frames(broadcast)
+    assert path[0].kind == "phase" and path[0].name == "other", path
+    assert any(f.name.endswith("loader_thread") for f in path), path
+    assert tree.value(broadcast, "comm_bytes") == 16 * 4

@@ -221,15 +221,17 @@ def test_kernel_sites_in_call_order_with_common_prefix_and_trace_fallback():
 
 
 class _FakeHub:
-    """What the shims use of the hub: frames, scopes, the device tracer, ``active``, ``fail``."""
+    """What the shims use of the hub: frames, scopes, the device tracer, the
+    window's capture, ``active``, ``fail``."""
 
     def __init__(self):
         self.active = True
         self.entered = []
         self.frames = {}
         self.session = SimpleNamespace(frame=lambda *f: self.frames.setdefault(f, len(self.frames)))
-        self.collector = SimpleNamespace(enter=self._enter, exit=lambda: None)
+        self.collector = SimpleNamespace(enter=self._enter, exit=lambda: None, depth=lambda: 1)
         self.device = SimpleNamespace(on=False)
+        self.window = SimpleNamespace(capture="native")
 
     def _enter(self, path, parent, capture, user_depth):
         # the path is the kernel's whole place; it adds no Python frames, so no stack walk for its depth
