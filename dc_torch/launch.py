@@ -16,8 +16,10 @@ global hooks intact.
 An optimizer stepped by a training engine's ``step()`` (DeepSpeed's, whose
 ZeRO optimizer steps torch's, then gathers the updated parameters) ends its
 step where the engine's ``step()`` returns, when that call updated: the
-engine's class gets a wrapper for the rest of the run (inert once the run's
-steps end). Step 0 still ends at the first update, inside that call.
+engine gets a wrapper of its own for the rest of the run (inert once the
+run's steps end), which calls what its class holds at each call (a window
+wraps the class's ``step()`` in its optimizer phase). Step 0 still ends at
+the first update, inside that call.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ class OptimizerSteps:
         self._seen = False
         self._started = False
         self.updates = 0  # the first optimizer's updates so far
-        # (class, its step as it was, our wrapper) while an engine's step ends steps
-        self.engine: tuple[type, Callable, Callable] | None = None
+        # (the engine, its method's name, our wrapper on it) while an engine's step ends steps
+        self.engine: tuple[Any, str, Callable] | None = None
 
     def install(self) -> None:
         from torch.optim import optimizer as optimizer_mod
@@ -98,7 +100,7 @@ class OptimizerSteps:
     def _adopt(self, optimizer: Any) -> None:
         launch = self.launch
         stepped = (
-            f"each {self.engine[0].__name__}.step{_caller(launch)} that updates (the engine "
+            f"each {type(self.engine[0]).__name__}.step{_caller(launch)} that updates (the engine "
             f"stepping {type(optimizer).__name__}, the first optimizer to step)"
             if self.engine is not None
             else f"each {type(optimizer).__name__}.step{_caller(launch)} (the first optimizer to step)"
@@ -128,9 +130,9 @@ class OptimizerSteps:
             self.loop.stop()
         engine, self.engine = self.engine, None
         if engine is not None:
-            cls, original, wrapper = engine
-            if cls.__dict__.get("step") is wrapper:  # else a window's wrapper is over ours
-                cls.step = original
+            instance, name, wrapper = engine
+            if vars(instance).get(name) is wrapper:
+                del vars(instance)[name]
 
     # --- a training engine's step ----------------------------------------------
     def _follow_engine(self) -> None:
@@ -149,16 +151,22 @@ class OptimizerSteps:
             frame = frame.f_back
         else:
             return
-        cls = next((c for c in type(engine).__mro__ if code.co_name in c.__dict__), None)
-        if cls is None or cls.__dict__[code.co_name].__code__ is not code:
+        name = code.co_name
+        # the engine's method as its class has it now: a window's wrapper
+        # (its phase) may stand over it
+        method = getattr(type(engine), name, None)
+        while method is not None and getattr(method, "__code__", None) is not code:
+            method = getattr(method, "__wrapped__", None)
+        if method is None:
             return
-        original = cls.__dict__[code.co_name]
         steps = self
 
-        def step(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        def step(*args: Any, **kwargs: Any) -> Any:
             before = steps.updates
+            # looked up at each call: windows wrap and unwrap the class's method
+            current = getattr(type(engine), name)
             try:
-                out = original(engine, *args, **kwargs)
+                out = current(engine, *args, **kwargs)
             except BaseException as exc:  # the user's, with the traceback it has without us
                 cut_own_frames(exc)
                 raise
@@ -172,14 +180,15 @@ class OptimizerSteps:
                     )
             return out
 
-        step.__wrapped__ = original  # type: ignore[attr-defined]
+        step.__wrapped__ = method  # type: ignore[attr-defined]
         step.__name__, step.__qualname__, step.__doc__ = (
-            original.__name__,
-            original.__qualname__,
-            original.__doc__,
+            method.__name__,
+            method.__qualname__,
+            method.__doc__,
         )
-        setattr(cls, code.co_name, step)
-        self.engine = (cls, original, step)
+        # on this engine alone, over whatever its class holds
+        vars(engine)[name] = step
+        self.engine = (engine, name, step)
 
 
 def _caller(launch: Any) -> str:
