@@ -107,6 +107,17 @@ def step_outlier(w: Window) -> list[dict[str, Any]]:
     }
     own = [i for i in slow if i not in stolen]
     severity, caveat = _severity(w, times, med, own) if own else ("info", "")
+    # what the step's thread waiting does not explain, the process's other
+    # threads (intra-op workers the step waits on) may: their wait for a CPU
+    # is known for the whole window only, so it must cover all of it
+    unexplained = sum(times[i] - med - (max(waits[i] - wait_med, 0) if waits else 0) for i in own)
+    others = max(w.profile.others_wait_ns, 0)
+    if severity == "warning" and others >= unexplained:
+        severity, caveat = (
+            "info",
+            f"the process's other threads waited {ms(others)} for a CPU in the window, "
+            "as much as these steps' excess: the host's load may be all of it",
+        )
     if stolen:
         taken = sum(stolen.values())
         caveat = "; ".join(
