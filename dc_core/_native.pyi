@@ -152,6 +152,10 @@ class Collector:
         ``S → f.py:3 g → a`` then ``S → f.py:3 g → b`` the time between ``a``
         and ``b`` lands on ``f.py:3 g``; every ns of S is billed once.
         """
+    def exit_own(self) -> int:
+        """Close this thread's innermost scope as ``exit`` does; returns its
+        exclusive ns (what no operator or scope inside it, nor the time
+        between them, was billed), or -1 with no open scope."""
     def top(self) -> int:
         """Node of this thread's innermost open scope, or 0 (root)."""
     def depth(self) -> int:

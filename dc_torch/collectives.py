@@ -21,10 +21,22 @@ the end of its wait. A collective launched in one sharding scope and waited
 for in another's (a prefetch, waited for by the module it gathers for) has
 its wait timed as a scope of its own where the thread waits, a node of the
 collective's name whose detail is `WAITED`: the module that waited paid it.
+
+DDP's reducer issues a bucket's all-reduce from C++, in the gradient hook of
+the bucket's last parameter: it lands where that gradient's function ran,
+under the module whose gradients completed the bucket. It waits for its
+buckets in C++ too, in a callback autograd's engine runs when the pass ends,
+where no ``Work.wait`` of Python's is called. For a pass on CPU tensors in
+which such code issued collectives, a callback of ours queued ahead of the
+reducer's opens a scope where the pass ended (a node of the collective's
+name whose detail is `END_OF_BACKWARD`) and one queued from it, behind the
+reducer's, closes it: its own time, less the operators inside (the copies
+into the gradients), is that pass's exposed communication.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,9 +44,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from dc_core.collect.collector import FLAG_BACKWARD, INHERIT
+from dc_core.collect.collector import FLAG_BACKWARD, INHERIT, INNERMOST
 from dc_core.collect.ownfiles import cut_own_frames
-from dc_core.model.comm import WAITED
+from dc_core.model.comm import END_OF_BACKWARD, WAITED
 from dc_torch.hub import Interceptor
 from dc_torch.native import NO_METRIC
 
@@ -61,7 +73,12 @@ OPS = (
     "recv_",
 )
 _current_node = torch._C._current_autograd_node
+_task_id = torch._C._current_graph_task_id
+_queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _Work = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
+#: The Python frame below the C++ that autograd's engine runs: a collective
+#: called from this frame was issued by C++ during a pass (DDP's reducer).
+_ENGINE = torch.autograd.graph._engine_run_backward.__code__
 
 
 def _initialized() -> bool:
@@ -110,6 +127,7 @@ class CollectiveHooks:
         self.pending: OrderedDict[Any, _Launch] = OrderedDict()  # by work
         self._waited_fids: dict[tuple[str, int], int] = {}
         self._wait: Any = None  # Work.wait as it was, while ours stands in
+        self._ended_task = -1  # the last pass whose end wait is timed (`_issued_in_pass`)
         # No device marker of its own: a collective's kernels stay with the
         # marked operator around it, as they always have.
         self.scope = Interceptor(hub, "collective", capture=True, marks=False, after=self._launched)
@@ -131,6 +149,7 @@ class CollectiveHooks:
         self.metric_exposed = collector.metric("exposed_comm_ns", "ns")
         self.pending.clear()
         self._waited_fids = {}
+        self._ended_task = -1
         if _Work is not None and self._wait is None:
             self._wait = _Work.wait
             _Work.wait = self._timed_wait(self._wait)
@@ -237,12 +256,15 @@ class CollectiveHooks:
                     fid = fids[flags] = hub.frames.op(f"c10d::{name}", flags)
                 running = hub.thread_state().sharding
                 site, group = (inside, running[-1]) if running else (scope, None)
+                parent = INNERMOST
+                if flags and not running and sys._getframe(1).f_code is _ENGINE:
+                    parent = self._issued_in_pass(f"c10d::{name}", args)
             except Exception as exc:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
             # comm_time_ns starts where the scope's cpu_time_ns does
             launch = (time.monotonic_ns(), group, f"c10d::{name}")
-            return site.call((fid,), below_autograd, args, kwargs, launch)
+            return site.call((fid,), below_autograd, args, kwargs, launch, parent)
 
         return kernel
 
@@ -284,3 +306,60 @@ class CollectiveHooks:
         except Exception:  # a backend without futures: timed at its wait
             return False
         return True
+
+    # --- the end of a pass: what C++ issued in it and waits for there (DDP) ---
+    def _issued_in_pass(self, name: str, args: tuple) -> int:
+        """A collective C++ issued during a backward pass (DDP's reducer), in a
+        gradient's hook once its function has run: where it goes (beside that
+        function, as the native capture places it; on the Python path the
+        function's scope is still open). On CPU tensors, where the reducer's
+        wait at the pass's end blocks this thread, that wait is timed, once
+        per pass."""
+        hub = self.hub
+        task, parent = _task_id(), INNERMOST
+        passes = hub.thread_state().passes  # the Python path's functions' scopes (autograd.py)
+        if passes and passes[-1][0] == task and hub.collector.depth() > passes[-1][1]:
+            parent = hub.collector.parent(hub.collector.top())
+        if task == self._ended_task or not _on_cpu(args):
+            return parent
+        self._ended_task = task
+        fid = self.hub.frames.op(name, FLAG_BACKWARD, END_OF_BACKWARD)
+        _queue_callback(lambda: self._end_wait_begins(fid))
+        return parent
+
+    def _end_wait_begins(self, fid: int) -> None:
+        """First of the pass's callbacks queued after ours (the reducer's
+        wait): a scope opens where the pass ended, and a callback queued now,
+        behind them, closes it. An error here is the profiler's, never the pass's."""
+        hub = self.hub
+        if not hub.active:
+            return
+        try:
+            collector = hub.collector
+            depth = collector.depth()
+            node = collector.enter((fid,), INNERMOST, False, INHERIT)
+            _queue_callback(lambda: self._end_wait_ends(node, depth))
+        except Exception as exc:
+            hub.fail(exc, "collective wait")
+
+    def _end_wait_ends(self, node: int, depth: int) -> None:
+        hub = self.hub
+        if not hub.active:
+            return
+        try:
+            collector = hub.collector
+            if collector.depth() != depth + 1:  # closed already (the phase ended)
+                return
+            collector.add(node, self.metric_exposed, max(collector.exit_own(), 0))
+        except Exception as exc:
+            hub.fail(exc, "collective wait")
+
+
+def _on_cpu(args: tuple) -> bool:
+    """Whether a collective's first tensor argument (a list's first) is on the CPU."""
+    for arg in args:
+        while isinstance(arg, (list, tuple)) and arg:
+            arg = arg[0]
+        if isinstance(arg, torch.Tensor):
+            return arg.device.type == "cpu"
+    return False

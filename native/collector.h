@@ -76,6 +76,12 @@ class Collector {
     return scopes_.enter(frames, n, parent, capture, user_depth);
   }
   int64_t exit() { return scopes_.exit(); }
+  // Closes the innermost scope; returns its exclusive ns (-1: none open).
+  int64_t exit_own() {
+    int64_t own = -1;
+    scopes_.exit(&own);
+    return own;
+  }
   int64_t top() { return scopes_.top(); }
   int64_t depth() { return scopes_.depth(); }
   void unwind(int64_t depth) { scopes_.unwind(depth); }

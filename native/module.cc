@@ -263,6 +263,7 @@ PYBIND11_MODULE(_native, m) {
                PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(out[i]));
              return py::reinterpret_steal<py::list>(list);
            })
+      .def("exit_own", &Collector::exit_own)
       .def("top", &Collector::top)
       .def("depth", &Collector::depth)
       .def("unwind", &Collector::unwind, py::arg("depth"))

@@ -66,6 +66,9 @@ class OpCapture {
   // Where a thread in no scope records (the phase start() was given, made on
   // first use), else the root; store's mutex held.
   int64_t unscoped_node_locked();
+  // The backward phase's node once a backward function made it, else -1;
+  // store's mutex held.
+  int64_t backward_root_locked() const { return backward_root_; }
 
   // The hot calls (capture_api.h): any thread, GIL or not.
   int64_t op_frame(const char* name, bool backward, const char* detail = "");

@@ -39,6 +39,23 @@ int64_t PythonScopes::enter(const int64_t* frames, size_t n, int64_t parent, boo
         store_.pystack.capture(PyEval_GetFrame(), min_depth, capture ? &scratch_ : nullptr);
     if (user_depth < 0) user_depth = measured;
   }
+  // In the backward phase, outside any operator and with no frames of its
+  // own (a collective autograd's engine issues between functions, as DDP's
+  // reducer does once a bucket's last gradient is in): where the function
+  // before it was, as the engine's own operators go (OpCapture::backward_enter).
+  if (parent < 0 && nested && scratch_.empty() && inside == ts->stack.back().node) {
+    const Scope& s = ts->stack.back();
+    if (s.last_inside && s.last_context != s.node && store_.tree.valid_node(s.last_context) &&
+        is_backward_phase(s.node)) {
+      // beside that function, not in it (the Python path's scopes of
+      // functions are their own contexts)
+      int64_t at = s.last_context;
+      while (at != s.node && at > 0 &&
+             store_.frames.at(store_.tree.frames()[static_cast<size_t>(at)]).kind == KIND_OPERATOR)
+        at = store_.tree.parent(at);
+      base = at;
+    }
+  }
   int64_t node = base;
   for (int64_t f : scratch_) node = store_.tree.child(node, f);
   const int64_t context = node;
@@ -59,7 +76,7 @@ int64_t PythonScopes::enter(const int64_t* frames, size_t n, int64_t parent, boo
   return node;
 }
 
-int64_t PythonScopes::close_innermost(ThreadScopes* ts) {
+int64_t PythonScopes::close_innermost(ThreadScopes* ts, int64_t* own) {
   int64_t end = now_ns();
   Scope s = ts->stack.back();
   ts->stack.pop_back();
@@ -68,6 +85,7 @@ int64_t PythonScopes::close_innermost(ThreadScopes* ts) {
   between_.bill_between(ts, s, -1, false, end);  // its last stretch, after its last call
   store_.tree.add(s.node, METRIC_CPU_TIME, elapsed - s.child_ns);
   store_.tree.add(s.node, METRIC_COUNT, 1);
+  if (own != nullptr) *own = elapsed - s.child_ns;
   if (OpThread::Open* op = capture_.open_operator(ts)) {
     op->child_ns += elapsed;  // it ran inside that operator: billed once, there
   } else if (!ts->stack.empty()) {
@@ -80,11 +98,20 @@ int64_t PythonScopes::close_innermost(ThreadScopes* ts) {
   return elapsed;
 }
 
-int64_t PythonScopes::exit() {
+bool PythonScopes::is_backward_phase(int64_t node) {
+  if (node == capture_.backward_root_locked()) return true;
+  // The Python capture path's (no native capture made it): the root's child
+  // of the backward phase frame.
+  return store_.tree.parent(node) == 0 &&
+         store_.tree.frames()[static_cast<size_t>(node)] ==
+             store_.frames.intern(KIND_PHASE, "backward", "", 0, "", 0);
+}
+
+int64_t PythonScopes::exit(int64_t* own) {
   auto lock = store_.lock();
   ThreadScopes* ts = scopes_.current();
   if (ts->stack.empty()) return -1;
-  return close_innermost(ts);
+  return close_innermost(ts, own);
 }
 
 int64_t PythonScopes::top() {

@@ -34,7 +34,9 @@ class PythonScopes {
   void python_frames(std::vector<int64_t>* out);
   // user_depth -1: measure it from the current stack; kInheritUserDepth: see above.
   int64_t enter(const int64_t* frames, size_t n, int64_t parent, bool capture, int64_t user_depth);
-  int64_t exit();
+  // Returns the scope's inclusive ns; `own`, where given, gets what no
+  // operator or scope inside it took (its exclusive ns).
+  int64_t exit(int64_t* own = nullptr);
   int64_t top();
   int64_t depth();
   void unwind(int64_t depth);
@@ -47,7 +49,9 @@ class PythonScopes {
   void lend(uint64_t ident, int64_t start_ns, int64_t end_ns);
 
  private:
-  int64_t close_innermost(ThreadScopes* ts);
+  int64_t close_innermost(ThreadScopes* ts, int64_t* own = nullptr);
+  // Whether `node` is the backward phase's (store's mutex held).
+  bool is_backward_phase(int64_t node);
 
   Store& store_;
   ScopeRegistry& scopes_;

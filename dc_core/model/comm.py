@@ -32,6 +32,17 @@ COMM_METRICS = ("comm_time_ns", "exposed_comm_ns", "comm_bytes")
 #: module it gathers for). Exposed time, no call: its count is no collective's.
 WAITED = "waited for here, launched in another module's scope"
 
+#: The detail of a collective's node that times the end of a backward pass
+#: where autograd's engine waits, in callbacks, for collectives that C++ code
+#: issued during the pass: DDP's reducer waits there for its gradient buckets'
+#: all-reduces, then copies them into the gradients. Exposed time (the wait;
+#: the copies are its operators), no call. It sits where the pass ended,
+#: under the module whose gradients came last: the last bucket's.
+END_OF_BACKWARD = "waited for at the end of backward: DDP's gradient buckets"
+
+#: Details of the nodes that time a wait, not a collective's call.
+WAITS = (WAITED, END_OF_BACKWARD)
+
 #: What a collective does, from its operator's name (c10d's and the
 #: ``dist.*`` spellings alike), in the order rows list them.
 OPERATIONS = (
@@ -208,7 +219,7 @@ def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
         row.comm_ns += tree.value(node, "comm_time_ns")
         row.exposed_ns += exposed
         row.bytes += moved
-        row.calls += 0 if tree.node_frame(node).detail == WAITED else tree.value(node, "count")
+        row.calls += 0 if tree.node_frame(node).detail in WAITS else tree.value(node, "count")
         row.exposed_by[what] = row.exposed_by.get(what, 0) + exposed
         row.bytes_by[what] = row.bytes_by.get(what, 0) + moved
 

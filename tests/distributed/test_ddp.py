@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("lightning")
 
 from dc_core.cli.present import rank_step_stats, rank_top_frames
+from dc_core.model.comm import END_OF_BACKWARD
 from dc_core.store.logdir import load_profiles
 
 SCRIPT = Path(__file__).with_name("ddp_fit.py")
@@ -43,15 +44,26 @@ def test_two_ranks_write_and_merge_with_collectives(tmp_path):
     assert [s.rank for s in stats] == [0, 1] and all(
         s.max_ns >= s.p95_ns >= s.median_ns > 0 for s in stats
     )
-    for p in profiles:  # DDP's bucketed all-reduce, under the backward pass, with its time
+    for p in profiles:
+        # DDP's bucketed all-reduce (one bucket), in the backward pass under the
+        # module whose gradients completed the bucket, with its time
         tree = p.tree
-        (reduce,) = tree.find_all(lambda f: f.name == "c10d::allreduce_" and f.backward)
-        assert tree.path_frames(reduce)[0].name == "backward"
+        (reduce,) = tree.find_all(
+            lambda f: f.name == "c10d::allreduce_" and f.backward and f.detail != END_OF_BACKWARD
+        )
+        path = tree.path_frames(reduce)
+        assert path[0].name == "backward" and path[-2].kind == "module", path
         assert tree.value(reduce, "count") == 3 and tree.value(reduce, "cpu_time_ns") > 0
         assert tree.value(reduce, "comm_time_ns") > 0  # launch to completion, from the future
+        # the reducer's wait for it when backward ends, once a step, beside it
+        (wait,) = tree.find_all(lambda f: f.detail == END_OF_BACKWARD)
+        assert tree.parent[wait] == tree.parent[reduce]
+        assert tree.value(wait, "count") == 3 and tree.value(wait, "exposed_comm_ns") > 0
     ranks, rows = rank_top_frames(profiles, "cpu_time_ns", limit=50)
     assert ranks == [0, 1]
-    (row,) = [values for frame, values in rows if frame.name == "c10d::allreduce_"]
+    (row,) = [
+        values for frame, values in rows if frame.name == "c10d::allreduce_" and not frame.detail
+    ]
     assert all(v > 0 for v in row)
     report = subprocess.run(
         [sys.executable, "-m", "dc_core", "report", str(tmp_path)],

@@ -1,0 +1,117 @@
+"""DDP's gradient buckets on real CPU processes (gloo, ddp_buckets.py): each
+bucket's all-reduce under the module whose gradients completed it, as many as
+torch.profiler counts, with the bucket's bytes; the reducer's wait for its
+buckets when backward ends timed as exposed communication, under the module
+whose gradients came last. A rank sleeping in its forward makes the other
+wait there, and the analyzer says whom it waits for."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dc_core.cli import main
+from dc_core.model.comm import END_OF_BACKWARD, by_module
+from dc_core.store.logdir import load_profiles
+
+SCRIPT = Path(__file__).with_name("ddp_buckets.py")
+STEPS, SLEEP_MS = 3, 40.0
+
+
+def run(root: Path, capture: str, slow: int) -> list:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("DEEPCONTEXT_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(root), capture, str(slow), str(SLEEP_MS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    profiles, errors = load_profiles(root)
+    assert errors == [] and sorted(p.rank for p in profiles) == [0, 1]
+    return sorted(profiles, key=lambda p: p.rank)
+
+
+def module_of(tree, node: int) -> str:
+    """The innermost module above ``node``, by its path in the model (DDP's
+    wrapper names it ``module``)."""
+    frame = next(f for f in reversed(tree.path_frames(node)) if f.kind == "module")
+    return frame.name.removeprefix("module.")
+
+
+def end_waits(tree) -> list[int]:
+    return tree.find_all(lambda f: f.detail == END_OF_BACKWARD)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capture", ["native", "python"])
+def test_each_buckets_all_reduce_sits_under_the_module_that_completed_it(tmp_path, capture):
+    for p in run(tmp_path, capture, slow=-1):
+        tree = p.tree
+        peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
+        reduces = [
+            n
+            for n in tree.find_all(lambda f: f.name == "c10d::allreduce_" and f.backward)
+            if tree.node_frame(n).detail != END_OF_BACKWARD
+        ]
+        # a bucket's last gradient (DDP lists them in the order they became
+        # ready) is the one whose hook launches its all-reduce
+        expected = {
+            bucket[-1].rpartition(".")[0]: size
+            for bucket, size in zip(peer["buckets"], peer["bucket_bytes"])
+        }
+        assert len(expected) == 8
+        placed = {module_of(tree, n): n for n in reduces}
+        assert sorted(placed) == sorted(expected), [tree.path_frames(n) for n in reduces]
+        for module, node in placed.items():
+            assert tree.value(node, "count") == STEPS, module
+            assert tree.value(node, "comm_bytes") == STEPS * expected[module], module
+            assert tree.value(node, "comm_time_ns") > 0
+        # as many as torch.profiler records over the same steps
+        assert sum(tree.value(n, "count") for n in reduces) == peer["records"]
+        # the wait when backward ends: once a step, after the first block's
+        # first Linear's gradients (the last bucket), with its time all exposed
+        (wait,) = end_waits(tree)
+        assert module_of(tree, wait) == "0.0" and tree.path_frames(wait)[0].name == "backward"
+        assert tree.value(wait, "count") == STEPS
+        assert 0 < tree.value(wait, "exposed_comm_ns") <= tree.value(wait, "cpu_time_ns")
+        assert tree.value(wait, "comm_bytes") == 0
+        # the per-module table: the buckets' modules, the wait billed to the
+        # last one, no call counted for it
+        rows = {row.name.split(" (")[0].removeprefix("module."): row for row in by_module(tree)}
+        assert sorted(rows) == sorted(expected)
+        assert all(row.calls == STEPS for row in rows.values())
+        assert rows["0.0"].exposed_ns >= tree.value(wait, "exposed_comm_ns")
+
+
+@pytest.mark.slow
+def test_a_rank_that_sleeps_makes_the_other_wait_when_backward_ends(tmp_path):
+    """Rank 1 sleeps 40 ms in each forward: rank 0's buckets wait for rank 1's
+    when its backward ends, rank 1's do not wait for rank 0's."""
+    profiles = run(tmp_path, "native", slow=1)
+    waited = {}
+    for p in profiles:
+        (wait,) = end_waits(p.tree)
+        waited[p.rank] = p.tree.value(wait, "exposed_comm_ns") / STEPS / 1e6
+    # the sleep, less rank 0's own backward (a few ms), is rank 0's wait;
+    # rank 1 waits only for its last buckets on the wire (idle: ~2 ms; 37-52 and 1-6 ms measured)
+    assert waited[0] >= 0.6 * SLEEP_MS and waited[1] <= 0.5 * waited[0], waited
+    assert main(["analyze", str(tmp_path)]) == 0
+    found = {p.rank: p.findings for p in load_profiles(tmp_path)[0]}
+    (straggler,) = [f for f in found[1] if f["rule"] == "load_imbalance"]
+    assert straggler["evidence"]["rank"] == 1, straggler
+    (told,) = [
+        f
+        for f in found[0]
+        if f["rule"] == "exposed_communication" and "exposed_all_reduce_ns" in f["evidence"]
+    ]
+    assert told["evidence"]["waits_for"]["rank"] == 1, told
+    assert told["severity"] == "info" and "even out rank 1's work" in told["suggestion"], told
+    assert told["path"][-1].startswith("module.0.0"), told["path"]
