@@ -1,5 +1,7 @@
 """``exposed_communication``: a module whose parameter all-gathers the step
-waits for, with what hiding them would save and how to hide them.
+waits for, with what hiding them would save and how to hide them; and the
+wait for DDP's gradient all-reduce at the end of backward, at the module
+whose gradients came last.
 
 Reads communication by module (`dc_core.model.comm.by_module`: each
 collective under the module whose parameters it moves, its
@@ -9,13 +11,25 @@ it with other work, or keeping the parameters gathered from forward to
 backward, takes off the step (an upper bound: the work to hide a gather
 behind must be there). Its reduce-scatters' exposed time is said but not
 counted: the settings that hide a gather do not touch them.
+
+DDP's reducer waits for its buckets' all-reduces when the backward pass
+ends (`dc_core.model.comm.END_OF_BACKWARD`): what is still on the wire then
+is the step's exposed all-reduce, what launching the buckets sooner, or not
+at all on accumulation steps, would take off the step (again an upper bound).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..model.comm import ELEMENT_BYTES, WAITED, ModuleComm, by_module, zero_settings
+from ..model.comm import (
+    ELEMENT_BYTES,
+    END_OF_BACKWARD,
+    WAITED,
+    ModuleComm,
+    by_module,
+    zero_settings,
+)
 from .base import Window, finding, ms, percent, size
 
 MIB = 1 << 20
@@ -27,11 +41,14 @@ def exposed_communication(w: Window) -> list[dict[str, Any]]:
         return []
     step = max(w.host_total / w.steps, 1)
     found = []
+    least = w.t["exposed_communication.min_share"] * step
     for row in rows:
         gathers = _part(row.exposed_by, "all-gather") / w.steps
-        if gathers < w.t["exposed_communication.min_share"] * step:
-            continue
-        found.append(_finding(w, row, gathers, step))
+        if gathers >= least:
+            found.append(_finding(w, row, gathers, step))
+        ended = _end_waits(w, row) / w.steps
+        if ended >= least:
+            found.append(_ddp_finding(w, row, ended, step))
     found.sort(key=lambda f: -f["gain_ns"])
     return found[: int(w.t["exposed_communication.top"])]
 
@@ -118,6 +135,69 @@ def _finding(w: Window, row: ModuleComm, gathers: float, step: float) -> dict[st
     )
 
 
+def _end_waits(w: Window, row: ModuleComm) -> int:
+    """The row's waits for DDP's buckets at the end of backward, in ns."""
+    return sum(
+        w.tree.value(c, "exposed_comm_ns")
+        for c in row.collectives
+        if w.tree.node_frame(c).detail == END_OF_BACKWARD
+    )
+
+
+def _ddp_finding(w: Window, row: ModuleComm, ended: float, step: float) -> dict[str, Any]:
+    """The step waits ``ended`` ns per step for DDP's buckets when backward ends."""
+    steps = w.steps
+    reduces = [
+        c
+        for c in w.tree.find_all(lambda f: f.backward and "allreduce" in f.name.lower())
+        if w.tree.node_frame(c).detail not in (WAITED, END_OF_BACKWARD)
+    ]
+    buckets = sum(w.tree.value(c, "count") for c in reduces) / max(steps, 1)
+    moved = sum(w.tree.value(c, "comm_bytes") for c in reduces) / max(steps, 1)
+    fqn = row.module.name
+    severity, caveat = w.judge("warning", ended)
+    message = (
+        f"the step waits {ms(ended)} per step ({percent(ended / step)}) when backward ends for "
+        f"DDP's gradient all-reduce ({buckets:.0f} buckets, {size(moved)} a step), after "
+        f"`{fqn}`'s gradients, the last it reduces" + (f" ({caveat})" if caveat else "")
+    )
+    advice = [
+        "the buckets still on the wire when backward ends are the last DDP launched, holding "
+        f"the gradients of `{fqn}` and the modules before it: smaller buckets launch sooner and "
+        "leave less to wait for (`DistributedDataParallel(..., bucket_cap_mb=...)`, 25 by default)",
+        "when accumulating gradients, skip the all-reduce on all but the last micro-batch "
+        "(`with model.no_sync():`)",
+        "a rank that reaches the all-reduce late makes the others wait here: compare the ranks "
+        "(`deepcontext report` on the run's directory)",
+    ]
+    if w.cpu_only:
+        advice.insert(
+            1,
+            "gloo runs a bucket's all-reduce on one thread per rank: on CPU the "
+            "wire, not the launch, bounds it",
+        )
+    return finding(
+        "exposed_communication",
+        severity,
+        message,
+        "; ".join(advice),
+        w.tree,
+        row.nodes[-1],
+        {
+            "exposed_all_reduce_ns": int(ended),
+            "all_reduce_bytes": int(moved),
+            "buckets": round(buckets, 2),
+            "comm_ns": int(row.comm_ns / steps),
+            "step_ns": int(step),
+        },
+        gain_ns=ended,
+        gain_basis=(
+            "the wait for DDP's all-reduce when backward ends, per step, all of it hidden behind "
+            "backward: an upper bound, the backward left to hide it behind must be there"
+        ),
+    )
+
+
 def _name(w: Window, node: int) -> str:
     return w.tree.node_frame(node).name.lower()
 
@@ -192,8 +272,14 @@ def waiting_for(
         own = e.get("all_gather_ns_by_module") or {}
         landed = e.get("all_gather_wait_ns_by_module") or {}
         parts = {}
+        waits = (e.get("wait_ns_per_rank") or {}).get(str(rank), 0)
         for i, f in enumerate(out):
-            if f["rule"] == "exposed_communication" and f["path"] and f["path"][-1] in landed:
+            ended = f["rule"] == "exposed_communication" and f["evidence"].get(
+                "exposed_all_reduce_ns"
+            )
+            if ended and waits >= 0.5 * ended:  # DDP's wait: all of it is the ranks meeting
+                out[i] = _told_ddp(f, s, min(waits, ended))
+            elif f["rule"] == "exposed_communication" and f["path"] and f["path"][-1] in landed:
                 gathers = f["evidence"].get("exposed_all_gather_ns", 0)
                 parts[i] = min(max(gathers - own.get(f["path"][-1], 0), 0), landed[f["path"][-1]])
         budget = float(e.get("wait_ns", 0))  # no more than the wait it causes, biggest first
@@ -203,6 +289,26 @@ def waiting_for(
                 out[i] = _told(out[i], s, part)
                 budget -= part
     return out
+
+
+def _told_ddp(f: dict[str, Any], straggler: dict[str, Any], part: float) -> dict[str, Any]:
+    """DDP's end-of-backward wait ``f`` told that ``part`` ns per step of it is
+    for the straggler: no bucket size hides that."""
+    slow, ended = straggler["evidence"]["rank"], f["evidence"]["exposed_all_reduce_ns"]
+    rest = ended - part
+    return {
+        **f,
+        "severity": "info",
+        "message": f"the step waits {ms(ended)} per step when backward ends for DDP's gradient "
+        f"all-reduce, {ms(part)} of it because it waits for rank {slow} (rank {slow}'s "
+        "load_imbalance finding)",
+        "suggestion": f"even out rank {slow}'s work: smaller buckets cannot hide a wait for a "
+        "slower rank",
+        "evidence": {**f["evidence"], "waits_for": {"rank": slow, "wait_ns": int(part)}},
+        "gain_ns": int(rest),
+        "gain_basis": f"the wait for DDP's all-reduce less the {ms(part)} this rank waits for rank "
+        f"{slow}: an upper bound",
+    }
 
 
 def _told(f: dict[str, Any], straggler: dict[str, Any], part: float) -> dict[str, Any]:

@@ -4,7 +4,15 @@
 from __future__ import annotations
 
 from dc_core.analyzer import analyze
-from dc_core.model.comm import WAITED, ZERO_ENV, by_module, operation, zero_entry, zero_settings
+from dc_core.model.comm import (
+    END_OF_BACKWARD,
+    WAITED,
+    ZERO_ENV,
+    by_module,
+    operation,
+    zero_entry,
+    zero_settings,
+)
 from dc_core.model.tree import Frame
 from tests.analyzer.helpers import MS, line, only, profile, rules
 
@@ -298,3 +306,67 @@ def test_the_report_prints_each_modules_communication_per_step():
         "192.0",
         "MiB",
     ]
+
+
+def ddp_step(wait: int):
+    """DDP over 3 steps: two Linears, a bucket each, launched in backward under
+    the module whose gradients completed it; the reducer waits ``wait`` ns a
+    step for them when backward ends, after ``0``'s gradients."""
+    reduce_ = (
+        f"c10d::allreduce_ [backward] @cpu_time_ns={STEPS * 100_000},count={STEPS},"
+        f"comm_time_ns={STEPS * 8 * MS},exposed_comm_ns={STEPS * 100_000},comm_bytes={STEPS << 20}"
+    )
+    p = profile(
+        (
+            "forward",
+            (
+                TRAIN,
+                ("module:0", f"aten::addmm @cpu_time_ns={30 * MS},count={STEPS}"),
+                ("module:1", f"aten::addmm @cpu_time_ns={30 * MS},count={STEPS}"),
+            ),
+        ),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    "module:1",
+                    f"aten::addmm [backward] @cpu_time_ns={60 * MS},count={STEPS}",
+                    reduce_,
+                ),
+                (
+                    "module:0",
+                    f"aten::addmm [backward] @cpu_time_ns={60 * MS},count={STEPS}",
+                    reduce_,
+                    f"operator:ended [backward] @cpu_time_ns={STEPS * wait},count={STEPS},"
+                    f"exposed_comm_ns={STEPS * wait}",
+                ),
+            ),
+        ),
+        steps=(1, 1 + STEPS),
+        env={"torch": "2.13.0"},
+    )
+    (node,) = p.tree.find_all(lambda f: f.name == "ended")
+    frame = p.tree.node_frame(node)  # the reducer's wait, named as the capture names it
+    p.tree.frames[p.tree.frame[node]] = Frame(
+        frame.kind, "c10d::allreduce_", detail=END_OF_BACKWARD, backward=True
+    )
+    return p
+
+
+def test_ddps_wait_when_backward_ends_is_found_at_the_last_module_with_its_saving():
+    p = ddp_step(wait=30 * MS)
+    rows = {row.name: row for row in by_module(p.tree)}
+    assert rows["0"].exposed_ns == STEPS * (30 * MS + 100_000) and rows["0"].calls == STEPS
+    f = only(analyze(p), "exposed_communication")
+    assert f["path"][-1] == "0" and f["evidence"]["exposed_all_reduce_ns"] == 30 * MS
+    assert f["gain_ns"] == 30 * MS and f["evidence"]["buckets"] == 2
+    assert f["evidence"]["all_reduce_bytes"] == 2 << 20
+    assert f["severity"] == "warning" and "bucket_cap_mb" in f["suggestion"]
+    assert "no_sync()" in f["suggestion"], f["suggestion"]
+    assert "waits 30.0 ms per step" in f["message"] and "after `0`'s gradients" in f["message"]
+
+
+def test_a_short_wait_when_backward_ends_is_no_finding():
+    # 1 ms of a ~200 ms step: under exposed_communication.min_share
+    assert "exposed_communication" not in rules(analyze(ddp_step(wait=1 * MS)))
