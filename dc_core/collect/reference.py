@@ -300,11 +300,10 @@ class Collector:
             base = parent if parent >= 0 else (scopes[-1].node if scopes else 0)
             self._check("node", base, len(self._parent))
             here = sys._getframe()
-            context = (
-                self.path(base, self._python_ids(here, scopes[-1].user_depth if scopes else 0))
-                if capture
-                else base
-            )
+            ids = self._python_ids(here, scopes[-1].user_depth if scopes else 0) if capture else []
+            if parent < 0 and scopes and not ids:
+                base = self._after_backward_function(scopes[-1], base)
+            context = self.path(base, ids)
             node = self.path(context, frames)
             if user_depth == _INHERIT_USER_DEPTH:
                 user_depth = scopes[-1].user_depth if scopes else 0
@@ -331,6 +330,26 @@ class Collector:
                 )
             )
             return node
+
+    def _after_backward_function(self, scope: Scope, base: int) -> int:
+        """In the backward phase, a scope with no frames of its own goes where
+        the function before it was, beside that function (not in it): as the
+        engine's own operators go."""
+        at = scope.last_context
+        if not scope.last_inside or at == scope.node or not self._is_backward_phase(scope.node):
+            return base
+        while (
+            at != scope.node
+            and at > 0
+            and self._frames["kind"][self._node_frame[at]] == (KIND_OPERATOR)
+        ):
+            at = self._parent[at]
+        return at
+
+    def _is_backward_phase(self, node: int) -> bool:
+        return self._parent[node] == 0 and self._node_frame[node] == self.intern(
+            KIND_PHASE, "backward"
+        )
 
     def _bill_between(
         self, scope: Scope, stack: Stack, context: int, inside: bool, start: int
@@ -359,11 +378,18 @@ class Collector:
             scopes.lent.append((start_ns, end_ns))
 
     def exit(self) -> int:
+        return self._exit()[0]
+
+    def exit_own(self) -> int:
+        return self._exit()[1]
+
+    def _exit(self) -> tuple[int, int]:
+        """Close the innermost scope: (its inclusive ns, its exclusive ns), -1s with none."""
         end = now_ns()
         with self._lock:
             scopes = self._stack()
             if not scopes:
-                return -1
+                return -1, -1
             scope = scopes.pop()
             # its last stretch, after its last call
             self._bill_between(scope, scopes, -1, False, end)
@@ -378,7 +404,7 @@ class Collector:
                     scope.context,
                     scope.inside,
                 )
-            return elapsed
+            return elapsed, elapsed - scope.nested_ns
 
     def top(self) -> int:
         scopes = self._stack()

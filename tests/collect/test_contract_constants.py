@@ -135,3 +135,41 @@ def test_enter_by_name_opens_where_its_names_say(collector):
     assert top == c.child(ROOT_NODE, phase)
     assert c.enter([mm], INNERMOST, False, MEASURE) == c.child(top, mm)  # under the innermost scope
     c.unwind(0)
+
+
+def test_a_frameless_scope_in_backward_goes_beside_the_function_before_it(collector):
+    """A scope with no frames of its own opened in the backward phase (a
+    collective autograd's engine issues between functions, as DDP's reducer
+    does) goes where the function before it was: under that function's
+    context, beside it, whether the function's scope was its own context
+    (the Python path) or hung from it. Elsewhere it stays where it is."""
+    from dc_core.collect.collector import INHERIT, INNERMOST, ROOT_NODE, WHOLE_STACK
+
+    c = collector
+    backward, forward = (c.intern(reference.KIND_PHASE, p) for p in ("backward", "forward"))
+    module = c.intern(reference.KIND_MODULE, "blocks.0")
+    mm, reduce = (c.intern(reference.KIND_OPERATOR, n) for n in ("aten::mm", "c10d::allreduce_"))
+    for phase in (backward, forward):
+        top = c.enter([phase], ROOT_NODE, False, WHOLE_STACK)
+        context = c.child(top, module)
+        function = c.child(context, mm)
+        for parent, frames in ((context, [mm]), (function, [])):  # hung from it; its own context
+            assert c.enter(frames, parent, False, INHERIT) == function
+            c.exit()
+            placed = c.enter([reduce], INNERMOST, False, INHERIT)
+            assert placed == c.child(context if phase == backward else top, reduce)
+            c.exit()
+        c.unwind(0)
+
+
+def test_exit_own_is_what_no_scope_inside_took(collector):
+    from dc_core.collect.collector import INHERIT, ROOT_NODE, WHOLE_STACK
+
+    c = collector
+    outer = c.enter([c.intern(reference.KIND_PHASE, "forward")], ROOT_NODE, False, WHOLE_STACK)
+    c.enter([c.intern(reference.KIND_OPERATOR, "aten::mm")], outer, False, INHERIT)
+    time.sleep(0.02)
+    inner = c.exit()
+    own = c.exit_own()
+    assert inner >= 20_000_000 and 0 <= own < inner
+    assert c.exit_own() == -1  # nothing open
