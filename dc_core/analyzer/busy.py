@@ -50,7 +50,12 @@ def busy_straggler(
     med = median(busy.values())
     step = median(w.host_total / w.steps for w in windows.values())
     least = t["load_imbalance.min_excess"] * step
-    rows = {r: {row.name: row for row in by_module(w.tree)} for r, w in windows.items()}
+    # sharded modules only: a data-parallel bucket's module (DDP's) is any
+    # module, whose compute a loaded host moves by milliseconds in each step
+    rows = {
+        r: {row.name: row for row in by_module(w.tree) if row.sharded_by}
+        for r, w in windows.items()
+    }
     rank, module, excess, theirs, quiet = _slow_module(windows, rows)
     if module is None or quiet < least:
         module, rank = None, max(busy, key=busy.get)

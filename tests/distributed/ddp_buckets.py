@@ -1,14 +1,14 @@
-"""Run by test_ddp_buckets.py: plain PyTorch DDP on 2 CPU processes (gloo), 4
+"""Run by test_ddp_buckets.py: plain PyTorch DDP on RANKS CPU processes (gloo), 4
 blocks of two Linears each, buckets of 1 MiB (each Linear's parameters one
 bucket after DDP rebuilds them at step 1), profiled with ``dc_torch.profile``
 over steps 3-5. Rank SLOW (-1: none) sleeps SLEEP_MS in block 1's forward
-each step, so the other waits for it in DDP's all-reduce when its backward
+each step, so the others wait for it in DDP's all-reduce when their backward
 ends. Over the same steps each rank also runs torch.profiler (its count of
 ``c10d::allreduce_`` records); DDP's bucket assignment (each bucket's
 parameter names in the order their gradients became ready, and its bytes)
 goes with it to ``peer-<rank>.json``.
 
-Usage: ddp_buckets.py ROOT_DIR CAPTURE SLOW SLEEP_MS
+Usage: ddp_buckets.py ROOT_DIR RANKS CAPTURE SLOW SLEEP_MS
 """
 
 import json
@@ -74,5 +74,5 @@ def worker(rank: int, world: int, root: str, capture: str, slow: int, sleep_ms: 
 
 
 if __name__ == "__main__":
-    root, capture, slow, sleep_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    spawn(worker, 2, root, capture, slow, sleep_ms)
+    root, ranks, capture = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    spawn(worker, ranks, root, capture, int(sys.argv[4]), float(sys.argv[5]))
