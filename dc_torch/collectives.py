@@ -257,7 +257,9 @@ class CollectiveHooks:
                 running = hub.thread_state().sharding
                 site, group = (inside, running[-1]) if running else (scope, None)
                 parent = INNERMOST
-                if flags and not running and sys._getframe(1).f_code is _ENGINE:
+                # (on an autograd device thread no Python frame is below)
+                caller = sys._getframe().f_back if flags and not running else None
+                if caller is not None and caller.f_code is _ENGINE:
                     parent = self._issued_in_pass(f"c10d::{name}", args)
             except Exception as exc:
                 hub.fail(exc, "collective")
