@@ -26,8 +26,10 @@ from ..model.comm import (
     ELEMENT_BYTES,
     END_OF_BACKWARD,
     WAITED,
+    WAITS,
     ModuleComm,
     by_module,
+    operation,
     zero_settings,
 )
 from .base import Window, finding, ms, percent, size
@@ -147,11 +149,9 @@ def _end_waits(w: Window, row: ModuleComm) -> int:
 def _ddp_finding(w: Window, row: ModuleComm, ended: float, step: float) -> dict[str, Any]:
     """The step waits ``ended`` ns per step for DDP's buckets when backward ends."""
     steps = w.steps
-    reduces = [
-        c
-        for c in w.tree.find_all(lambda f: f.backward and "allreduce" in f.name.lower())
-        if w.tree.node_frame(c).detail not in (WAITED, END_OF_BACKWARD)
-    ]
+    reduces = w.tree.find_all(
+        lambda f: f.backward and operation(f.name) == "all-reduce" and f.detail not in WAITS
+    )
     buckets = sum(w.tree.value(c, "count") for c in reduces) / max(steps, 1)
     moved = sum(w.tree.value(c, "comm_bytes") for c in reduces) / max(steps, 1)
     fqn = row.module.name

@@ -338,11 +338,8 @@ class Collector:
         at = scope.last_context
         if not scope.last_inside or at == scope.node or not self._is_backward_phase(scope.node):
             return base
-        while (
-            at != scope.node
-            and at > 0
-            and self._frames["kind"][self._node_frame[at]] == (KIND_OPERATOR)
-        ):
+        kinds = self._frames["kind"]
+        while at != scope.node and at > 0 and kinds[self._node_frame[at]] == KIND_OPERATOR:
             at = self._parent[at]
         return at
 

@@ -1,7 +1,9 @@
 """Start a test script's ranks: ``spawn(worker, ranks, *args)`` runs
 ``worker(rank, ranks, *args, init)`` in ``ranks`` fresh processes that meet at
 ``init``, a file store of their own (gloo); ``launch(cwd, *command)`` runs a
-launcher (``torchrun``, ``deepcontext run -- torchrun``) that starts them."""
+launcher (``torchrun``, ``deepcontext run -- torchrun``) that starts them;
+``profiled(script, root, ranks, *args)`` runs a script that spawns its ranks
+and reads back the profile each wrote."""
 
 from __future__ import annotations
 
@@ -35,3 +37,24 @@ def launch(cwd: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
     done = subprocess.run(command, cwd=cwd, env=merged, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def profiled(script: Path, root: Path, ranks: int, *args: str) -> list:
+    """Run ``script root *args`` (it spawns ``ranks`` ranks, each profiling
+    into ``root``); it must succeed and every rank write a readable profile.
+    The profiles, by rank."""
+    from dc_core.store.logdir import load_profiles
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("DEEPCONTEXT_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, str(script), str(root), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    profiles, errors = load_profiles(root)
+    assert errors == [] and sorted(p.rank for p in profiles) == list(range(ranks))
+    return sorted(profiles, key=lambda p: p.rank)

@@ -8,9 +8,6 @@ wait there, and the analyzer says whom they wait for."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,25 +15,14 @@ import pytest
 from dc_core.cli import main
 from dc_core.model.comm import END_OF_BACKWARD, by_module
 from dc_core.store.logdir import load_profiles
+from tests.distributed.spawn import profiled
 
 SCRIPT = Path(__file__).with_name("ddp_buckets.py")
 STEPS, SLEEP_MS = 3, 100.0
 
 
 def run(root: Path, ranks: int, capture: str, slow: int) -> list:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    env.pop("DEEPCONTEXT_CONFIG", None)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(root), str(ranks), capture, str(slow), str(SLEEP_MS)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    profiles, errors = load_profiles(root)
-    assert errors == [] and sorted(p.rank for p in profiles) == list(range(ranks))
-    return sorted(profiles, key=lambda p: p.rank)
+    return profiled(SCRIPT, root, ranks, str(ranks), capture, str(slow), str(SLEEP_MS))
 
 
 def module_of(tree, node: int) -> str:

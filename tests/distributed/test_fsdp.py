@@ -5,17 +5,14 @@ and the wait they cost the step."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from dc_core.analyzer import analyze
-from dc_core.store.logdir import load_profiles
+from tests.distributed.spawn import profiled
 
 SCRIPT = Path(__file__).with_name("fsdp_blocks.py")
 EXPOSED = Path(__file__).with_name("fsdp_exposed.py")
@@ -24,19 +21,7 @@ GATHER, REDUCE = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_"
 
 
 def run(root: Path, ranks: int, *args: str, script: Path = SCRIPT) -> list:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    env.pop("DEEPCONTEXT_CONFIG", None)
-    done = subprocess.run(
-        [sys.executable, str(script), str(root), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    profiles, errors = load_profiles(root)
-    assert errors == [] and sorted(p.rank for p in profiles) == list(range(ranks))
-    return profiles
+    return profiled(script, root, ranks, *args)
 
 
 def block_of(tree, node: int) -> str | None:
