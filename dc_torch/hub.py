@@ -121,6 +121,11 @@ class Interceptor:
     ``call(frames, func, args, kwargs, note=None, parent=INNERMOST)`` runs
     ``func(*args, **kwargs)`` in a scope at ``frames`` under ``parent`` (the
     innermost open scope by default) and hands ``note`` to ``after`` as it is.
+    On the native capture path a ``capture`` site's scope of one frame opens
+    where the caller stands as an operator would (``region_enter``): the
+    native frame walk names the modules the caller runs in, which a scope's
+    own walk of Python frames does not; where the capture records nothing
+    (suspended in a compiled region) it opens as a scope after all.
     It is a closure over the site's settings: it runs for every intercepted
     call, and cells read faster than attributes.
     """
@@ -155,17 +160,33 @@ def _interceptor(
         note: Any = None,
         parent: int = INNERMOST,
     ) -> Any:
+        region = None  # the native extension, while a region of it is open
         try:
-            # A thread in no scope (not the steps'): with its operators in the
-            # unscoped phase, which the native capture finds by itself.
-            if parent == INNERMOST and hub.window.capture != "native" and not depth():
-                parent = hub.unscoped_node()
-            # Positional on purpose: pybind11 matching keywords cost ~100 ns a call here.
-            node = enter(frames, parent, capture, user_depth)
+            native = hub.window.capture == "native"
+            node = -1
+            if capture and native and parent == INNERMOST and len(frames) == 1:
+                extension = hub.native.extension
+                node = extension.region_enter(frames[0])
+                if node >= 0:
+                    region = extension
+                else:  # not recorded here: its slot closes, a scope opens
+                    extension.region_exit()
+            if region is None:
+                # A thread in no scope (not the steps'): with its operators in
+                # the unscoped phase, which the native capture finds by itself.
+                if parent == INNERMOST and not native and not depth():
+                    parent = hub.unscoped_node()
+                # Positional on purpose: pybind11 matching keywords cost ~100 ns a call here.
+                node = enter(frames, parent, capture, user_depth)
             marker = device.mark(node) if marks and device.on else None
         except Exception as exc:
             fail(exc, where)
             node = None
+            if region is not None:
+                try:
+                    region.region_exit()
+                except Exception:  # the failure is logged once, above
+                    pass
         # outside the handler: the user's exception gets no profiler error as its context
         if node is None:
             return func(*args, **kwargs)
@@ -180,7 +201,9 @@ def _interceptor(
             try:
                 if marker is not None:
                     marker.__exit__(None, None, None)
-                if hub.active:  # after a failure the session has unwound the scopes
+                if region is not None:  # closes its slot, as every region_enter's
+                    region.region_exit()
+                elif hub.active:  # after a failure the session has unwound the scopes
                     exit_scope()
             except Exception as exc:
                 fail(exc, where)

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dc_core.collect.collector import FLAG_BACKWARD, INNERMOST, KIND_SHARDING, MEASURE
-from dc_core.collect.ownfiles import cut_own_frames
 from dc_torch.hub import Interceptor
 
 if TYPE_CHECKING:
@@ -69,8 +68,9 @@ class ShardingHooks:
         # per group: its module's forward context node in this window
         self.contexts: dict[int, int] = {}
         self._fids: dict[tuple[str, str, bool], int] = {}
-        # in forward: under the module's call, found from the caller's frames;
-        # the node it lands under is the group's context from then on
+        # in forward: under the module's call, found from the caller's frames
+        # (on the native path as an operator's are); the node it lands under is
+        # the group's context from then on
         self.here = Interceptor(hub, "sharding", capture=True, marks=True, after=self._placed_here)
         # placed at a node: a module's context, mirrored for backward
         self.placed = Interceptor(hub, "sharding", user_depth=MEASURE, marks=True)
@@ -139,36 +139,11 @@ class ShardingHooks:
         try:
             if parent != INNERMOST or nested:
                 return self.placed.call((fid,), func, args, kwargs, None, parent)
-            if self.hub.window.capture == "native":
-                return self._in_call(fid, func, args, kwargs, owner)
-            # the Python path's module hooks have opened the module's scope
+            # in the module's call: the Python path's module hooks have opened
+            # its scope; the native path reads it from the caller's stack
             return self.here.call((fid,), func, args, kwargs, owner)
         finally:
             running.pop()
-
-    def _in_call(self, fid: int, func: Callable, args: tuple, kwargs: dict, owner: Any) -> Any:
-        """On the native path a module's frame is read from the caller's stack
-        where operators are: the scope opens as one (``region_enter``), under
-        the module whose hook this is."""
-        hub = self.hub
-        try:
-            extension = hub.native.extension
-            node = extension.region_enter(fid)
-        except Exception as exc:
-            hub.fail(exc, "sharding")
-            return func(*args, **kwargs)
-        try:
-            return func(*args, **kwargs)
-        except BaseException as exc:  # the user's, with the traceback it has without us
-            cut_own_frames(exc)
-            raise
-        finally:
-            try:
-                extension.region_exit()
-                if node >= 0 and hub.active:
-                    self._placed_here(node, (fid,), owner, args, kwargs, None)
-            except Exception as exc:
-                hub.fail(exc, "sharding")
 
     def _placed_here(
         self, node: int, frames: Any, owner: Any, args: tuple, kwargs: dict, out: Any

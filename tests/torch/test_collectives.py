@@ -71,3 +71,36 @@ def test_a_collective_on_a_thread_in_no_scope_lands_in_the_other_phase(tmp_path,
     assert path[0].kind == "phase" and path[0].name == "other", path
     assert any(f.name.endswith("loader_thread") for f in path), path
     assert tree.value(broadcast, "comm_bytes") == 16 * 4
+
+
+class _Averaged(torch.nn.Module):
+    """A Linear whose output is all-reduced inside the module's own forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        dist.all_reduce(y)
+        return y
+
+
+def test_a_collective_in_a_modules_forward_sits_under_that_module(tmp_path, one_rank):
+    """Called from a module's forward, a collective goes under the module and
+    the line that called it, as the operators beside it do, on both capture
+    paths (the native one names modules in its own frame walk)."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), _Averaged())
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
+        for _ in range(2):
+            model(torch.ones(4, 8)).sum().backward()
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    (reduce,) = tree.find_all(lambda f: f.name == "c10d::allreduce_")
+    path = tree.path_frames(reduce)
+    modules = [f.name for f in path if f.kind == "module"]
+    assert modules[-1] == "1", path  # the module that called it, not its parent or none
+    line = path[path.index(next(f for f in path if f.name == "1")) + 1]
+    assert line.kind == "python" and line.name.endswith("forward"), path
+    assert tree.value(reduce, "count") == 2
+    assert tree.value(reduce, "comm_bytes") == 2 * 4 * 8 * 4  # two steps of a 4x8 float tensor
