@@ -125,6 +125,7 @@ class Frames:
             names = {m: n for n, m in root.named_modules(remove_duplicate=False)}
             for other, name in names.items():
                 if other not in frames:
+                    name = unwrapped_path(name)
                     frames[other] = self.session.frame(
                         KIND_MODULE, name or _class_name(other), "", 0, _class_name(other)
                     )
@@ -138,6 +139,20 @@ class Frames:
                     )
                 )
         return fid
+
+
+#: Segments that wrappers add to module paths and drop from the model's state
+#: dict (FSDP1's unit wrapper, activation checkpointing's): a module frame is
+#: named by the path the model's own names give.
+WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
+
+
+def unwrapped_path(name: str) -> str:
+    """``name`` (as ``named_modules()`` gives it) without wrapper segments:
+    ``_fsdp_wrapped_module.blocks.0._fsdp_wrapped_module.attn`` is ``blocks.0.attn``."""
+    if "_wrapped_module" not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part not in WRAPPER_SEGMENTS)
 
 
 def _class_name(module: Any) -> str:

@@ -65,6 +65,23 @@ def test_regression_modules_named_from_the_naming_root_not_the_first_called():
     assert _names(frames, session, loss, loss) == ("MSELoss", "MSELoss")
 
 
+def test_wrapper_segments_are_left_out_of_module_names():
+    """FSDP1's units and activation checkpointing wrap a module in one of their
+    own, which adds a segment to ``named_modules()``'s paths and none to the
+    model's state dict: module frames go by the state dict's names."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    model = nn.Sequential(checkpoint_wrapper(nn.Sequential(nn.Linear(2, 2), nn.ReLU())))
+    assert "0._checkpoint_wrapped_module.0" in dict(model.named_modules())
+    session = _Interning()
+    frames = Frames(session)
+    inner = model[0]._checkpoint_wrapped_module
+    assert _names(frames, session, inner[0], model) == ("0.0", "Linear")
+    assert _names(frames, session, inner, model) == ("0", "Sequential")
+    assert _names(frames, session, model[0], model) == ("0", "CheckpointWrapper")
+    assert {n.rpartition(".")[0] for n in model.state_dict()} == {"0.0"}
+
+
 @pytest.mark.parametrize(
     "source, path",
     [
