@@ -30,6 +30,7 @@ from dc_core.record.session import active_sessions
 from dc_torch.closure import ClosureHooks
 from dc_torch.collectives import CollectiveHooks
 from dc_torch.device import cuda_present
+from dc_torch.fsdp_wrapper import WrapperShardingHooks
 from dc_torch.hub import HookWindow, Hub
 from dc_torch.memory import MemoryHooks
 from dc_torch.modules import ModuleBoundaries, ModuleHooks
@@ -217,6 +218,7 @@ class TorchAdapter(Adapter):
                 ClosureHooks(hub),
                 CollectiveHooks(hub),
                 ShardingHooks(hub),
+                WrapperShardingHooks(hub),
                 ZeroHooks(hub, phases),
             )
             self._modules = ModuleHooks(hub)

@@ -107,7 +107,7 @@ def _finding(w: Window, row: ModuleComm, gathers: float, step: float) -> dict[st
         "exposed_communication",
         severity,
         message,
-        (_zero_advice if row.sharded_by == "ZeRO" else _advice)(
+        ADVICE.get(row.sharded_by, _advice)(
             w,
             row,
             own_forward,
@@ -240,6 +240,55 @@ def _advice(
             f"each gather moves {size(moved / calls)}: at that size a gather's latency, not its "
             f"bytes, is the cost; shard at a coarser granularity (`fully_shard` the parent, not "
             f"each child) so fewer gathers carry the same bytes"
+        )
+    if reduces >= 1e5 and w.cpu_only:
+        out.append("gloo runs the gradients' reduce-scatter synchronously: nothing hides it here")
+    return "; ".join(out)
+
+
+def _wrapper_advice(
+    w: Window,
+    row: ModuleComm,
+    forward: float,
+    backward: float,
+    moved: float,
+    calls: float,
+    reduces: float,
+    waited: float = 0,
+) -> str:
+    """FSDP1's (``FullyShardedDataParallel``'s) settings that would hide or
+    spare the unit's gathers."""
+    fqn = row.module.name
+    held = size(moved / max(calls, 1))
+    out = []
+    if w.cpu_only:
+        out.append(
+            "on CPU (gloo) FSDP gathers on the thread that asks, a prefetch included: nothing "
+            "overlaps a gather here, fewer gathers are what saves"
+        )
+    elif forward:
+        out.append(
+            f"prefetch each unit's parameters during the forward of the unit before it "
+            f"(`FullyShardedDataParallel(..., forward_prefetch=True)`), so `{fqn}`'s gather "
+            f"overlaps that unit's compute"
+        )
+    if backward:
+        out.append(
+            f"keep the parameters gathered from forward to backward "
+            f"(`sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`: no backward all-gather, "
+            f"{held} more held per unit until its backward)"
+            + (
+                ""
+                if w.cpu_only
+                else ", or gather the next unit's before this one's gradients "
+                "(`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`)"
+            )
+        )
+    if calls and moved / calls < MIB:
+        out.append(
+            f"each gather moves {held}: at that size a gather's latency, not its bytes, is the "
+            f"cost; wrap at a coarser granularity (an `auto_wrap_policy` that wraps the parent "
+            f"of `{fqn}`, or a larger `min_num_params`) so fewer gathers carry the same bytes"
         )
     if reduces >= 1e5 and w.cpu_only:
         out.append("gloo runs the gradients' reduce-scatter synchronously: nothing hides it here")
@@ -471,3 +520,7 @@ def _prefetched_for(w: Window, row: ModuleComm) -> str:
         if what not in wanted:
             wanted.append(what)
     return "; ".join(wanted)
+
+
+#: Advice by the runtime that shards the module (`ModuleComm.sharded_by`); FSDP2's otherwise.
+ADVICE = {"ZeRO": _zero_advice, "FullyShardedDataParallel": _wrapper_advice}

@@ -122,8 +122,9 @@ class ModuleComm:
             (``"backward all-gather"``).
         bytes_by: ``bytes`` likewise.
         sharded_by: The runtime that shards its parameters, as its
-            ``sharding`` frames name it (``FSDP``, ``ZeRO``); "" for a
-            module that is not sharded (a DDP bucket's).
+            ``sharding`` frames name it (`runtime_of`: ``FSDP``, ``ZeRO``,
+            ``FullyShardedDataParallel``); "" for a module that is not
+            sharded (a DDP bucket's).
     """
 
     module: Frame
@@ -143,6 +144,13 @@ class ModuleComm:
     @property
     def name(self) -> str:
         return self.module.label()
+
+
+def runtime_of(name: str) -> str:
+    """The sharding runtime a ``sharding`` frame's name gives: ``FSDP`` for
+    FSDP2's ``FSDP::pre_forward``, ``ZeRO`` for ``ZeRO::pre_forward``,
+    ``FullyShardedDataParallel`` for FSDP1's ``FullyShardedDataParallel._pre_forward``."""
+    return name.partition("::")[0].partition(".")[0]
 
 
 def is_collective(tree: Tree, node: int) -> bool:
@@ -187,7 +195,7 @@ def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
         key[node], phase[node] = (*key[p], _forward(frame)), phase[p]
         # its forward work stands in the module's own call (`dc_torch.sharding`)
         if frame.kind == "sharding" and not frame.backward and tree.node_frame(p).kind == "module":
-            sharded.setdefault(key[p], frame.name.partition("::")[0])
+            sharded.setdefault(key[p], runtime_of(frame.name))
     # per node: the module it serves: the nearest sharded module above it,
     # else the nearest module (FSDP's gradient reduction may run inside an
     # autograd function placed under one of the module's own submodules)

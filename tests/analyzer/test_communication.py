@@ -29,11 +29,12 @@ def gather(ns: int, exposed: int, moved: int, backward: bool = False) -> str:
     )
 
 
-def fsdp_step(big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP"):
+def fsdp_step(big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP::"):
     """Two FSDP blocks over 3 steps: ``blocks.1`` is big and its gathers are
     ``big_exposed`` exposed in forward and again in backward; its gradients'
     reduction runs inside FSDP's autograd function, placed under a submodule.
-    ``runtime``: the sharding runtime its frames name."""
+    ``runtime``: what its sharding frames' names begin with, the runtime's
+    (``ZeRO::``; FSDP1's records' ``FullyShardedDataParallel._``)."""
     big, small = "module:blocks.1", "module:blocks.0"
     return profile(
         (
@@ -42,13 +43,13 @@ def fsdp_step(big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP"):
                 TRAIN,
                 (
                     small,
-                    (f"sharding:{runtime}::pre_forward", gather(MS, MS, 3 * 1024)),
+                    (f"sharding:{runtime}pre_forward", gather(MS, MS, 3 * 1024)),
                     f"aten::addmm @cpu_time_ns={compute},count={STEPS}",
                 ),
                 (
                     big,
                     (
-                        f"sharding:{runtime}::pre_forward @cpu_time_ns=" + str(2 * MS),
+                        f"sharding:{runtime}pre_forward @cpu_time_ns=" + str(2 * MS),
                         gather(big_exposed, big_exposed, 3 * 64 << 20),
                     ),
                     ("module:blocks.1.fc", f"aten::addmm @cpu_time_ns={compute},count={STEPS}"),
@@ -62,7 +63,7 @@ def fsdp_step(big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP"):
                 (
                     big,
                     (
-                        f"sharding:{runtime}::pre_backward [backward]",
+                        f"sharding:{runtime}pre_backward [backward]",
                         gather(big_exposed, big_exposed, 3 * 64 << 20, backward=True),
                     ),
                     (
@@ -142,8 +143,27 @@ def test_on_gloo_the_advice_says_prefetches_must_be_asynchronous():
     assert "reduce-scatter synchronously" in advice
 
 
+def test_under_fsdp1_the_advice_is_the_wrappers_settings():
+    p = fsdp_step(big_exposed=60 * MS, runtime="FullyShardedDataParallel._")
+    assert [r.sharded_by for r in by_module(p.tree)] == ["FullyShardedDataParallel"] * 2
+    p.env = {"torch": "2.13.0", "cuda": "12.4"}
+    f = only(analyze(p), "exposed_communication")
+    assert f["path"][-1] == "blocks.1" and f["gain_ns"] == 2 * 60 * MS / STEPS
+    advice = f["suggestion"]
+    assert "`FullyShardedDataParallel(..., forward_prefetch=True)`" in advice
+    assert "`sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`" in advice
+    assert "64.0 MiB more held per unit" in advice
+    assert "`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`" in advice
+    assert "fully_shard" not in advice and "set_modules_to" not in advice
+    # on CPU a prefetch hides nothing: only the settings that spare gathers
+    p.env = {"torch": "2.13.0"}
+    advice = only(analyze(p), "exposed_communication")["suggestion"]
+    assert "fewer gathers are what saves" in advice and "SHARD_GRAD_OP" in advice
+    assert "forward_prefetch" not in advice and "backward_prefetch" not in advice
+
+
 def test_under_zero_the_advice_is_deepspeed_s_settings_with_their_values_in_the_run():
-    p = fsdp_step(big_exposed=60 * MS, runtime="ZeRO")
+    p = fsdp_step(big_exposed=60 * MS, runtime="ZeRO::")
     settings = {
         "overlap_comm": False,
         "reduce_bucket_size": 500_000_000,

@@ -1,0 +1,74 @@
+"""Run by test_fsdp1.py: FSDP1 (the ``FullyShardedDataParallel`` wrapper) on
+two CPU processes (gloo), four blocks of different widths each wrapped as a
+unit and the whole model as the root, AdamW, profiled with
+``dc_torch.profile`` over steps 1-2. Over the same two steps each rank also
+runs torch.profiler: its counts of FSDP1's own records and of the
+collectives, and each unit's gathered flat parameter's bytes, go to
+``peer-<rank>.json``.
+
+Usage: fsdp1_blocks.py ROOT_DIR CAPTURE
+"""
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import FullyShardedDataParallel
+from torch.profiler import ProfilerActivity, profile
+
+import dc_torch
+from tests.distributed.spawn import spawn
+
+WIDTHS = (128, 256, 384, 512)  # block i's hidden width: its gathers' bytes tell it apart
+
+
+def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    torch.manual_seed(0)
+    cpu = torch.device("cpu")
+    blocks = [nn.Sequential(nn.Linear(64, w), nn.ReLU(), nn.Linear(w, 64)) for w in WIDTHS]
+    units = [FullyShardedDataParallel(b, device_id=cpu) for b in blocks]
+    model = FullyShardedDataParallel(nn.Sequential(*units), device_id=cpu)
+    # a gather brings every rank's shard of the unit's flat parameter
+    gathered = {str(i): u._handle.flat_param.numel() * world * 4 for i, u in enumerate(units)}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 64)
+    peer = profile(activities=[ProfilerActivity.CPU])
+    with dc_torch.profile(
+        logdir=root,
+        run="fsdp1",
+        steps={"start": 1, "count": 2},
+        rank=rank,
+        capture=capture,
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
+        for step in range(4):
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+            if step == 0:  # the window's first step begins
+                peer.__enter__()
+            elif step == 2:  # its last has ended
+                peer.__exit__(None, None, None)
+    records = Counter(
+        e.name for e in peer.events() if e.name.startswith(("FullyShardedDataParallel.", "c10d::"))
+    )
+    Path(root, f"peer-{rank}.json").write_text(
+        json.dumps({"records": records, "gathered_bytes": gathered})
+    )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    root, capture = sys.argv[1], sys.argv[2]
+    spawn(worker, 2, root, capture)
+    print("done")

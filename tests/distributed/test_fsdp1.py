@@ -1,0 +1,83 @@
+"""FSDP1 (the ``FullyShardedDataParallel`` wrapper) on real CPU processes
+(gloo): each unit's gathers and reductions under that unit, inside FSDP1's
+own work named as its records name it, counted as torch.profiler counts the
+same steps, with the bytes each unit's flat parameter moves."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dc_core.analyzer import analyze
+from dc_core.model.comm import by_module
+from tests.distributed.spawn import profiled
+
+SCRIPT = Path(__file__).with_name("fsdp1_blocks.py")
+UNITS = ("0", "1", "2", "3")
+GATHER, REDUCE = "c10d::allgather_", "c10d::_reduce_scatter_base_"
+RECORD = "FullyShardedDataParallel."
+STEPS = 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capture", ["native", "python"])
+def test_each_units_collectives_sit_under_that_unit_in_fsdp1s_own_work(tmp_path, capture):
+    for p in profiled(SCRIPT, tmp_path, 2, capture):
+        tree = p.tree
+        peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
+        records, gathered = peer["records"], peer["gathered_bytes"]
+        gathers, reduces, issuers = Counter(), Counter(), {}
+        for node in tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
+            path, frame = tree.path_frames(node), tree.node_frame(node)
+            units = [f.name for f in path if f.kind == "module" and f.name in UNITS]
+            assert len(units) == 1, path  # the unit the parameters belong to
+            unit, count = units[0], tree.value(node, "count")
+            (work,) = [f for f in path if f.kind == "sharding"]
+            assert work.name.startswith(RECORD), path
+            backward = path[0].name == "backward"
+            assert frame.backward == work.backward == backward, path
+            if frame.name == GATHER:
+                # in forward its own pre-forward; in backward its own hook (the
+                # last unit's) or a prefetch the next unit's hook issued
+                if not backward:
+                    assert work.name == RECORD + "_pre_forward", path
+                elif work.name == RECORD + "_pre_backward_prefetch":
+                    issuers[unit] = work.detail
+                else:
+                    assert work.name == RECORD + "_pre_backward_hook" and unit == "3", path
+                gathers[unit, path[0].name] += count
+            else:
+                assert frame.name == REDUCE and backward, path
+                assert work.name == RECORD + "_reduce_grad", path
+                reduces[unit] += count
+            # every gather and reduction moves the unit's whole flat parameter
+            assert tree.value(node, "comm_bytes") == count * gathered[unit], path
+        for unit in UNITS:
+            assert gathers[unit, "forward"] == gathers[unit, "backward"] == STEPS, unit
+            assert reduces[unit] == STEPS, unit
+        assert issuers == {"2": "issued in 3", "1": "issued in 2", "0": "issued in 1"}
+        # as many as torch.profiler counts in the same steps
+        assert sum(gathers.values()) == records[GATHER]
+        assert sum(reduces.values()) == records[REDUCE]
+        ours = Counter()
+        for node in tree.find_all(lambda f: f.kind == "sharding"):
+            ours[tree.node_frame(node).name] += tree.value(node, "count")
+        for name in ("_pre_forward", "_post_forward", "_pre_backward_hook"):
+            assert ours[RECORD + name] == records[RECORD + name], name
+        # the hook that reduces a gradient: its reshard and its reduction, once each
+        hooks = records[RECORD + "_post_backward_hook"]
+        assert ours[RECORD + "_post_backward_reshard"] == ours[RECORD + "_reduce_grad"] == hooks
+        # one row per unit, sharded by FSDP1, its machinery apart from its compute
+        rows = {r.name: r for r in by_module(tree)}
+        assert set(rows) == {f"{u} (FullyShardedDataParallel)" for u in UNITS}
+        for unit in UNITS:
+            row = rows[f"{unit} (FullyShardedDataParallel)"]
+            assert row.sharded_by == "FullyShardedDataParallel"
+            assert row.bytes == 3 * STEPS * gathered[unit]  # two gathers, one reduction
+            assert row.runtime_ns > 0 and row.compute_ns > 0
+        imbalance = [f for f in analyze(p) if f["rule"] == "backward_imbalance"]
+        assert not any("FullyShardedDataParallel" in f["message"] for f in imbalance), imbalance
+        assert not any("c10d::" in f["message"] for f in imbalance), imbalance
