@@ -58,7 +58,9 @@ NATIVE_POINTS = {
     "backward": Point(
         "enter", ("phases.py", "_begin"), depth=3
     ),  # autograd.backward's phase wrapper
-    "collective": POINTS["collective"],
+    # a collective opens as an operator does (region_enter, no collector call):
+    # the fault lands in recording what it moved
+    "collective": Point("add", ("collectives.py", "_launched")),
     "sampler": POINTS["sampler"],
     "writer": POINTS["writer"],
     "capture start": Point("capture_start"),
@@ -100,6 +102,10 @@ class FaultyCollector:
             self._maybe_fail("stop_sampler")
         finally:
             self._real.stop_sampler(*args, **kwargs)  # the thread stops all the same
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail("add")
+        return self._real.add(*args, **kwargs)
 
     def intern(self, *args: Any, **kwargs: Any) -> Any:
         self._maybe_fail("intern")
