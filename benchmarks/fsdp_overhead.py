@@ -3,7 +3,8 @@ torch.profiler() measured in the same run.
 
 Two gloo ranks on CPU, one thread each, meet through a file store
 (`tests.distributed.spawn`). The model is a stack of blocks, each one
-``fully_shard``-ed and the root too, trained with AdamW. Workloads: ``mlp``,
+``fully_shard``-ed and the root too (with ``--fsdp 1``, each wrapped in
+FSDP1's ``FullyShardedDataParallel`` and the root too), trained with AdamW. Workloads: ``mlp``,
 8 blocks of Linear(128, 512) → GELU → Linear(512, 128) on a batch of 64 per
 rank; ``launch``, 8 blocks of 4 × (Linear(64, 64) → tanh) on a batch of 8,
 where every op is a few microseconds, so a profiler's cost per captured event
@@ -25,7 +26,7 @@ inflate far less than the wall clock. A window's open and close (and
 torch.profiler's enter and exit, which processes its events) happen at step
 boundaries: they are timed apart and printed per window, not mixed into the steps.
 
-    python benchmarks/fsdp_overhead.py [--workload all|mlp|launch] [--steps 8] [--rounds 8] [--with-stack]
+    python benchmarks/fsdp_overhead.py [--workload all|mlp|launch] [--fsdp 2|1] [--steps 8] [--rounds 8] [--with-stack]
 
 Prints, per workload, each configuration's median step time and its ratio to
 ``plain`` (with the range of per-round ratios, which shows how noisy the machine
@@ -75,20 +76,29 @@ WORKLOADS: dict[str, tuple[Callable[[], nn.Module], int, int, int]] = {
 }
 
 Step = tuple[float, float]  # (wall, CPU) seconds
+#: How each ``--fsdp`` shards the blocks, as the report says it.
+SHARDED = {2: "FSDP2 (fully_shard)", 1: "FSDP1 (FullyShardedDataParallel)"}
 
 
 def sharded_model(
-    workload: str, rank: int
+    workload: str, rank: int, fsdp: int = 2
 ) -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
-    """The workload's blocks, each ``fully_shard``-ed and the root too, AdamW, and this rank's batch."""
-    from torch.distributed.fsdp import fully_shard
+    """The workload's blocks, each sharded and the root too (``fsdp`` 2:
+    ``fully_shard``; 1: ``FullyShardedDataParallel`` units), AdamW, and this rank's batch."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
     block, blocks, rows, width = WORKLOADS[workload]
     torch.manual_seed(0)  # the same model on every rank
     model = nn.Sequential(*[block() for _ in range(blocks)])
-    for b in model:
-        fully_shard(b)
-    fully_shard(model)
+    if fsdp == 1:
+        cpu = torch.device("cpu")
+        for i, b in enumerate(model):
+            model[i] = FullyShardedDataParallel(b, device_id=cpu)
+        model = FullyShardedDataParallel(model, device_id=cpu)
+    else:
+        for b in model:
+            fully_shard(b)
+        fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(rows, width, generator=torch.Generator().manual_seed(1 + rank))
     return model, optimizer, x
@@ -167,13 +177,14 @@ def worker(
     configs: list[str],
     steps: int,
     rounds: int,
+    fsdp: int,
     init: str,
 ) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     with tempfile.TemporaryDirectory() as logdir:
         for workload in workloads:
-            model, optimizer, x = sharded_model(workload, rank)
+            model, optimizer, x = sharded_model(workload, rank, fsdp)
             _timed(3, model, optimizer, x, lambda: None)  # warm up allocator and caches
             samples: dict[str, list[list[Step]]] = {name: [] for name in configs}  # per round
             edges: dict[str, list[float]] = {name: [] for name in configs}
@@ -187,11 +198,13 @@ def worker(
             gathered: list = [None] * world
             dist.all_gather_object(gathered, (samples, edges))
             if rank == 0:
-                report(workload, world, configs, rounds, gathered)
+                report(workload, world, configs, rounds, gathered, fsdp)
     dist.destroy_process_group()
 
 
-def report(workload: str, world: int, configs: list[str], rounds: int, gathered: list) -> None:
+def report(
+    workload: str, world: int, configs: list[str], rounds: int, gathered: list, fsdp: int = 2
+) -> None:
     """Print the table from every rank's step times: a step's wall time is the
     slower rank's, its CPU time the sum over ranks."""
     wall: dict[str, list[list[float]]] = {}
@@ -203,7 +216,7 @@ def report(workload: str, world: int, configs: list[str], rounds: int, gathered:
     _, blocks, rows, _ = WORKLOADS[workload]
     count = sum(len(rnd) for rnd in wall[PLAIN])
     print(
-        f"\nFSDP2 {workload}: {blocks} blocks + root fully_shard, AdamW, batch {rows}/rank, "
+        f"\n{SHARDED[fsdp]} {workload}: {blocks} blocks + root, AdamW, batch {rows}/rank, "
         f"{world} gloo ranks × 1 thread; {count} steps per configuration in {rounds} rounds"
     )
     print(
@@ -260,6 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument(
+        "--fsdp", type=int, choices=[2, 1], default=2, help="FSDP2 (fully_shard) or FSDP1 units"
+    )
+    parser.add_argument(
         "--with-stack", action="store_true", help="add torch.profiler(record_shapes, with_stack)"
     )
     args = parser.parse_args(argv)
@@ -267,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
 
     workloads = list(WORKLOADS) if args.workload == "all" else [args.workload]
     configs = [PLAIN, DEEPCONTEXT, TORCH] + ([TORCH_STACK] if args.with_stack else [])
-    spawn(worker, args.ranks, workloads, configs, args.steps, args.rounds)
+    spawn(worker, args.ranks, workloads, configs, args.steps, args.rounds, args.fsdp)
 
 
 if __name__ == "__main__":
