@@ -105,20 +105,21 @@ class WrapperShardingHooks(ShardingHooks):
             def wrapped(*args: Any, **kwargs: Any) -> Any:
                 if not hub.active:
                     return original(*args, **kwargs)
+                fid = None  # none: FSDP's call alone, outside our handler
                 try:
                     handle = args[handle_at]
                     # the unit (its handle; the root without parameters of its own: its state)
                     unit = handle if handle is not None else args[0]
-                    if _skipped(name, handle):
-                        return original(*args, **kwargs)
-                    running = hub.thread_state().sharding
-                    fid = self._frame(label, backward)
-                    # forward work stands in the unit's call: found from there
-                    parent = self._parent(unit, True) if backward else INNERMOST
-                    if owns:
-                        self._name_units(args[0])
+                    if not _skipped(name, handle):
+                        running = hub.thread_state().sharding
+                        # forward work stands in the unit's call: found from there
+                        parent = self._parent(unit, True) if backward else INNERMOST
+                        if owns:
+                            self._name_units(args[0])
+                        fid = self._frame(label, backward)
                 except Exception as exc:
                     hub.fail(exc, "sharding")
+                if fid is None:
                     return original(*args, **kwargs)
                 owner = unit if owns else None
                 return self._run(running, unit, fid, parent, original, args, kwargs, owner)
@@ -137,30 +138,35 @@ class WrapperShardingHooks(ShardingHooks):
             call = (state, handle, *args)
             if not hub.active:
                 return original(*call, **kwargs)
+            fid = None  # none: FSDP's call alone, outside our handler
             try:
                 running = hub.thread_state().sharding
-                if handle is None or not running or running[-1] is handle:
-                    return original(*call, **kwargs)
-                issuer = running[-1]
-                # FSDP sets the target's state for the pass it prefetches for;
-                # the issuer's says whether its pre- or its post-backward hook runs
-                backward = _state(handle).startswith("BACKWARD")
-                when = (
-                    "post_backward"
-                    if _state(issuer) == "BACKWARD_POST"
-                    else "pre_backward"
-                    if backward
-                    else "pre_forward"
-                )
-                detail = f"issued in {self._units.get(id(issuer), 'the root')}"
-                fid = self._frame(f"{RECORD}_{when}_prefetch", backward, detail)
-                parent = self._parent(handle, backward)
+                if handle is not None and running and running[-1] is not handle:
+                    fid, parent = self._prefetch_frame(running[-1], handle)
             except Exception as exc:
                 hub.fail(exc, "sharding")
+            if fid is None:
                 return original(*call, **kwargs)
             return self._run(running, handle, fid, parent, original, call, kwargs)
 
         return wrapped
+
+    def _prefetch_frame(self, issuer: Any, handle: Any) -> tuple[int, int]:
+        """The frame of a prefetch of ``handle``'s parameters that ``issuer``'s
+        work issues, and where it goes: under the unit it gathers for."""
+        # FSDP sets the target's state for the pass it prefetches for; the
+        # issuer's says whether its pre- or its post-backward hook runs
+        backward = _state(handle).startswith("BACKWARD")
+        when = (
+            "post_backward"
+            if _state(issuer) == "BACKWARD_POST"
+            else "pre_backward"
+            if backward
+            else "pre_forward"
+        )
+        detail = f"issued in {self._units.get(id(issuer), 'the root')}"
+        fid = self._frame(f"{RECORD}_{when}_prefetch", backward, detail)
+        return fid, self._parent(handle, backward)
 
     def _name_units(self, state: Any) -> None:
         """Each unit's name under the FSDP root ``state`` (a root's

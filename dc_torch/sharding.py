@@ -157,13 +157,15 @@ class ShardingHooks:
         def wrapped(group: Any, *args: Any, **kwargs: Any) -> Any:
             if not hub.active:
                 return original(group, *args, **kwargs)
+            fid = None  # none: FSDP's call alone, outside our handler
             try:
                 running = hub.thread_state().sharding
-                fid = self._frame(label, backward)
                 # forward work stands in the module's call: found from there
                 parent = self._parent(group, backward) if placed else INNERMOST
+                fid = self._frame(label, backward)
             except Exception as exc:
                 hub.fail(exc, "sharding")
+            if fid is None:
                 return original(group, *args, **kwargs)
             owner = None if backward else group
             return self._run(running, group, fid, parent, original, (group, *args), kwargs, owner)
@@ -177,15 +179,17 @@ class ShardingHooks:
         def wrapped(target: Any, pass_type: str, *args: Any, **kwargs: Any) -> Any:
             if not hub.active:
                 return original(target, pass_type, *args, **kwargs)
+            fid = None  # none: FSDP's call alone, outside our handler
             try:
                 backward = pass_type == "backward"
                 running = hub.thread_state().sharding
                 issuer = running[-1] if running else None
                 detail = f"issued in {_path(issuer)}" if issuer is not None else ""
-                fid = self._frame(f"FSDP::{pass_type}_prefetch", backward, detail)
                 parent = self._parent(target, backward)
+                fid = self._frame(f"FSDP::{pass_type}_prefetch", backward, detail)
             except Exception as exc:
                 hub.fail(exc, "sharding")
+            if fid is None:
                 return original(target, pass_type, *args, **kwargs)
             return self._run(
                 running, target, fid, parent, original, (target, pass_type, *args), kwargs

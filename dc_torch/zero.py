@@ -116,11 +116,13 @@ class ZeroHooks(ShardingHooks):
             def wrapped(offload: Any, sub_module: Any, *args: Any, **kwargs: Any) -> Any:
                 if not hub.active:
                     return original(offload, sub_module, *args, **kwargs)
+                fid = None  # none: DeepSpeed's call alone, outside our handler
                 try:
                     running = hub.thread_state().sharding
                     fid = self._frame(label, backward)
                 except Exception as exc:
                     hub.fail(exc, "zero")
+                if fid is None:
                     return original(offload, sub_module, *args, **kwargs)
                 call = (offload, sub_module, *args)
                 if backward:
@@ -144,27 +146,28 @@ class ZeroHooks(ShardingHooks):
             call = (coordinator, params, forward, *args)  # DeepSpeed's own, as given
             if not hub.active:
                 return original(*call, **kwargs)
+            fid = None  # none: DeepSpeed's call alone, outside our handler
             try:
                 running = hub.thread_state().sharding
                 issuer = running[-1] if running else None
                 listed = list(params)
                 model = self._model(listed)
-                if model is None or _own(issuer, listed):
-                    return original(*call, **kwargs)  # the issuing module's own fetch
-                target = model.common(listed)
-                pass_type = "forward" if forward else "backward"
-                detail = self._bucket([model.params.get(id(p), "") for p in listed])
-                if issuer is not None:
-                    detail += f", issued in {self._name(issuer)}"
-                fid = self._frame(f"ZeRO::{pass_type}_prefetch", not forward, detail)
-                # On the native path the issuer's fetch runs inside an operator
-                # the capture times (its region, DeepSpeed's autograd function):
-                # placed elsewhere, this time would be billed twice. It stays
-                # in the issuer's fetch, its frame naming what it gathers.
-                nested = hub.window.capture == "native" or target is issuer
-                parent = INNERMOST if nested else self._parent(target, not forward)
+                if model is not None and not _own(issuer, listed):  # else the issuer's own fetch
+                    target = model.common(listed)
+                    pass_type = "forward" if forward else "backward"
+                    detail = self._bucket([model.params.get(id(p), "") for p in listed])
+                    if issuer is not None:
+                        detail += f", issued in {self._name(issuer)}"
+                    # On the native path the issuer's fetch runs inside an operator
+                    # the capture times (its region, DeepSpeed's autograd function):
+                    # placed elsewhere, this time would be billed twice. It stays
+                    # in the issuer's fetch, its frame naming what it gathers.
+                    nested = hub.window.capture == "native" or target is issuer
+                    parent = INNERMOST if nested else self._parent(target, not forward)
+                    fid = self._frame(f"ZeRO::{pass_type}_prefetch", not forward, detail)
             except Exception as exc:
                 hub.fail(exc, "zero")
+            if fid is None:
                 return original(*call, **kwargs)
             return self._placed(running, target, fid, parent, original, call, kwargs)
 
@@ -178,23 +181,24 @@ class ZeroHooks(ShardingHooks):
             call = (optimizer, dtype, *args)
             if not hub.active:
                 return original(*call, **kwargs)
+            fid = None  # none: DeepSpeed's call alone, outside our handler
             try:
                 running = hub.thread_state().sharding
                 bucket = getattr(optimizer, "ipg_buckets", {}).get(dtype)
                 params = list(getattr(bucket, "params", ()))
                 model = self._model(params)
                 target = model.common(params) if model is not None else None
-                if target is None:
-                    return original(*call, **kwargs)
-                names = [model.params.get(id(p), "") for p in params]
-                fid = self._frame("ZeRO::reduce_scatter_grads", True, self._bucket(names))
-                # In a gradient's hook on the native path the capture times the
-                # autograd operator around it: a scope placed elsewhere would
-                # bill this time twice, so it stays under that operator.
-                inside = hub.window.capture == "native" and _current_node() is not None
-                parent = INNERMOST if inside else self._parent(target, True)
+                if target is not None:
+                    names = [model.params.get(id(p), "") for p in params]
+                    # In a gradient's hook on the native path the capture times the
+                    # autograd operator around it: a scope placed elsewhere would
+                    # bill this time twice, so it stays under that operator.
+                    inside = hub.window.capture == "native" and _current_node() is not None
+                    parent = INNERMOST if inside else self._parent(target, True)
+                    fid = self._frame("ZeRO::reduce_scatter_grads", True, self._bucket(names))
             except Exception as exc:
                 hub.fail(exc, "zero")
+            if fid is None:
                 return original(*call, **kwargs)
             return self._placed(running, target, fid, parent, original, call, kwargs)
 
@@ -208,6 +212,7 @@ class ZeroHooks(ShardingHooks):
             call = (optimizer, *args)
             if not hub.active:
                 return original(*call, **kwargs)
+            fid = None  # none: DeepSpeed's call alone, outside our handler
             try:
                 running = hub.thread_state().sharding
                 groups = optimizer.bit16_groups
@@ -221,6 +226,7 @@ class ZeroHooks(ShardingHooks):
                 fid = self._frame("ZeRO::reduce_bucket", True, self._bucket(names))
             except Exception as exc:
                 hub.fail(exc, "zero")
+            if fid is None:
                 return original(*call, **kwargs)
             # in a gradient's hook (an autograd operator) or the engine's backward
             return self._inside(running, optimizer, fid, original, call, kwargs)
