@@ -91,8 +91,11 @@ def test_a_rank_that_sleeps_makes_the_others_wait_when_backward_ends(tmp_path):
         waited[p.rank] = p.tree.value(wait, "exposed_comm_ns") / STEPS / 1e6
     # the sleep, less the others' own backward (a few ms), is their wait; the
     # sleeper waits only for its last buckets on the wire: 1-6 ms idle, up to
-    # 26 ms with 3 ranks beside two busy loops on 2 cores
-    assert min(waited[0], waited[1]) >= 0.6 * SLEEP_MS, waited
+    # 26 ms with 3 ranks beside two busy loops on 2 cores. Beside two runs of
+    # the whole suite and a busy loop one rank waited 52.4 ms of the 100 (the
+    # other 118.3): descheduled itself, it reached the all-reduce late too.
+    assert min(waited[0], waited[1]) >= 0.4 * SLEEP_MS, waited
+    assert max(waited[0], waited[1]) >= 0.8 * SLEEP_MS, waited
     assert waited[slow] < min(waited[0], waited[1]), waited
     assert main(["analyze", str(tmp_path)]) == 0
     found = {p.rank: p.findings for p in load_profiles(tmp_path)[0]}

@@ -325,6 +325,9 @@ def test_tab_in_tensorboard_and_chromium(tmp_path: Path, src: Path):
             finding.locator("a.node-link").click()
             tab.locator(".row.selected .label", has_text=EVIL).wait_for()
             assert tab.locator("img").count() == 0
+            # the details follow the selection: on a loaded machine a moment later
+            tab.locator(".details .label", has_text=EVIL).wait_for()
+            tab.locator(".details tr[data-metric=cpu_time_ns]").wait_for()
             cells = tab.locator(".details tr[data-metric=cpu_time_ns] td").all_inner_texts()
             assert (
                 cells
