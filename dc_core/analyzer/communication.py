@@ -33,8 +33,7 @@ from ..model.comm import (
     zero_settings,
 )
 from .base import Window, finding, ms, percent, size
-
-MIB = 1 << 20
+from .fsdp_advice import MIB, fsdp1_advice, fsdp2_advice
 
 
 def exposed_communication(w: Window) -> list[dict[str, Any]]:
@@ -107,7 +106,7 @@ def _finding(w: Window, row: ModuleComm, gathers: float, step: float) -> dict[st
         "exposed_communication",
         severity,
         message,
-        ADVICE.get(row.sharded_by, _advice)(
+        ADVICE.get(row.sharded_by, fsdp2_advice)(
             w,
             row,
             own_forward,
@@ -200,99 +199,6 @@ def _ddp_finding(w: Window, row: ModuleComm, ended: float, step: float) -> dict[
 
 def _name(w: Window, node: int) -> str:
     return w.tree.node_frame(node).name.lower()
-
-
-def _advice(
-    w: Window,
-    row: ModuleComm,
-    forward: float,
-    backward: float,
-    moved: float,
-    calls: float,
-    reduces: float,
-    waited: float = 0,
-) -> str:
-    """FSDP2's settings that would hide the module's gathers."""
-    fqn = row.module.name
-    out = []
-    if w.cpu_only:
-        # on gloo a prefetch is the issuing thread gathering unless the
-        # groups unshard asynchronously (the pre-forward then waits on it)
-        out.append(
-            "FSDP2's prefetches run synchronously on gloo: let its groups unshard "
-            "asynchronously (`model._set_unshard_async_op(True)`) so a prefetch overlaps work"
-        )
-    if forward:
-        out.append(
-            f"prefetch `{fqn}` during the forward of the module before it "
-            f"(`previous.set_modules_to_forward_prefetch([{fqn}])`)"
-        )
-    if backward:
-        out.append(
-            f"keep its parameters gathered from forward to backward "
-            f"(`fully_shard({fqn}, reshard_after_forward=False)`: no backward all-gather, "
-            f"{size(moved / max(calls, 1))} more held until its backward), or prefetch it "
-            f"during the backward of the module after it "
-            f"(`following.set_modules_to_backward_prefetch([{fqn}])`)"
-        )
-    if calls and moved / calls < MIB:
-        out.append(
-            f"each gather moves {size(moved / calls)}: at that size a gather's latency, not its "
-            f"bytes, is the cost; shard at a coarser granularity (`fully_shard` the parent, not "
-            f"each child) so fewer gathers carry the same bytes"
-        )
-    if reduces >= 1e5 and w.cpu_only:
-        out.append("gloo runs the gradients' reduce-scatter synchronously: nothing hides it here")
-    return "; ".join(out)
-
-
-def _wrapper_advice(
-    w: Window,
-    row: ModuleComm,
-    forward: float,
-    backward: float,
-    moved: float,
-    calls: float,
-    reduces: float,
-    waited: float = 0,
-) -> str:
-    """FSDP1's (``FullyShardedDataParallel``'s) settings that would hide or
-    spare the unit's gathers."""
-    fqn = row.module.name
-    held = size(moved / max(calls, 1))
-    out = []
-    if w.cpu_only:
-        out.append(
-            "on CPU (gloo) FSDP gathers on the thread that asks, a prefetch included: nothing "
-            "overlaps a gather here, fewer gathers are what saves"
-        )
-    elif forward:
-        out.append(
-            f"prefetch each unit's parameters during the forward of the unit before it "
-            f"(`FullyShardedDataParallel(..., forward_prefetch=True)`), so `{fqn}`'s gather "
-            f"overlaps that unit's compute"
-        )
-    if backward:
-        out.append(
-            f"keep the parameters gathered from forward to backward "
-            f"(`sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`: no backward all-gather, "
-            f"{held} more held per unit until its backward)"
-            + (
-                ""
-                if w.cpu_only
-                else ", or gather the next unit's before this one's gradients "
-                "(`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`)"
-            )
-        )
-    if calls and moved / calls < MIB:
-        out.append(
-            f"each gather moves {held}: at that size a gather's latency, not its bytes, is the "
-            f"cost; wrap at a coarser granularity (an `auto_wrap_policy` that wraps the parent "
-            f"of `{fqn}`, or a larger `min_num_params`) so fewer gathers carry the same bytes"
-        )
-    if reduces >= 1e5 and w.cpu_only:
-        out.append("gloo runs the gradients' reduce-scatter synchronously: nothing hides it here")
-    return "; ".join(out)
 
 
 def waiting_for(
@@ -523,4 +429,4 @@ def _prefetched_for(w: Window, row: ModuleComm) -> str:
 
 
 #: Advice by the runtime that shards the module (`ModuleComm.sharded_by`); FSDP2's otherwise.
-ADVICE = {"ZeRO": _zero_advice, "FullyShardedDataParallel": _wrapper_advice}
+ADVICE = {"ZeRO": _zero_advice, "FullyShardedDataParallel": fsdp1_advice}
