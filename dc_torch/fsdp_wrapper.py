@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from dc_core.collect.collector import INNERMOST
+from dc_core.model.comm import FSDP1_ENV, fsdp1_entry
 from dc_torch.sharding import ShardingHooks
 from dc_torch.state import unwrapped_path
 
@@ -69,6 +70,7 @@ class WrapperShardingHooks(ShardingHooks):
     def __init__(self, hub: Hub) -> None:
         super().__init__(hub)
         self._units: dict[int, str] = {}  # id(handle) -> its unit's name, from the root
+        self._entry = ""  # the last root's settings (`environment`)
 
     def install(self) -> None:
         runtime = sys.modules.get(RUNTIME)
@@ -180,6 +182,37 @@ class WrapperShardingHooks(ShardingHooks):
             handle = getattr(module, "_handle", None)
             if handle is not None:
                 self._units[id(handle)] = unwrapped_path(name) or "the root"
+        self._entry = fsdp1_entry(_settings(state))
+
+    def environment(self) -> dict[str, str]:
+        """The profile's ``fsdp`` entry: the settings of the FSDP1 root that
+        ran (strategy, prefetching, the parameters' dtype); empty without one."""
+        return {FSDP1_ENV: self._entry} if self._entry else {}
+
+
+def _settings(state: Any) -> dict[str, object]:
+    """The root's settings that decide its communication, by the names of
+    ``FullyShardedDataParallel``'s arguments (`dc_core.model.comm.FSDP1_SETTINGS`);
+    those the state lacks are left out."""
+
+    def named(value: Any) -> object:
+        return getattr(value, "name", value)  # an enum by its member's name
+
+    out = {
+        key: named(getattr(state, attribute))
+        for key, attribute in (
+            ("sharding_strategy", "sharding_strategy"),
+            ("forward_prefetch", "forward_prefetch"),
+            ("backward_prefetch", "backward_prefetch"),
+            ("limit_all_gathers", "limit_all_gathers"),
+            ("use_orig_params", "_use_orig_params"),
+        )
+        if hasattr(state, attribute)
+    }
+    dtype = getattr(getattr(state, "mixed_precision", None), "param_dtype", None)
+    # without mixed precision the parameters keep their own dtype
+    out["param_dtype"] = str(dtype).removeprefix("torch.") if dtype is not None else "unchanged"
+    return out
 
 
 def _skipped(name: str, handle: Any) -> bool:

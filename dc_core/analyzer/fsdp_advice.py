@@ -5,7 +5,7 @@ each runtime shards, from the finding's figures per step."""
 
 from __future__ import annotations
 
-from ..model.comm import ModuleComm
+from ..model.comm import ModuleComm, fsdp1_settings
 from .base import Window, size
 
 MIB = 1 << 20
@@ -59,31 +59,49 @@ def fsdp1_advice(
     waited: float = 0,
 ) -> str:
     """FSDP1's (``FullyShardedDataParallel``'s) settings that would hide or
-    spare the unit's gathers."""
+    spare the unit's gathers, with their values in the run (the profile's
+    ``fsdp`` entry) where it has them."""
     fqn = row.module.name
     held = size(moved / max(calls, 1))
+    s = fsdp1_settings(w.profile.env)
+
+    def now(key: str) -> str:
+        return f" (now `{key}={s[key]}`)" if key in s else ""
+
     out = []
     if w.cpu_only:
         out.append(
             "on CPU (gloo) FSDP gathers on the thread that asks, a prefetch included: nothing "
             "overlaps a gather here, fewer gathers are what saves"
         )
+    elif forward and s.get("forward_prefetch") == "True":
+        out.append(
+            f"the forward prefetch is on and the step still waits for `{fqn}`'s gather: the "
+            f"unit before it is too short to hide it"
+        )
     elif forward:
         out.append(
             f"prefetch each unit's parameters during the forward of the unit before it "
-            f"(`FullyShardedDataParallel(..., forward_prefetch=True)`), so `{fqn}`'s gather "
-            f"overlaps that unit's compute"
+            f"(`FullyShardedDataParallel(..., forward_prefetch=True)`{now('forward_prefetch')}), "
+            f"so `{fqn}`'s gather overlaps that unit's compute"
         )
     if backward:
+        # hybrid sharding keeps its replication across nodes in its ZeRO-2 form
+        keep = (
+            "_HYBRID_SHARD_ZERO2"
+            if s.get("sharding_strategy") == "HYBRID_SHARD"
+            else "SHARD_GRAD_OP"
+        )
+        prefetch = s.get("backward_prefetch")
         out.append(
             f"keep the parameters gathered from forward to backward "
-            f"(`sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`: no backward all-gather, "
-            f"{held} more held per unit until its backward)"
+            f"(`sharding_strategy=ShardingStrategy.{keep}`{now('sharding_strategy')}: no "
+            f"backward all-gather, {held} more held per unit until its backward)"
             + (
                 ""
-                if w.cpu_only
+                if w.cpu_only or prefetch == "BACKWARD_PRE"
                 else ", or gather the next unit's before this one's gradients "
-                "(`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`)"
+                f"(`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`{now('backward_prefetch')})"
             )
         )
     coarser = (

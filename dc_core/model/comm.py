@@ -71,8 +71,7 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 def zero_entry(stage: int, dtype: str, settings: dict[str, object]) -> str:
     """``stage 3, float32: overlap_comm=False, reduce_bucket_size=…`` (the
     settings of `ZERO_SETTINGS` given, in that order)."""
-    listed = ", ".join(f"{k}={settings[k]}" for k in ZERO_SETTINGS if k in settings)
-    return f"stage {stage}, {dtype}: {listed}"
+    return f"stage {stage}, {dtype}: {_listed(settings, ZERO_SETTINGS)}"
 
 
 def zero_settings(env: dict[str, str]) -> dict[str, str]:
@@ -83,10 +82,47 @@ def zero_settings(env: dict[str, str]) -> dict[str, str]:
     stage, _, dtype = head.partition(", ")
     if not stage.startswith("stage "):
         return {}
-    out = {"stage": stage.removeprefix("stage "), "dtype": dtype}
-    for item in filter(None, listed.split(", ")):
-        key, _, value = item.partition("=")
-        out[key] = value
+    return {"stage": stage.removeprefix("stage "), "dtype": dtype, **_read(listed)}
+
+
+#: The environment entry of a profile of FSDP1 training (the
+#: ``FullyShardedDataParallel`` wrapper): the root's settings that decide how
+#: its communication runs, by the names of its constructor's arguments
+#: (`fsdp1_entry`, `fsdp1_settings`).
+FSDP1_ENV = "fsdp"
+FSDP1_SETTINGS = (
+    "sharding_strategy",
+    "forward_prefetch",
+    "backward_prefetch",
+    "limit_all_gathers",
+    "use_orig_params",
+    "param_dtype",
+)
+
+
+def fsdp1_entry(settings: dict[str, object]) -> str:
+    """``sharding_strategy=FULL_SHARD, forward_prefetch=False, …`` (the
+    settings of `FSDP1_SETTINGS` given, in that order)."""
+    return _listed(settings, FSDP1_SETTINGS)
+
+
+def fsdp1_settings(env: dict[str, str]) -> dict[str, str]:
+    """The entry `fsdp1_entry` wrote, read back (each setting, as a string);
+    empty when the profile has none."""
+    return _read(env.get(FSDP1_ENV, ""))
+
+
+def _listed(settings: dict[str, object], keys: tuple[str, ...]) -> str:
+    return ", ".join(f"{k}={settings[k]}" for k in keys if k in settings)
+
+
+def _read(listed: str) -> dict[str, str]:
+    """``a=1, b=2`` as ``{"a": "1", "b": "2"}``; items without ``=`` left out."""
+    out = {}
+    for item in listed.split(", "):
+        key, eq, value = item.partition("=")
+        if eq and key:
+            out[key] = value
     return out
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 from dc_core.analyzer import analyze
 from dc_core.model.comm import (
     END_OF_BACKWARD,
+    FSDP1_ENV,
     WAITED,
     ZERO_ENV,
     by_module,
+    fsdp1_entry,
+    fsdp1_settings,
     operation,
     zero_entry,
     zero_settings,
@@ -160,6 +163,49 @@ def test_under_fsdp1_the_advice_is_the_wrappers_settings():
     advice = only(analyze(p), "exposed_communication")["suggestion"]
     assert "fewer gathers are what saves" in advice and "SHARD_GRAD_OP" in advice
     assert "forward_prefetch" not in advice and "backward_prefetch" not in advice
+
+
+def test_under_fsdp1_the_advice_follows_the_settings_the_run_had():
+    p = fsdp_step(big_exposed=60 * MS, runtime="FullyShardedDataParallel._")
+    ran = {"sharding_strategy": "FULL_SHARD", "forward_prefetch": True}
+    p.env = {"torch": "2.13.0", "cuda": "12.4"}
+
+    def advice(**settings: object) -> str:
+        p.env[FSDP1_ENV] = fsdp1_entry({**ran, **settings})
+        return only(analyze(p), "exposed_communication")["suggestion"]
+
+    # a prefetch already on is not advised again: the unit before is too short
+    on = advice(backward_prefetch="BACKWARD_PRE")
+    assert "forward prefetch is on and the step still waits for `blocks.1`'s gather" in on
+    assert "forward_prefetch=True)`" not in on and "BackwardPrefetch" not in on
+    assert (
+        "`sharding_strategy=ShardingStrategy.SHARD_GRAD_OP` (now `sharding_strategy=FULL_SHARD`)"
+        in on
+    )
+    # off, each is advised with its value in the run
+    off = advice(forward_prefetch=False, backward_prefetch=None)
+    assert (
+        "`FullyShardedDataParallel(..., forward_prefetch=True)` (now `forward_prefetch=False`)"
+        in off
+    )
+    assert "`backward_prefetch=BackwardPrefetch.BACKWARD_PRE` (now `backward_prefetch=None`)" in off
+    # hybrid sharding keeps its parameters from forward to backward in its ZeRO-2 form
+    hybrid = advice(sharding_strategy="HYBRID_SHARD")
+    assert "`sharding_strategy=ShardingStrategy._HYBRID_SHARD_ZERO2`" in hybrid
+    assert "SHARD_GRAD_OP" not in hybrid
+
+
+def test_the_fsdp1_entry_reads_back_as_written():
+    entry = fsdp1_entry(
+        {"param_dtype": "bfloat16", "sharding_strategy": "FULL_SHARD", "backward_prefetch": None}
+    )
+    assert entry == "sharding_strategy=FULL_SHARD, backward_prefetch=None, param_dtype=bfloat16"
+    assert fsdp1_settings({FSDP1_ENV: entry}) == {
+        "sharding_strategy": "FULL_SHARD",
+        "backward_prefetch": "None",
+        "param_dtype": "bfloat16",
+    }
+    assert fsdp1_settings({}) == fsdp1_settings({FSDP1_ENV: "garbled"}) == {}
 
 
 def test_under_zero_the_advice_is_deepspeed_s_settings_with_their_values_in_the_run():

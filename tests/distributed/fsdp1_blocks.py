@@ -6,7 +6,12 @@ runs torch.profiler: its counts of FSDP1's own records and of the
 collectives, and each unit's gathered flat parameter's bytes, go to
 ``peer-<rank>.json``.
 
-Usage: fsdp1_blocks.py ROOT_DIR CAPTURE
+Usage: fsdp1_blocks.py ROOT_DIR CAPTURE [VARIANT]
+
+VARIANT (`VARIANTS`): ``plain`` (the defaults), ``orig-bf16`` (the original
+parameters kept, ``use_orig_params=True``, gathered and reduced in bfloat16),
+``no-shard`` (``ShardingStrategy.NO_SHARD``: whole parameters on every rank,
+gradients all-reduced).
 """
 
 import json
@@ -19,25 +24,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import FullyShardedDataParallel
+from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.profiler import ProfilerActivity, profile
 
 import dc_torch
 from tests.distributed.spawn import spawn
 
 WIDTHS = (128, 256, 384, 512)  # block i's hidden width: its gathers' bytes tell it apart
+#: Each variant's arguments to every unit and the root.
+VARIANTS = {
+    "plain": {},
+    "orig-bf16": {
+        "use_orig_params": True,
+        "mixed_precision": MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16),
+    },
+    "no-shard": {"sharding_strategy": ShardingStrategy.NO_SHARD},
+}
 
 
-def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
+def worker(rank: int, world: int, root: str, capture: str, variant: str, init: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     torch.manual_seed(0)
     cpu = torch.device("cpu")
     blocks = [nn.Sequential(nn.Linear(64, w), nn.ReLU(), nn.Linear(w, 64)) for w in WIDTHS]
-    units = [FullyShardedDataParallel(b, device_id=cpu) for b in blocks]
-    model = FullyShardedDataParallel(nn.Sequential(*units), device_id=cpu)
-    # a gather brings every rank's shard of the unit's flat parameter
-    gathered = {str(i): u._handle.flat_param.numel() * world * 4 for i, u in enumerate(units)}
+    settings = VARIANTS[variant]
+    units = [FullyShardedDataParallel(b, device_id=cpu, **settings) for b in blocks]
+    model = FullyShardedDataParallel(nn.Sequential(*units), device_id=cpu, **settings)
+    # a gather brings every rank's shard of the unit's flat parameter (padded
+    # to a multiple of the ranks: `numel` of the shard times them), in the
+    # dtype it is gathered in
+    mixed = settings.get("mixed_precision")
+    element = (mixed.param_dtype if mixed else torch.float32).itemsize
+    gathered = {
+        str(i): u._handle.flat_param.numel()
+        * (world if u._handle.uses_sharded_strategy else 1)
+        * element
+        for i, u in enumerate(units)
+    }
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(32, 64)
     peer = profile(activities=[ProfilerActivity.CPU])
@@ -70,5 +94,5 @@ def worker(rank: int, world: int, root: str, capture: str, init: str) -> None:
 
 if __name__ == "__main__":
     root, capture = sys.argv[1], sys.argv[2]
-    spawn(worker, 2, root, capture)
+    spawn(worker, 2, root, capture, sys.argv[3] if len(sys.argv) > 3 else "plain")
     print("done")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dc_core.analyzer import analyze
-from dc_core.model.comm import by_module
+from dc_core.model.comm import by_module, fsdp1_settings
 from tests.distributed.spawn import profiled
 
 SCRIPT = Path(__file__).with_name("fsdp1_blocks.py")
@@ -20,6 +20,15 @@ UNITS = ("0", "1", "2", "3")
 GATHER, REDUCE = "c10d::allgather_", "c10d::_reduce_scatter_base_"
 RECORD = "FullyShardedDataParallel."
 STEPS = 2
+#: The profile's `fsdp` entry for the defaults.
+PLAIN = {
+    "sharding_strategy": "FULL_SHARD",
+    "forward_prefetch": "False",
+    "backward_prefetch": "BACKWARD_PRE",
+    "limit_all_gathers": "True",
+    "use_orig_params": "False",
+    "param_dtype": "unchanged",
+}
 
 
 @pytest.mark.slow
@@ -59,6 +68,7 @@ def test_each_units_collectives_sit_under_that_unit_in_fsdp1s_own_work(tmp_path,
             assert gathers[unit, "forward"] == gathers[unit, "backward"] == STEPS, unit
             assert reduces[unit] == STEPS, unit
         assert issuers == {"2": "issued in 3", "1": "issued in 2", "0": "issued in 1"}
+        assert fsdp1_settings(p.env) == PLAIN
         # as many as torch.profiler counts in the same steps
         assert sum(gathers.values()) == records[GATHER]
         assert sum(reduces.values()) == records[REDUCE]
@@ -81,3 +91,42 @@ def test_each_units_collectives_sit_under_that_unit_in_fsdp1s_own_work(tmp_path,
         imbalance = [f for f in analyze(p) if f["rule"] == "backward_imbalance"]
         assert not any("FullyShardedDataParallel" in f["message"] for f in imbalance), imbalance
         assert not any("c10d::" in f["message"] for f in imbalance), imbalance
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["orig-bf16", "no-shard"])
+def test_fsdp1s_settings_are_recorded_and_its_variants_sit_under_their_units(tmp_path, variant):
+    """The original parameters kept and bfloat16 gathers (half the bytes), and
+    ``NO_SHARD`` (no gathers; each unit's gradients all-reduced in
+    ``_reduce_grad_no_shard``): each collective still under its unit, the
+    profile's ``fsdp`` entry the settings the run had."""
+    for p in profiled(SCRIPT, tmp_path, 2, "native", variant):
+        tree = p.tree
+        peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
+        records, gathered = peer["records"], peer["gathered_bytes"]
+        found = Counter()
+        for node in tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
+            path = tree.path_frames(node)
+            (unit,) = [f.name for f in path if f.kind == "module" and f.name in UNITS]
+            (work,) = [f for f in path if f.kind == "sharding"]
+            count = tree.value(node, "count")
+            found[tree.node_frame(node).name, work.name.removeprefix(RECORD)] += count
+            assert tree.value(node, "comm_bytes") == count * gathered[unit], path
+        calls = len(UNITS) * STEPS
+        if variant == "no-shard":
+            assert fsdp1_settings(p.env) == {**PLAIN, "sharding_strategy": "NO_SHARD"}
+            assert found == {("c10d::allreduce_", "_reduce_grad_no_shard"): calls}
+            assert records["c10d::allreduce_"] == calls and GATHER not in records
+        else:
+            assert fsdp1_settings(p.env) == {
+                **PLAIN,
+                "use_orig_params": "True",
+                "param_dtype": "bfloat16",
+            }
+            assert found == {
+                (GATHER, "_pre_forward"): calls,
+                (GATHER, "_pre_backward_hook"): STEPS,  # the last unit's; the rest prefetched
+                (GATHER, "_pre_backward_prefetch"): calls - STEPS,
+                (REDUCE, "_reduce_grad"): calls,
+            }
+            assert records[GATHER] == 2 * calls and records[REDUCE] == calls
