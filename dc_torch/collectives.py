@@ -23,10 +23,12 @@ its wait timed as a scope of its own where the thread waits, a node of the
 collective's name whose detail is `WAITED`: the module that waited paid it.
 
 DDP's reducer issues a bucket's all-reduce from C++, in the gradient hook of
-the bucket's last parameter: it lands where that gradient's function ran,
-under the module whose gradients completed the bucket. It waits for its
-buckets in C++ too, in a callback autograd's engine runs when the pass ends,
-where no ``Work.wait`` of Python's is called. For a pass on CPU tensors in
+the bucket's last parameter (itself, or through a Python communication hook
+registered with ``register_comm_hook``, which it hands the bucket): it lands
+where that gradient's function ran, under the module whose gradients
+completed the bucket. It waits for its buckets (or the hook's futures) in
+C++ too, in a callback autograd's engine runs when the pass ends, where no
+``Work.wait`` of Python's is called. For a pass on CPU tensors in
 which such code issued collectives, a callback of ours queued ahead of the
 reducer's opens a scope where the pass ended (a node of the collective's
 name whose detail is `END_OF_BACKWARD`) and one queued from it, behind the
@@ -79,6 +81,10 @@ _Work = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
 #: The Python frame below the C++ that autograd's engine runs: a collective
 #: called from this frame was issued by C++ during a pass (DDP's reducer).
 _ENGINE = torch.autograd.graph._engine_run_backward.__code__
+#: What DDP's reducer hands a communication hook: a hook's frame holds one.
+_GradBucket = getattr(getattr(torch._C, "_distributed_c10d", None), "GradBucket", None)
+#: The Python frames a communication hook may stand on above the engine's.
+HOOK_DEPTH = 16
 
 
 def _initialized() -> bool:
@@ -259,7 +265,7 @@ class CollectiveHooks:
                 parent = INNERMOST
                 # (on an autograd device thread no Python frame is below)
                 caller = sys._getframe().f_back if flags and not running else None
-                if caller is not None and caller.f_code is _ENGINE:
+                if caller is not None and _issued_by_the_pass(caller):
                     parent = self._issued_in_pass(f"c10d::{name}", args)
             except Exception as exc:
                 hub.fail(exc, "collective")
@@ -355,6 +361,27 @@ class CollectiveHooks:
             collector.add(node, self.metric_exposed, max(collector.exit_own(), 0))
         except Exception as exc:
             hub.fail(exc, "collective wait")
+
+
+def _issued_by_the_pass(caller: Any) -> bool:
+    """Whether C++ code of a backward pass issued the collective that
+    ``caller`` calls: DDP's reducer itself (``caller`` is the engine's frame),
+    or a Python communication hook it ran (``register_comm_hook``: the
+    outermost frame above the engine's is the hook's, holding its bucket). A
+    Python backward hook of the user's that calls a collective is neither."""
+    if caller.f_code is _ENGINE:
+        return True
+    frame = caller
+    for _ in range(HOOK_DEPTH):
+        below = frame.f_back
+        if below is None:
+            return False
+        if below.f_code is _ENGINE:
+            return _GradBucket is not None and any(
+                isinstance(value, _GradBucket) for value in frame.f_locals.values()
+            )
+        frame = below
+    return False
 
 
 def _on_cpu(args: tuple) -> bool:

@@ -6,9 +6,12 @@ each step, so the others wait for it in DDP's all-reduce when their backward
 ends. Over the same steps each rank also runs torch.profiler (its count of
 ``c10d::allreduce_`` records); DDP's bucket assignment (each bucket's
 parameter names in the order their gradients became ready, and its bytes)
-goes with it to ``peer-<rank>.json``.
+goes with it to ``peer-<rank>.json``. HOOK, if given, is a communication
+hook of ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``
+(``fp16_compress_hook``: Python code that all-reduces each bucket in float16)
+registered with ``register_comm_hook``.
 
-Usage: ddp_buckets.py ROOT_DIR RANKS CAPTURE SLOW SLEEP_MS
+Usage: ddp_buckets.py ROOT_DIR RANKS CAPTURE SLOW SLEEP_MS [HOOK]
 """
 
 import json
@@ -29,7 +32,9 @@ from tests.distributed.spawn import spawn
 START, COUNT = 3, 3
 
 
-def worker(rank: int, world: int, root: str, capture: str, slow: int, sleep_ms: float, init: str):
+def worker(
+    rank: int, world: int, root: str, capture: str, slow: int, sleep_ms: float, hook: str, init: str
+):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     torch.manual_seed(0)
@@ -39,6 +44,10 @@ def worker(rank: int, world: int, root: str, capture: str, slow: int, sleep_ms: 
     if rank == slow:
         model[1].register_forward_pre_hook(lambda *_: time.sleep(sleep_ms / 1e3))
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
+    if hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, getattr(default_hooks, hook))
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(64, 256)
     peer = profile(activities=[ProfilerActivity.CPU])
@@ -75,4 +84,5 @@ def worker(rank: int, world: int, root: str, capture: str, slow: int, sleep_ms: 
 
 if __name__ == "__main__":
     root, ranks, capture = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    spawn(worker, ranks, root, capture, int(sys.argv[4]), float(sys.argv[5]))
+    hook = sys.argv[6] if len(sys.argv) > 6 else ""
+    spawn(worker, ranks, root, capture, int(sys.argv[4]), float(sys.argv[5]), hook)

@@ -21,8 +21,9 @@ SCRIPT = Path(__file__).with_name("ddp_buckets.py")
 STEPS, SLEEP_MS = 3, 100.0
 
 
-def run(root: Path, ranks: int, capture: str, slow: int) -> list:
-    return profiled(SCRIPT, root, ranks, str(ranks), capture, str(slow), str(SLEEP_MS))
+def run(root: Path, ranks: int, capture: str, slow: int, hook: str = "") -> list:
+    args = (str(ranks), capture, str(slow), str(SLEEP_MS), *([hook] if hook else []))
+    return profiled(SCRIPT, root, ranks, *args)
 
 
 def module_of(tree, node: int) -> str:
@@ -37,9 +38,17 @@ def end_waits(tree) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("capture", ["native", "python"])
-def test_each_buckets_all_reduce_sits_under_the_module_that_completed_it(tmp_path, capture):
-    for p in run(tmp_path, 2, capture, slow=-1):
+@pytest.mark.parametrize(
+    ("capture", "hook"),
+    [("native", ""), ("python", ""), ("native", "fp16_compress_hook")],
+    ids=["native", "python", "native-fp16-hook"],
+)
+def test_each_buckets_all_reduce_sits_under_the_module_that_completed_it(tmp_path, capture, hook):
+    """With a Python communication hook too: it all-reduces each bucket in
+    float16 (half the bytes), and the reducer waits for the hook's futures
+    when backward ends as it does for its own all-reduces."""
+    shrink = 2 if hook == "fp16_compress_hook" else 1
+    for p in run(tmp_path, 2, capture, slow=-1, hook=hook):
         tree = p.tree
         peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
         reduces = [
@@ -58,7 +67,7 @@ def test_each_buckets_all_reduce_sits_under_the_module_that_completed_it(tmp_pat
         assert sorted(placed) == sorted(expected), [tree.path_frames(n) for n in reduces]
         for module, node in placed.items():
             assert tree.value(node, "count") == STEPS, module
-            assert tree.value(node, "comm_bytes") == STEPS * expected[module], module
+            assert tree.value(node, "comm_bytes") == STEPS * expected[module] // shrink, module
             assert tree.value(node, "comm_time_ns") > 0
         # as many as torch.profiler records over the same steps
         assert sum(tree.value(n, "count") for n in reduces) == peer["records"]

@@ -104,3 +104,23 @@ def test_a_collective_in_a_modules_forward_sits_under_that_module(tmp_path, one_
     assert line.kind == "python" and line.name.endswith("forward"), path
     assert tree.value(reduce, "count") == 2
     assert tree.value(reduce, "comm_bytes") == 2 * 4 * 8 * 4  # two steps of a 4x8 float tensor
+
+
+def test_a_users_backward_hook_that_all_reduces_is_no_ddp_bucket(tmp_path, one_rank):
+    """A collective a Python gradient hook of the user's calls in backward is
+    the hook's own: no wait for DDP's buckets is timed at the end of that pass
+    (only a bucket's all-reduce, from DDP's reducer or a communication hook it
+    runs, sets one up)."""
+    from dc_core.model.comm import END_OF_BACKWARD
+
+    weight = torch.ones(8, 8, requires_grad=True)
+    weight.register_hook(lambda grad: dist.all_reduce(grad))
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=2), **QUIET) as prof:
+        for _ in range(2):
+            (torch.ones(4, 8) @ weight).sum().backward()
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    (reduce,) = tree.find_all(lambda f: f.name == "c10d::allreduce_")
+    assert tree.node_frame(reduce).backward and tree.value(reduce, "count") == 2
+    assert tree.value(reduce, "comm_bytes") == 2 * 8 * 8 * 4
+    assert tree.find_all(lambda f: f.detail == END_OF_BACKWARD) == []
