@@ -66,7 +66,7 @@ def fsdp1_advice(
     s = fsdp1_settings(w.profile.env)
 
     def now(key: str) -> str:
-        return f" (now `{key}={s[key]}`)" if key in s else ""
+        return f", now `{s[key]}`" if key in s else ""
 
     out = []
     if w.cpu_only:
@@ -95,7 +95,7 @@ def fsdp1_advice(
         prefetch = s.get("backward_prefetch")
         out.append(
             f"keep the parameters gathered from forward to backward "
-            f"(`sharding_strategy=ShardingStrategy.{keep}`{now('sharding_strategy')}: no "
+            f"(`sharding_strategy=ShardingStrategy.{keep}`{now('sharding_strategy')}; no "
             f"backward all-gather, {held} more held per unit until its backward)"
             + (
                 ""

@@ -179,16 +179,13 @@ def test_under_fsdp1_the_advice_follows_the_settings_the_run_had():
     assert "forward prefetch is on and the step still waits for `blocks.1`'s gather" in on
     assert "forward_prefetch=True)`" not in on and "BackwardPrefetch" not in on
     assert (
-        "`sharding_strategy=ShardingStrategy.SHARD_GRAD_OP` (now `sharding_strategy=FULL_SHARD`)"
-        in on
+        "(`sharding_strategy=ShardingStrategy.SHARD_GRAD_OP`, now `FULL_SHARD`; no backward "
+        "all-gather, 64.0 MiB more held per unit until its backward)" in on
     )
     # off, each is advised with its value in the run
     off = advice(forward_prefetch=False, backward_prefetch=None)
-    assert (
-        "`FullyShardedDataParallel(..., forward_prefetch=True)` (now `forward_prefetch=False`)"
-        in off
-    )
-    assert "`backward_prefetch=BackwardPrefetch.BACKWARD_PRE` (now `backward_prefetch=None`)" in off
+    assert "(`FullyShardedDataParallel(..., forward_prefetch=True)`, now `False`)" in off
+    assert "(`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`, now `None`)" in off
     # hybrid sharding keeps its parameters from forward to backward in its ZeRO-2 form
     hybrid = advice(sharding_strategy="HYBRID_SHARD")
     assert "`sharding_strategy=ShardingStrategy._HYBRID_SHARD_ZERO2`" in hybrid
