@@ -10,7 +10,10 @@ redispatches below autograd to the real kernel. Other ops pay nothing.
 
 ``cpu_time_ns`` is the call (the launch, for an asynchronous collective);
 ``comm_time_ns`` is launch to completion, taken from the work's future, so
-communication that overlaps backward is visible too; ``comm_bytes`` the
+communication that overlaps backward is visible too (a collective a
+``dist.*`` call waits for before it returns, ``async_op=False``, completes
+where that wait ends: no callback on the backend's thread, which would cost
+the call more than the rest of its capture); ``comm_bytes`` the
 tensors it moves (its largest argument: an all-gather's output, a
 reduce-scatter's input, an all-reduce's tensor). ``exposed_comm_ns`` is the
 part the issuing thread could not overlap with anything else: the call itself
@@ -81,6 +84,9 @@ _Work = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
 #: The Python frame below the C++ that autograd's engine runs: a collective
 #: called from this frame was issued by C++ during a pass (DDP's reducer).
 _ENGINE = torch.autograd.graph._engine_run_backward.__code__
+#: The module of ``dist.*``: a collective it calls with ``async_op=False`` is
+#: waited for by it at once.
+_C10D = torch.distributed.distributed_c10d.__file__ if torch.distributed.is_available() else ""
 #: What DDP's reducer hands a communication hook: a hook's frame holds one.
 _GradBucket = getattr(getattr(torch._C, "_distributed_c10d", None), "GradBucket", None)
 #: The Python frames a communication hook may stand on above the engine's.
@@ -264,14 +270,14 @@ class CollectiveHooks:
                 site, group = (inside, running[-1]) if running else (scope, None)
                 parent = INNERMOST
                 # (on an autograd device thread no Python frame is below)
-                caller = sys._getframe().f_back if flags and not running else None
-                if caller is not None and _issued_by_the_pass(caller):
+                caller = sys._getframe().f_back
+                if caller is not None and flags and not running and _issued_by_the_pass(caller):
                     parent = self._issued_in_pass(f"c10d::{name}", args)
             except Exception as exc:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
             # comm_time_ns starts where the scope's cpu_time_ns does
-            launch = (time.monotonic_ns(), group, f"c10d::{name}")
+            launch = (time.monotonic_ns(), group, f"c10d::{name}", _waited_at_once(caller))
             return site.call((fid,), below_autograd, args, kwargs, launch, parent)
 
         return kernel
@@ -280,16 +286,22 @@ class CollectiveHooks:
         self, node: int, frames: tuple, launch: tuple, args: tuple, kwargs: dict, out: Any
     ) -> None:
         collector = self.hub.collector
-        start, group, name = launch
+        start, group, name, at_once = launch
         collector.add(node, self.metric_bytes, moved_bytes(args))
         collector.add(node, self.metric_exposed, time.monotonic_ns() - start)  # the call
-        self._on_completion(out, node, start, group, name)
+        self._on_completion(out, node, start, group, name, at_once)
 
-    def _on_completion(self, out: Any, node: int, start: int, group: Any, name: str) -> None:
+    def _on_completion(
+        self, out: Any, node: int, start: int, group: Any, name: str, at_once: bool = False
+    ) -> None:
+        """Keep the work to bill its wait to the collective; time its completion
+        by its future, unless it is waited for ``at_once`` (then the wait's end
+        is its completion, and a callback on another thread would cost the
+        step more than the collective's own Python)."""
         work = out[-1] if isinstance(out, tuple) and out else out
         if isinstance(work, torch.ScriptObject):  # the dispatcher hands back the boxed Work
             work = _Work.unbox(work)
-        timed = self._time_completion(work, node, start)
+        timed = not at_once and self._time_completion(work, node, start)
         if _Work is not None and isinstance(work, _Work):
             # the same object dist.* hands its caller while we hold it
             pending = self.pending
@@ -361,6 +373,17 @@ class CollectiveHooks:
             collector.add(node, self.metric_exposed, max(collector.exit_own(), 0))
         except Exception as exc:
             hub.fail(exc, "collective wait")
+
+
+def _waited_at_once(caller: Any) -> bool:
+    """Whether ``caller``, the frame that called a collective, is a ``dist.*``
+    function called with ``async_op=False``: it waits for the work before it
+    returns."""
+    return (
+        caller is not None
+        and caller.f_code.co_filename == _C10D
+        and caller.f_locals.get("async_op", True) is False
+    )
 
 
 def _issued_by_the_pass(caller: Any) -> bool:

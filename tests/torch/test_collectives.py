@@ -124,3 +124,34 @@ def test_a_users_backward_hook_that_all_reduces_is_no_ddp_bucket(tmp_path, one_r
     assert tree.node_frame(reduce).backward and tree.value(reduce, "count") == 2
     assert tree.value(reduce, "comm_bytes") == 2 * 8 * 8 * 4
     assert tree.find_all(lambda f: f.detail == END_OF_BACKWARD) == []
+
+
+def test_a_synchronous_collective_is_timed_to_the_end_of_its_wait(tmp_path, one_rank, monkeypatch):
+    """``dist.all_reduce(t)`` waits for its work before it returns: its
+    completion is the wait's end (launch to then: the call and the wait, so
+    never less than its exposed time), with no callback on the backend's
+    thread, which cost each call twice the collective's own Python. An
+    asynchronous one keeps its future's callback."""
+    from dc_torch.collectives import CollectiveHooks
+
+    futures = []
+    timed = CollectiveHooks._time_completion
+    monkeypatch.setattr(
+        CollectiveHooks,
+        "_time_completion",
+        lambda self, work, node, start: futures.append(node) or timed(self, work, node, start),
+    )
+    grads = torch.ones(1000)
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET):
+        for _ in range(20):
+            dist.all_reduce(grads)
+        assert futures == []
+        dist.all_reduce(grads, async_op=True).wait()
+        assert len(futures) == 1
+    tree = only_profile(tmp_path).tree
+    (synchronous,) = [
+        n
+        for n in tree.find_all(lambda f: f.name == "c10d::allreduce_")
+        if tree.value(n, "count") == 20
+    ]
+    assert tree.value(synchronous, "comm_time_ns") >= tree.value(synchronous, "exposed_comm_ns") > 0
