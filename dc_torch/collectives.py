@@ -273,11 +273,12 @@ class CollectiveHooks:
                 caller = sys._getframe().f_back
                 if caller is not None and flags and not running and _issued_by_the_pass(caller):
                     parent = self._issued_in_pass(f"c10d::{name}", args)
+                at_once = _waited_at_once(caller)
             except Exception as exc:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
             # comm_time_ns starts where the scope's cpu_time_ns does
-            launch = (time.monotonic_ns(), group, f"c10d::{name}", _waited_at_once(caller))
+            launch = (time.monotonic_ns(), group, f"c10d::{name}", at_once)
             return site.call((fid,), below_autograd, args, kwargs, launch, parent)
 
         return kernel

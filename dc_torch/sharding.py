@@ -92,6 +92,10 @@ class ShardingHooks:
             self.saved.append((cls, PREFETCH, prefetch))
             setattr(cls, PREFETCH, staticmethod(self._prefetch(prefetch.__func__)))
 
+    def environment(self) -> dict[str, str]:
+        """The profile's environment entries of the runtime's settings (none for FSDP2)."""
+        return {}
+
     def uninstall(self) -> None:
         saved, self.saved = self.saved, []
         for cls, name, original in reversed(saved):
