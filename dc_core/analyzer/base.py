@@ -326,6 +326,12 @@ class Window:
         runnable, for a CPU: time a parallel operator may show as its own."""
         return max(self.profile.others_wait_ns, 0) / self.steps
 
+    @cached_property
+    def loader_waited(self) -> float:
+        """ns per step the data loader's worker processes waited, runnable,
+        for a CPU: time a step waiting for their batches shows."""
+        return max(self.profile.loader_wait_ns, 0) / self.steps
+
     def judge(self, severity: str, excess_ns: float) -> tuple[str, str]:
         """A timing finding's severity and caveat: ``info`` where too few steps
         rule noise out, or where its excess over normal per step is no more

@@ -91,6 +91,16 @@ def dataloader_bottleneck(w: Window) -> list[dict[str, Any]]:
     severity, caveat = w.judge(
         "critical" if share >= w.t["dataloader_bottleneck.critical_share"] else "warning", time_ns
     )
+    mean_ns = w.mean_sum(phases, "cpu_time_ns")
+    if severity != "info" and mean_ns <= w.loader_waited:
+        # the step waited for batches its workers were late with for want of a CPU
+        severity, caveat = (
+            "info",
+            (
+                f"the data loader's worker processes waited {ms(w.loader_waited)} per step for a CPU, "
+                "as much as the step waited for their batches: the host's load may be all of it"
+            ),
+        )
     return [
         finding(
             "dataloader_bottleneck",
@@ -108,7 +118,7 @@ def dataloader_bottleneck(w: Window) -> list[dict[str, Any]]:
                 "hot_frame": w.tree.node_frame(hot).label(),
                 "spread": w.spread(phases, "cpu_time_ns"),
             },
-            gain_ns=w.mean_sum(phases, "cpu_time_ns"),
+            gain_ns=mean_ns,
             gain_basis="the step's wait for its batch (mean per step): an upper bound, all of it hidden "
             "where workers prepare batches faster than the step uses them",
         )

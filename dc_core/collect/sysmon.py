@@ -71,6 +71,56 @@ def workers_wait_ns() -> int:
     return total
 
 
+#: The OS name PyTorch's DataLoader gives each worker process (``_worker_loop``).
+LOADER_WORKER_NAME = b"pt_data_worker"
+
+
+def loader_workers_waits(proc: Path = _PROC) -> dict[int, int] | None:
+    """Per data loader worker process descended from this one (a process
+    named `LOADER_WORKER_NAME`), the ns its threads have waited, runnable, for
+    a CPU, summed. A worker that waits for a CPU delivers its batch late, and
+    the step waiting for that batch shows it as data loading. Other child
+    processes (compile workers, tools) are left out. None where ``/proc``
+    cannot be listed."""
+    try:
+        entries = [e for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return None
+    parents: dict[int, int] = {}
+    workers = set()
+    for entry in entries:
+        try:
+            with open(f"{proc}/{entry}/stat", "rb") as f:
+                # "pid (name) state ppid ...": the name may hold anything, ")" too
+                head, _, rest = f.read().rpartition(b")")
+                parents[int(entry)] = int(rest.split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        if head.partition(b"(")[2] == LOADER_WORKER_NAME:
+            workers.add(int(entry))
+    descended, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descended
+        descended |= frontier
+    return {pid: w for pid in descended & workers if (w := _process_wait_ns(f"{proc}/{pid}")) >= 0}
+
+
+def _process_wait_ns(process: str) -> int:
+    """ns the process's threads have waited, runnable, for a CPU (-1: ended or unknown)."""
+    try:
+        tasks = os.listdir(f"{process}/task")
+    except OSError:
+        return -1
+    total = 0
+    for task in tasks:
+        try:
+            with open(f"{process}/task/{task}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total
+
+
 def read_cpu_times(proc: Path = _PROC) -> list[tuple[int, int]]:
     """Per-core ``(busy, total)`` jiffies from ``/proc/stat``, in core order."""
     cores = []

@@ -136,6 +136,8 @@ class Profile:
     step_wait_ns: list[int] = field(default_factory=list)  # per step: runnable, waiting for a CPU
     # the window's other threads, runnable, waiting for a CPU (-1: unknown)
     others_wait_ns: int = -1
+    # the window's data loader worker processes, runnable, waiting for a CPU (-1: unknown)
+    loader_wait_ns: int = -1
     #: Written without its findings: analysed where read (`analyzer.findings_of`).
     analysis_pending: bool = False
     #: The threshold overrides that pending analysis uses (``"<rule>.<field>"`` → value).
@@ -222,6 +224,7 @@ def encode(profile: Profile) -> bytes:
         )
     msg.step_wait_ns.extend(profile.step_wait_ns)
     msg.others_wait_ns = profile.others_wait_ns + 1  # 0 on the wire: unknown
+    msg.loader_wait_ns = profile.loader_wait_ns + 1
     for s in profile.system:
         msg.system.add(name=s.name, unit=s.unit, device=s.device, t_ns=s.t_ns, values=s.values)
     msg.drops.update(profile.drops)
@@ -338,6 +341,7 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         step_bounds={m.name: list(m.values) for m in msg.step_bounds},
         step_wait_ns=list(msg.step_wait_ns),
         others_wait_ns=msg.others_wait_ns - 1,
+        loader_wait_ns=msg.loader_wait_ns - 1,
         memory=[_device_memory(m, n) for m in msg.memory],
         memory_missing=list(msg.memory_missing),
         memory_note=msg.memory_note,

@@ -101,6 +101,24 @@ def test_dataloader_bottleneck_is_critical_past_half_and_uses_sampler_hits():
     ]
 
 
+def test_a_wait_for_batches_the_workers_waited_as_long_for_a_cpu_is_a_note():
+    """40 ms of loading over 3 steps is 13.3 ms a step: workers that waited 14
+    ms a step for a CPU may explain all of it; 12 ms a step, not all of it."""
+    loading = (
+        "dataloader",
+        ("python:_next_data|dataloader.py:700", f"python:get|queues.py:103 @cpu_time_ns={40 * MS}"),
+    )
+    note = only(analyze(profile(FORWARD, loading, loader_wait_ns=42 * MS)), "dataloader_bottleneck")
+    assert note["severity"] == "info"
+    assert note["message"].endswith(
+        "(the data loader's worker processes waited 14.0 ms per step for a CPU, as much as the "
+        "step waited for their batches: the host's load may be all of it)"
+    )
+    for known in (36 * MS, -1):
+        f = only(analyze(profile(FORWARD, loading, loader_wait_ns=known)), "dataloader_bottleneck")
+        assert f["severity"] == "warning" and "worker processes" not in f["message"]
+
+
 def test_dataloader_bottleneck_quiet_below_ten_percent():
     p = profile(
         FORWARD,

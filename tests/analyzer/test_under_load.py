@@ -8,7 +8,8 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -26,6 +27,7 @@ from dc_core.store.logdir import load_profiles, read_profile
 from dc_hf import DeepContextCallback as HFCallback
 from dc_lightning import DeepContextCallback as LightningCallback
 from tests.analyzer import fixes, memory_planted
+from tests.analyzer.planted import _on_one_thread
 from tests.hf.test_callback import train as train_gpt2
 from tests.lightning.workload import DemoTransformerModule, loader, trainer
 
@@ -141,3 +143,92 @@ def test_planted_memory_problems_are_found_with_their_bytes_under_load(tmp_path)
     (g,) = [g for g in analyze_ranks(windows) if g["rule"] == "memory_growth"]
     assert g["evidence"]["kept_per_step_bytes"] == memory_planted.HISTORY_KEPT
     assert g["path"][-1].startswith(f"memory_planted.py:{memory_planted.HISTORY_LINE} ")
+
+
+def _spin_cpu(seconds: float) -> None:
+    """Compute for ``seconds`` of this thread's CPU time: a starved thread takes longer."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+class ComputedSamples(torch.utils.data.Dataset):
+    """Samples that each cost ``cpu_s`` of CPU to make (a decode, an augmentation)."""
+
+    def __init__(self, cpu_s: float) -> None:
+        self.cpu_s = cpu_s
+
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, index: int):
+        _spin_cpu(self.cpu_s)
+        return torch.full((64,), float(index % 7)), torch.zeros(())
+
+
+def _pin_to(core: int) -> Callable[[int], None]:
+    return lambda _worker: os.sched_setaffinity(0, {core})
+
+
+@_on_one_thread
+def _train_with_a_worker(logdir, batch_cpu_s: float, step_cpu_s: float, worker_core=None):
+    """One loader worker making batches of ``batch_cpu_s`` of CPU each, and a
+    step of ``step_cpu_s``; the worker pinned to ``worker_core`` if given."""
+    model = nn.Linear(64, 1)
+    loader = torch.utils.data.DataLoader(
+        ComputedSamples(batch_cpu_s / 8),
+        batch_size=8,
+        num_workers=1,
+        worker_init_fn=None if worker_core is None else _pin_to(worker_core),
+    )
+    batches = iter(loader)
+    with dc_torch.profile(logdir=str(logdir), steps=WINDOW) as prof:
+        for _ in range(WINDOW["start"] + WINDOW["count"] + 1):
+            x, y = next(batches)
+            F.mse_loss(model(x).squeeze(-1), y).backward()
+            _spin_cpu(step_cpu_s)
+            prof.step()
+    del batches
+    (path,) = prof.written
+    return read_profile(path)
+
+
+def _loading(profile) -> list[dict]:
+    return [f for f in findings_of(profile) if f["rule"] == "dataloader_bottleneck"]
+
+
+def test_a_loader_worker_the_host_starves_is_a_note_and_a_slow_one_a_warning(tmp_path):
+    """A worker that makes each batch in 10 ms of CPU, behind a step of 15 ms,
+    would keep it fed; pinned to one core beside 6 more spinners, it gets a
+    seventh of that core or less, and the step waits for its batches. That
+    wait is the host's: the worker waited for a CPU at least as long (a
+    batch's wall time less its 10 ms of CPU, against that wall time less the
+    step's 15 ms, per step on average), so the finding is a note that says so. A worker that needs
+    40 ms of CPU a batch behind a 5 ms step is slow on any host: still a
+    warning, with its smaller wait for a CPU known."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores: one to starve the worker on, one for the step")
+    starved_core, step_core = cores[0], cores[1]
+    spin = f"import os; os.sched_setaffinity(0, {{{starved_core}}})\nwhile True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(6)]
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {step_core})
+        starved = _train_with_a_worker(tmp_path / "starved", 0.010, 0.015, starved_core)
+    finally:
+        os.sched_setaffinity(0, before)
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    (note,) = _loading(starved)
+    steps = len(starved.step_times_ns)
+    assert note["severity"] == "info", note
+    assert "the data loader's worker processes waited" in note["message"], note
+    assert starved.loader_wait_ns / steps >= note["evidence"]["spread"]["mean_ns"] > 0
+
+    slow = _train_with_a_worker(tmp_path / "slow", 0.040, 0.005)
+    (warning,) = _loading(slow)
+    assert warning["severity"] in ("warning", "critical"), warning
+    waited = slow.loader_wait_ns / len(slow.step_times_ns)
+    assert 0 <= waited < warning["evidence"]["spread"]["mean_ns"], (waited, warning)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -54,6 +55,16 @@ def test_round_trip_keeps_everything():
     assert back.system[0].values == [12.5, 50.0] and back.system[0].unit == "%"
     assert back.drops == {"nodes": 2} and back.env == {"torch": "2.13.0"}
     assert back.findings[0]["evidence"] == {"share": 0.5} and back.findings[0]["node"] == 3
+
+
+@pytest.mark.parametrize("waited", [-1, 0, 7_000_000])
+def test_the_waits_for_a_cpu_round_trip_with_unknown_kept_apart_from_none(waited):
+    original = dataclasses.replace(
+        make_profile(), others_wait_ns=waited, loader_wait_ns=waited, step_wait_ns=[1, 2, 3]
+    )
+    back = decode(encode(original))
+    assert (back.others_wait_ns, back.loader_wait_ns) == (waited, waited)
+    assert back.step_wait_ns == [1, 2, 3]
 
 
 def test_layout_and_discovery(tmp_path):
