@@ -10,10 +10,14 @@ redispatches below autograd to the real kernel. Other ops pay nothing.
 
 ``cpu_time_ns`` is the call (the launch, for an asynchronous collective);
 ``comm_time_ns`` is launch to completion, taken from the work's future, so
-communication that overlaps backward is visible too (a collective a
-``dist.*`` call waits for before it returns, ``async_op=False``, completes
-where that wait ends: no callback on the backend's thread, which would cost
-the call more than the rest of its capture); ``comm_bytes`` the
+communication that overlaps backward is visible too. Where the native
+extension is loaded, a C++ callback on the future reads the clock on the
+backend's thread (`CompletionClock`) and the time is billed when the work is
+waited for, forgotten or the window closes; a Python callback would take the
+GIL there, cost the step the hand-over and read the clock when the GIL came,
+up to a switch interval late. A collective a ``dist.*`` call waits for before
+it returns (``async_op=False``) completes where that wait ends: no callback
+at all. ``comm_bytes`` the
 tensors it moves (its largest argument: an all-gather's output, a
 reduce-scatter's input, an all-reduce's tensor). ``exposed_comm_ns`` is the
 part the issuing thread could not overlap with anything else: the call itself
@@ -41,6 +45,7 @@ into the gradients), is that pass's exposed communication.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections import OrderedDict
@@ -57,6 +62,8 @@ from dc_torch.native import NO_METRIC
 
 if TYPE_CHECKING:
     from dc_torch.hub import Hub
+
+logger = logging.getLogger("deepcontext")
 
 OPS = (
     "allreduce_",
@@ -81,6 +88,7 @@ _current_node = torch._C._current_autograd_node
 _task_id = torch._C._current_graph_task_id
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _Work = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
+_enable_record_function = torch._C._autograd._enable_record_function
 #: The Python frame below the C++ that autograd's engine runs: a collective
 #: called from this frame was issued by C++ during a pass (DDP's reducer).
 _ENGINE = torch.autograd.graph._engine_run_backward.__code__
@@ -107,9 +115,51 @@ class _Launch(NamedTuple):
 
     node: int  # its collective's node
     start: int  # launch ns
-    timed: bool  # whether its future times its completion
+    timed: bool  # whether a Python callback on its future times its completion
     group: Any  # the sharding group whose scope launched it, None outside one
     name: str  # its operator's name
+    clocked: int = -1  # its number on the `CompletionClock` (-1: not on it)
+
+
+class CompletionClock:
+    """When collectives complete, read on the backend's thread without the
+    GIL by the native extension (``capture.cc``'s ``time_completion``), into
+    slots Python reads later by each launch's number."""
+
+    def __init__(self, extension: Any) -> None:
+        self._completed_at = extension.completed_at
+        self._recording = extension.record_function_enabled
+        self._arm = getattr(torch.ops, extension.completion_op()).time_completion
+        self._next = 0
+
+    def arm(self, work: Any) -> int:
+        """Clock ``work``'s completion; its launch number (-1: it has no future,
+        so its wait's end is its completion).
+        Its operator runs unobserved: our capture would record it as the
+        collective's child, and so would a torch.profiler running beside us
+        (whose counts then change: it merges a record into a lone child of
+        the same name, which ours would no longer be)."""
+        get_future = getattr(work, "get_future", None)
+        if get_future is None:
+            return -1
+        try:
+            future = get_future()
+        except RuntimeError:  # a work type without one (gloo's reduce-scatter): timed at its wait
+            return -1
+        number, self._next = self._next, self._next + 1
+        if not self._recording():
+            self._arm(future, number)
+            return number
+        _enable_record_function(False)
+        try:
+            self._arm(future, number)
+        finally:
+            _enable_record_function(True)
+        return number
+
+    def completed_at(self, number: int) -> int:
+        """``time.monotonic_ns()`` when launch ``number`` completed; 0: not yet."""
+        return self._completed_at(number)
 
 
 def moved_bytes(args: tuple) -> int:
@@ -139,6 +189,8 @@ class CollectiveHooks:
         self.pending: OrderedDict[Any, _Launch] = OrderedDict()  # by work
         self._waited_fids: dict[tuple[str, int], int] = {}
         self._wait: Any = None  # Work.wait as it was, while ours stands in
+        self.clock: CompletionClock | None = None  # the native one, once made
+        self._clock_tried = False
         self._ended_task = -1  # the last pass whose end wait is timed (`_issued_in_pass`)
         # No device marker of its own: a collective's kernels stay with the
         # marked operator around it, as they always have.
@@ -162,6 +214,17 @@ class CollectiveHooks:
         self.pending.clear()
         self._waited_fids = {}
         self._ended_task = -1
+        native = self.hub.native
+        if not self._clock_tried and native is not None and self.hub.window.capture == "native":
+            self._clock_tried = True  # once: a failure is said once
+            try:
+                self.clock = CompletionClock(native.extension)
+            except Exception as exc:  # its operator would not register: Python callbacks time it
+                logger.warning(
+                    "deepcontext: collectives' completion is timed from Python (%s: %s)",
+                    type(exc).__name__,
+                    exc,
+                )
         if _Work is not None and self._wait is None:
             self._wait = _Work.wait
             _Work.wait = self._timed_wait(self._wait)
@@ -177,9 +240,11 @@ class CollectiveHooks:
         wait, self._wait = self._wait, None
         if wait is not None:
             _Work.wait = wait
-        self.pending.clear()
+        pending, self.pending = self.pending, OrderedDict()
         if library is not None:
             library._destroy()
+        for launch in pending.values():  # nobody waited for them here (DDP's buckets)
+            self._completed(launch, None)
 
     def _timed_wait(self, original: Callable) -> Callable:
         hub = self.hub
@@ -221,8 +286,17 @@ class CollectiveHooks:
             collector.add(collector.top(), self.metric_exposed, ns)
             return
         collector.add(launch.node, self.metric_exposed, ns)
-        if not launch.timed:  # launch to the end of the wait
-            collector.add(launch.node, self.metric, time.monotonic_ns() - launch.start)
+        self._completed(launch, time.monotonic_ns())
+
+    def _completed(self, launch: _Launch, now: int | None) -> None:
+        """Bill ``launch``'s launch-to-completion to its collective: as its
+        clock says, else to ``now`` (the end of a wait for it); with neither,
+        or where its future's callback bills it, nothing."""
+        if launch.timed:
+            return
+        end = self.clock.completed_at(launch.clocked) if launch.clocked >= 0 else 0
+        if end or now is not None:
+            self.hub.collector.add(launch.node, self.metric, (end or now) - launch.start)
 
     def _elsewhere(self, work: Any) -> int | None:
         """The frame of a wait for ``work`` where the thread stands, when that is
@@ -245,10 +319,9 @@ class CollectiveHooks:
         self, node: int, frames: tuple, note: tuple, args: tuple, kwargs: dict, out: Any
     ) -> None:
         start, launch = note
-        now, collector = time.monotonic_ns(), self.hub.collector
-        collector.add(node, self.metric_exposed, now - start)
-        if not launch.timed:
-            collector.add(launch.node, self.metric, now - launch.start)
+        now = time.monotonic_ns()
+        self.hub.collector.add(node, self.metric_exposed, now - start)
+        self._completed(launch, now)
 
     def _kernel(self, name: str, op: Any) -> Callable:
         hub, scope, inside = self.hub, self.scope, self.inside
@@ -302,17 +375,23 @@ class CollectiveHooks:
         work = out[-1] if isinstance(out, tuple) and out else out
         if isinstance(work, torch.ScriptObject):  # the dispatcher hands back the boxed Work
             work = _Work.unbox(work)
-        timed = not at_once and self._time_completion(work, node, start)
+        clocked, timed = -1, False
+        if not at_once:
+            if self.clock is not None:
+                clocked = self.clock.arm(work)
+            else:
+                timed = self._time_completion(work, node, start)
         if _Work is not None and isinstance(work, _Work):
             # the same object dist.* hands its caller while we hold it
             pending = self.pending
-            pending[work] = _Launch(node, start, timed, group, name)
+            pending[work] = _Launch(node, start, timed, group, name, clocked)
             if len(pending) > PENDING:
-                pending.popitem(last=False)
+                self._completed(pending.popitem(last=False)[1], None)
 
     def _time_completion(self, work: Any, node: int, start: int) -> bool:
         """Add launch-to-completion to ``comm_time_ns`` when the work's future
-        completes; False where the work has no future to say when."""
+        completes, from a Python callback (without the native extension);
+        False where the work has no future to say when."""
         get_future = getattr(work, "get_future", None)
         if get_future is None:
             return False

@@ -3,17 +3,22 @@
 // autograd function on every thread to the collector through its C table
 // (dc_core/include/capture_api.h). Built on first use against the torch that imports
 // it (dc_torch/native.py); no pybind11, so it compiles against ATen's
-// record_function.h alone.
+// headers alone. It also clocks when collectives complete, on their
+// backend's thread (time_completion, an operator of its own).
 #include <Python.h>
 
+#include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 #include <c10/util/Logging.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pthread.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
+#include <torch/library.h>
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +31,11 @@
 
 #include "capture_api.h"
 #include "names.h"
+
+#define DC_CONCAT_(a, b) a##b
+#define DC_CONCAT(a, b) DC_CONCAT_(a, b)
+#define DC_STR_(a) #a
+#define DC_STR(a) DC_STR_(a)
 
 namespace {
 
@@ -465,6 +475,80 @@ PyObject* mark_blocks(PyObject*, PyObject* args) {
   return out;
 }
 
+// --- when a collective completes -------------------------------------------
+// A collective's work completes on its backend's thread. A callback on its
+// future written in Python would take the GIL there: the step pays the
+// hand-over, and the time it reads is when the GIL came, up to a switch
+// interval (5 ms) late. This one only reads the clock, into a slot keyed by
+// the launch's number, which Python reads when it needs the time (the wait
+// ends, the window closes). Slots are reused every kCompletions launches: a
+// slot answers only for the launch that last armed it.
+constexpr int64_t kCompletions = 4096;
+
+struct Completion {
+  std::atomic<int64_t> launch{-1};  // the launch the time belongs to
+  std::atomic<int64_t> ns{0};       // CLOCK_MONOTONIC, as Python's time.monotonic_ns()
+};
+std::array<Completion, kCompletions> g_completions;
+
+int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// time_completion(Future(Any) future, int launch) -> (): boxed, so the
+// dispatcher converts Python's Future for us (no pybind11 here).
+void time_completion(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  const int64_t launch = stack->back().toInt();
+  stack->pop_back();
+  c10::intrusive_ptr<c10::ivalue::Future> future = stack->back().toFuture();
+  stack->pop_back();
+  Completion& slot = g_completions[launch % kCompletions];
+  slot.launch.store(-1, std::memory_order_relaxed);
+  future->addCallback(
+      [launch](c10::ivalue::Future&) {
+        Completion& done = g_completions[launch % kCompletions];
+        done.ns.store(monotonic_ns(), std::memory_order_relaxed);
+        done.launch.store(launch, std::memory_order_release);
+      },
+      /*uses_future=*/false);
+}
+
+torch::Library* g_library = nullptr;  // kept for the process: its op stays registered
+
+PyObject* completion_op(PyObject*, PyObject*) {
+  // The namespace is this build's module name: two builds in one process
+  // never register the same operator.
+  const char* ns = DC_STR(TORCH_EXTENSION_NAME);
+  if (g_library == nullptr) {
+    try {
+      auto library = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns, std::nullopt,
+                                                      __FILE__, __LINE__);
+      library->def("time_completion(Future(Any) future, int launch) -> ()",
+                   torch::CppFunction::makeFromBoxedFunction<&time_completion>());
+      g_library = library.release();
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      return nullptr;
+    }
+  }
+  return PyUnicode_FromString(ns);
+}
+
+PyObject* record_function_enabled(PyObject*, PyObject*) {
+  return PyBool_FromLong(at::isRecordFunctionEnabled());
+}
+
+PyObject* completed_at(PyObject*, PyObject* arg) {
+  const long long launch = PyLong_AsLongLong(arg);
+  if (launch == -1 && PyErr_Occurred()) return nullptr;
+  if (launch < 0) return PyLong_FromLong(0);
+  const Completion& slot = g_completions[launch % kCompletions];
+  if (slot.launch.load(std::memory_order_acquire) != launch) return PyLong_FromLong(0);
+  return PyLong_FromLongLong(slot.ns.load(std::memory_order_relaxed));
+}
+
 PyObject* thread_id(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(at::RecordFunction::currentThreadId());
 }
@@ -509,15 +593,21 @@ PyMethodDef methods[] = {
     {"thread_id", thread_id, METH_NOARGS,
      "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers "
      "are per thread)."},
+    {"completion_op", completion_op, METH_NOARGS,
+     "completion_op() -> str: register this build's `time_completion(Future(Any) future, int "
+     "launch) -> ()` operator (once) and return its namespace: torch.ops.<namespace>."
+     "time_completion(future, launch) reads the clock when the future completes, on its thread, "
+     "without the GIL."},
+    {"record_function_enabled", record_function_enabled, METH_NOARGS,
+     "record_function_enabled() -> bool: whether RecordFunction observers run on this thread "
+     "(torch._C._autograd._enable_record_function sets it)."},
+    {"completed_at", completed_at, METH_O,
+     "completed_at(launch) -> int: time.monotonic_ns() when the future armed for `launch` "
+     "completed; 0 while it has not (or the slot was armed again since)."},
     {nullptr, nullptr, 0, nullptr},
 };
 
 }  // namespace
-
-#define DC_CONCAT_(a, b) a##b
-#define DC_CONCAT(a, b) DC_CONCAT_(a, b)
-#define DC_STR_(a) #a
-#define DC_STR(a) DC_STR_(a)
 
 static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, DC_STR(TORCH_EXTENSION_NAME),
                                  "DeepContext's RecordFunction capture", -1, methods};

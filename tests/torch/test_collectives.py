@@ -3,7 +3,9 @@ process (the many-rank runs are tests/distributed)."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -126,28 +128,34 @@ def test_a_users_backward_hook_that_all_reduces_is_no_ddp_bucket(tmp_path, one_r
     assert tree.find_all(lambda f: f.detail == END_OF_BACKWARD) == []
 
 
-def test_a_synchronous_collective_is_timed_to_the_end_of_its_wait(tmp_path, one_rank, monkeypatch):
+def test_a_synchronous_collective_is_timed_to_the_end_of_its_wait(
+    tmp_path, one_rank, monkeypatch, capture_path
+):
     """``dist.all_reduce(t)`` waits for its work before it returns: its
     completion is the wait's end (launch to then: the call and the wait, so
     never less than its exposed time), with no callback on the backend's
     thread, which cost each call twice the collective's own Python. An
-    asynchronous one keeps its future's callback."""
-    from dc_torch.collectives import CollectiveHooks
+    asynchronous one's completion is clocked by its future: natively where the
+    extension is loaded, else by a Python callback."""
+    from dc_torch.collectives import CollectiveHooks, CompletionClock
 
-    futures = []
-    timed = CollectiveHooks._time_completion
+    python, native = [], []
+    timed, arm = CollectiveHooks._time_completion, CompletionClock.arm
     monkeypatch.setattr(
         CollectiveHooks,
         "_time_completion",
-        lambda self, work, node, start: futures.append(node) or timed(self, work, node, start),
+        lambda self, work, node, start: python.append(node) or timed(self, work, node, start),
+    )
+    monkeypatch.setattr(
+        CompletionClock, "arm", lambda self, work: native.append(1) or arm(self, work)
     )
     grads = torch.ones(1000)
     with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET):
         for _ in range(20):
             dist.all_reduce(grads)
-        assert futures == []
+        assert python == native == []
         dist.all_reduce(grads, async_op=True).wait()
-        assert len(futures) == 1
+        assert (len(native), len(python)) == ((1, 0) if capture_path == "native" else (0, 1))
     tree = only_profile(tmp_path).tree
     (synchronous,) = [
         n
@@ -155,3 +163,53 @@ def test_a_synchronous_collective_is_timed_to_the_end_of_its_wait(tmp_path, one_
         if tree.value(n, "count") == 20
     ]
     assert tree.value(synchronous, "comm_time_ns") >= tree.value(synchronous, "exposed_comm_ns") > 0
+
+
+def test_an_asynchronous_collective_completes_when_its_work_does_not_when_python_is_free(
+    tmp_path, one_rank, capture_path
+):
+    """A one-rank all-reduce completes within a millisecond of its launch; the
+    step then computes in Python for 100 ms before it waits. Its completion is
+    read on the backend's thread without the GIL (native path), not when a
+    Python callback gets the GIL: with a switch interval of 1 s, that is when
+    the step waits, 100 ms later. (The Python path has no extension: its
+    callback runs at once where the work completed before it was attached,
+    else when the step waits.)"""
+    if capture_path != "native":
+        pytest.skip("the Python path clocks completion with a Python callback")
+    grads, spin_ns, calls = torch.ones(1000), 100_000_000, 3
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    try:
+        with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET):
+            for _ in range(calls):
+                work = dist.all_reduce(grads, async_op=True)
+                end = time.monotonic_ns() + spin_ns
+                while time.monotonic_ns() < end:
+                    pass
+                work.wait()
+    finally:
+        sys.setswitchinterval(interval)
+    tree = only_profile(tmp_path).tree
+    (reduce,) = tree.find_all(lambda f: f.name == "c10d::allreduce_")
+    assert tree.value(reduce, "count") == calls
+    assert tree.children(reduce) == []  # the clock's own operator is not recorded
+    # launch to completion: the call (in exposed time) and the collective, far from the spin
+    comm = tree.value(reduce, "comm_time_ns")
+    assert tree.value(reduce, "exposed_comm_ns") <= comm < calls * spin_ns / 2, comm
+
+
+def test_a_work_without_a_future_is_timed_to_the_end_of_its_wait(tmp_path, one_rank):
+    """gloo's reduce-scatter work has no future (``Work::getFuture not
+    implemented``): its completion is its wait's end, and the window goes on."""
+    out = torch.empty(256)
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET):
+        for _ in range(3):
+            dist.reduce_scatter_single(out, torch.ones(256), async_op=True).wait()
+        dist.all_reduce(out, async_op=True).wait()
+    tree = only_profile(tmp_path).tree
+    (scatter,) = tree.find_all(lambda f: f.name == "c10d::_reduce_scatter_base_")
+    (reduce,) = tree.find_all(lambda f: f.name == "c10d::allreduce_")
+    assert tree.value(scatter, "count") == 3 and tree.value(reduce, "count") == 1
+    assert tree.value(scatter, "comm_time_ns") >= tree.value(scatter, "exposed_comm_ns") > 0
+    assert tree.value(reduce, "comm_time_ns") > 0
