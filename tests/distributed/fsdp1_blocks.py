@@ -11,7 +11,9 @@ Usage: fsdp1_blocks.py ROOT_DIR CAPTURE [VARIANT]
 VARIANT (`VARIANTS`): ``plain`` (the defaults), ``orig-bf16`` (the original
 parameters kept, ``use_orig_params=True``, gathered and reduced in bfloat16),
 ``no-shard`` (``ShardingStrategy.NO_SHARD``: whole parameters on every rank,
-gradients all-reduced).
+gradients all-reduced), ``hybrid`` (``ShardingStrategy.HYBRID_SHARD`` on four
+ranks, a 2 x 2 mesh: parameters sharded within a pair of ranks, a "node", and
+each shard's gradients all-reduced across the pairs).
 """
 
 import json
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.profiler import ProfilerActivity, profile
 
@@ -39,7 +42,10 @@ VARIANTS = {
         "mixed_precision": MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16),
     },
     "no-shard": {"sharding_strategy": ShardingStrategy.NO_SHARD},
+    "hybrid": {"sharding_strategy": ShardingStrategy.HYBRID_SHARD},
 }
+#: The ranks each variant runs on.
+RANKS = {"hybrid": 4}
 
 
 def worker(rank: int, world: int, root: str, capture: str, variant: str, init: str) -> None:
@@ -48,17 +54,20 @@ def worker(rank: int, world: int, root: str, capture: str, variant: str, init: s
     torch.manual_seed(0)
     cpu = torch.device("cpu")
     blocks = [nn.Sequential(nn.Linear(64, w), nn.ReLU(), nn.Linear(w, 64)) for w in WIDTHS]
-    settings = VARIANTS[variant]
+    settings = dict(VARIANTS[variant])
+    if variant == "hybrid":  # (replicas, shards): a pair of ranks per "node"
+        settings["device_mesh"] = init_device_mesh("cpu", (world // 2, 2))
     units = [FullyShardedDataParallel(b, device_id=cpu, **settings) for b in blocks]
     model = FullyShardedDataParallel(nn.Sequential(*units), device_id=cpu, **settings)
     # a gather brings every rank's shard of the unit's flat parameter (padded
     # to a multiple of the ranks: `numel` of the shard times them), in the
-    # dtype it is gathered in
+    # dtype it is gathered in; the ranks are those the unit shards over (a
+    # node's, under HYBRID_SHARD)
     mixed = settings.get("mixed_precision")
     element = (mixed.param_dtype if mixed else torch.float32).itemsize
     gathered = {
         str(i): u._handle.flat_param.numel()
-        * (world if u._handle.uses_sharded_strategy else 1)
+        * (u.process_group.size() if u._handle.uses_sharded_strategy else 1)
         * element
         for i, u in enumerate(units)
     }
@@ -94,5 +103,6 @@ def worker(rank: int, world: int, root: str, capture: str, variant: str, init: s
 
 if __name__ == "__main__":
     root, capture = sys.argv[1], sys.argv[2]
-    spawn(worker, 2, root, capture, sys.argv[3] if len(sys.argv) > 3 else "plain")
+    variant = sys.argv[3] if len(sys.argv) > 3 else "plain"
+    spawn(worker, RANKS.get(variant, 2), root, capture, variant)
     print("done")

@@ -94,13 +94,16 @@ def test_each_units_collectives_sit_under_that_unit_in_fsdp1s_own_work(tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["orig-bf16", "no-shard"])
+@pytest.mark.parametrize("variant", ["orig-bf16", "no-shard", "hybrid"])
 def test_fsdp1s_settings_are_recorded_and_its_variants_sit_under_their_units(tmp_path, variant):
-    """The original parameters kept and bfloat16 gathers (half the bytes), and
+    """The original parameters kept and bfloat16 gathers (half the bytes);
     ``NO_SHARD`` (no gathers; each unit's gradients all-reduced in
-    ``_reduce_grad_no_shard``): each collective still under its unit, the
-    profile's ``fsdp`` entry the settings the run had."""
-    for p in profiled(SCRIPT, tmp_path, 2, "native", variant):
+    ``_reduce_grad_no_shard``); ``HYBRID_SHARD`` on four ranks (sharded within
+    a pair, each shard's gradients then all-reduced across the pairs, in
+    ``_reduce_grad``, moving the shard): each collective still under its
+    unit, the profile's ``fsdp`` entry the settings the run had."""
+    ranks = 4 if variant == "hybrid" else 2
+    for p in profiled(SCRIPT, tmp_path, ranks, "native", variant):
         tree = p.tree
         peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
         records, gathered = peer["records"], peer["gathered_bytes"]
@@ -109,11 +112,24 @@ def test_fsdp1s_settings_are_recorded_and_its_variants_sit_under_their_units(tmp
             path = tree.path_frames(node)
             (unit,) = [f.name for f in path if f.kind == "module" and f.name in UNITS]
             (work,) = [f for f in path if f.kind == "sharding"]
-            count = tree.value(node, "count")
-            found[tree.node_frame(node).name, work.name.removeprefix(RECORD)] += count
-            assert tree.value(node, "comm_bytes") == count * gathered[unit], path
+            count, name = tree.value(node, "count"), tree.node_frame(node).name
+            found[name, work.name.removeprefix(RECORD)] += count
+            # across the pairs, a rank's shard: a pair's gathered parameter halved
+            shard = 2 if variant == "hybrid" and name == "c10d::allreduce_" else 1
+            assert tree.value(node, "comm_bytes") == count * gathered[unit] // shard, path
         calls = len(UNITS) * STEPS
-        if variant == "no-shard":
+        if variant == "hybrid":
+            assert fsdp1_settings(p.env) == {**PLAIN, "sharding_strategy": "HYBRID_SHARD"}
+            assert found == {
+                (GATHER, "_pre_forward"): calls,
+                (GATHER, "_pre_backward_hook"): STEPS,
+                (GATHER, "_pre_backward_prefetch"): calls - STEPS,
+                (REDUCE, "_reduce_grad"): calls,
+                ("c10d::allreduce_", "_reduce_grad"): calls,
+            }
+            assert records[GATHER] == 2 * calls and records[REDUCE] == calls
+            assert records["c10d::allreduce_"] == calls
+        elif variant == "no-shard":
             assert fsdp1_settings(p.env) == {**PLAIN, "sharding_strategy": "NO_SHARD"}
             assert found == {("c10d::allreduce_", "_reduce_grad_no_shard"): calls}
             assert records["c10d::allreduce_"] == calls and GATHER not in records
