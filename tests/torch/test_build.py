@@ -78,11 +78,24 @@ def test_a_built_entry_is_imported_as_it_is_without_ninja_or_setuptools():
     assert json.loads(done.stdout) == [True, "", []]
 
 
+@pytest.fixture(scope="module")
+def second(tmp_path_factory) -> tuple[str, Path]:
+    """A second environment and a cache of its own, empty until a test builds
+    its entry there (the background build below, else the test that needs it):
+    a build takes 20 s, so the module's two builds of it are one."""
+    root = tmp_path_factory.mktemp("second")
+    return _second_environment(root / "venv"), root / "cache"
+
+
 @pytest.mark.slow
-def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tmp_path):
+def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tmp_path, second):
     """A fresh cache: the first window takes the Python path at once (its step
     pays nothing for the build), the build runs in a process of its own, and
-    the first window after it has finished is native."""
+    the first window after it has finished is native. (In the second
+    environment, whose cache nothing has built into yet.)"""
+    python, cache = second
+    if cache.exists():
+        pytest.fail(f"{cache} was meant to be fresh: the test that built there ran first")
     done = _python(
         f"""
         import time, torch
@@ -110,8 +123,9 @@ def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tm
                 step()
         print(native.load()[0] is not None)
     """,
-        cache=tmp_path / "cache",
+        cache=cache,
         timeout=900,
+        python=python,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("True"), done.stdout + done.stderr
@@ -131,7 +145,7 @@ def test_a_missing_build_runs_in_the_background_and_the_next_window_is_native(tm
         "python (the native capture is being built"
     )
     assert last.env["capture"].startswith("native")
-    [entry] = (tmp_path / "cache" / "torch-capture").iterdir()
+    [entry] = (cache / "torch-capture").iterdir()
     assert (entry / "built").is_file() and list(entry.glob("build-*.log"))
 
 
@@ -177,22 +191,21 @@ def _second_environment(path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_two_environments_in_turn_build_once_each_and_never_rebuild_each_other(tmp_path):
+def test_two_environments_in_turn_build_once_each_and_never_rebuild_each_other(second):
     """Regression: one cache entry per torch version was shared by every
     environment, and each rewrote its build.ninja: two environments in turn
     rebuilt it every time (13.7 s, 14.9 s, 13.7 s)."""
     if native.load()[0] is None:
         pytest.fail("the suite's install builds the extension: " + native.load()[1])
-    cache = tmp_path / "cache"
+    other, cache = second
+    if not cache.exists():  # run alone: the second environment's entry is built here
+        built = _python(
+            "from dc_torch import native; native.build()", cache=cache, timeout=900, python=other
+        )
+        assert built.returncode == 0, built.stderr
     _, ours = native._entry()
-    (cache / "torch-capture").mkdir(parents=True)
-    # this environment's, as `make test` built it
+    # this environment's, as `make test` built it, beside the second's
     shutil.copytree(ours, cache / "torch-capture" / ours.name)
-    other = _second_environment(tmp_path / "venv-b")
-    built = _python(
-        "from dc_torch import native; native.build()", cache=cache, timeout=900, python=other
-    )
-    assert built.returncode == 0, built.stderr
     entries = sorted((cache / "torch-capture").iterdir())
     assert len(entries) == 2 and ours.name in {e.name for e in entries}  # side by side
     first = {e.name: [(f.name, f.stat().st_mtime_ns) for f in sorted(e.iterdir())] for e in entries}
