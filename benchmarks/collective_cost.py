@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 import dc_torch
 from dc_core.store.logdir import read_profile
-from dc_torch import collectives
+from dc_torch import completion
 
 CONFIGS = ("unprofiled", "native clock", "python callback", "torch.profiler")
 WAYS = ("sync", "async", "async+compute")
@@ -60,16 +60,16 @@ def _call(way: str, t: torch.Tensor) -> None:
 def _no_native_clock() -> Iterator[None]:
     """The window as without the extension's clock: its collectives fall back
     to a Python callback (the clock is made once per hooks object, at install)."""
-    made = collectives.CompletionClock.__init__
+    made = completion.CompletionClock.__init__
 
     def refuse(self, extension) -> None:
         raise RuntimeError("benchmark: no native clock")
 
-    collectives.CompletionClock.__init__ = refuse
+    completion.CompletionClock.__init__ = refuse
     try:
         yield
     finally:
-        collectives.CompletionClock.__init__ = made
+        completion.CompletionClock.__init__ = made
 
 
 def _timed(name: str, logdir: str, run: Callable[[], int]) -> tuple[float, float]:

@@ -12,7 +12,7 @@ redispatches below autograd to the real kernel. Other ops pay nothing.
 ``comm_time_ns`` is launch to completion, taken from the work's future, so
 communication that overlaps backward is visible too. Where the native
 extension is loaded, a C++ callback on the future reads the clock on the
-backend's thread (`CompletionClock`) and the time is billed when the work is
+backend's thread (`dc_torch.completion`) and the time is billed when the work is
 waited for, forgotten or the window closes; a Python callback would take the
 GIL there, cost the step the hand-over and read the clock when the GIL came,
 up to a switch interval late. A collective a ``dist.*`` call waits for before
@@ -57,6 +57,7 @@ import torch
 from dc_core.collect.collector import FLAG_BACKWARD, INHERIT, INNERMOST
 from dc_core.collect.ownfiles import cut_own_frames
 from dc_core.model.comm import END_OF_BACKWARD, WAITED
+from dc_torch.completion import CompletionClock
 from dc_torch.hub import Interceptor
 from dc_torch.native import NO_METRIC
 
@@ -88,7 +89,6 @@ _current_node = torch._C._current_autograd_node
 _task_id = torch._C._current_graph_task_id
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _Work = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
-_enable_record_function = torch._C._autograd._enable_record_function
 #: The Python frame below the C++ that autograd's engine runs: a collective
 #: called from this frame was issued by C++ during a pass (DDP's reducer).
 _ENGINE = torch.autograd.graph._engine_run_backward.__code__
@@ -119,47 +119,6 @@ class _Launch(NamedTuple):
     group: Any  # the sharding group whose scope launched it, None outside one
     name: str  # its operator's name
     clocked: int = -1  # its number on the `CompletionClock` (-1: not on it)
-
-
-class CompletionClock:
-    """When collectives complete, read on the backend's thread without the
-    GIL by the native extension (``capture.cc``'s ``time_completion``), into
-    slots Python reads later by each launch's number."""
-
-    def __init__(self, extension: Any) -> None:
-        self._completed_at = extension.completed_at
-        self._recording = extension.record_function_enabled
-        self._arm = getattr(torch.ops, extension.completion_op()).time_completion
-        self._next = 0
-
-    def arm(self, work: Any) -> int:
-        """Clock ``work``'s completion; its launch number (-1: it has no future,
-        so its wait's end is its completion).
-        Its operator runs unobserved: our capture would record it as the
-        collective's child, and so would a torch.profiler running beside us
-        (whose counts then change: it merges a record into a lone child of
-        the same name, which ours would no longer be)."""
-        get_future = getattr(work, "get_future", None)
-        if get_future is None:
-            return -1
-        try:
-            future = get_future()
-        except RuntimeError:  # a work type without one (gloo's reduce-scatter): timed at its wait
-            return -1
-        number, self._next = self._next, self._next + 1
-        if not self._recording():
-            self._arm(future, number)
-            return number
-        _enable_record_function(False)
-        try:
-            self._arm(future, number)
-        finally:
-            _enable_record_function(True)
-        return number
-
-    def completed_at(self, number: int) -> int:
-        """``time.monotonic_ns()`` when launch ``number`` completed; 0: not yet."""
-        return self._completed_at(number)
 
 
 def moved_bytes(args: tuple) -> int:

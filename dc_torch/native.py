@@ -37,7 +37,8 @@ import torch
 logger = logging.getLogger("deepcontext")
 
 _SOURCE = Path(__file__).parent / "csrc" / "capture.cc"
-_HEADERS = (Path(__file__).parent / "csrc" / "names.h",)  # beside it, included by it
+#: Beside it, included by it.
+_HEADERS = tuple(Path(__file__).parent / "csrc" / name for name in ("names.h", "completion.h"))
 _INCLUDE = Path(__file__).resolve().parent.parent / "dc_core" / "include"
 
 #: A metric id that takes nothing: ``NativeCapture.start`` leaves that metric

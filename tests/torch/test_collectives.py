@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import torch.distributed as dist
 
 import dc_torch
 from dc_core.record.config import StepRange
+from tests.analyzer.planted import busy_wait
 from tests.torch.conftest import only_profile
 
 QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
@@ -137,7 +137,8 @@ def test_a_synchronous_collective_is_timed_to_the_end_of_its_wait(
     thread, which cost each call twice the collective's own Python. An
     asynchronous one's completion is clocked by its future: natively where the
     extension is loaded, else by a Python callback."""
-    from dc_torch.collectives import CollectiveHooks, CompletionClock
+    from dc_torch.collectives import CollectiveHooks
+    from dc_torch.completion import CompletionClock
 
     python, native = [], []
     timed, arm = CollectiveHooks._time_completion, CompletionClock.arm
@@ -184,9 +185,7 @@ def test_an_asynchronous_collective_completes_when_its_work_does_not_when_python
         with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=1), **QUIET):
             for _ in range(calls):
                 work = dist.all_reduce(grads, async_op=True)
-                end = time.monotonic_ns() + spin_ns
-                while time.monotonic_ns() < end:
-                    pass
+                busy_wait(spin_ns / 1e9)
                 work.wait()
     finally:
         sys.setswitchinterval(interval)
