@@ -26,7 +26,7 @@ from tests.analyzer.pairs import PAIRS, problems, run_pairs  # noqa: E402  (afte
 
 LABELS = {
     "dtype": "float64 inputs cast in every step → cast once",
-    "optimizer": "Adam `foreach=False` on 600 tensors → `foreach=True`",
+    "optimizer": "Adam `foreach=False` on 600 tensors → `fused=True`",
     "dataloader": "`num_workers=0`, 2 ms per sample → 2 workers",
     "item": "a loss read with `.item()` per sample → once",
     "loop": "a Python loop over 600 rows → `h.sum(0)`",

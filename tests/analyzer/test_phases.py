@@ -23,6 +23,45 @@ def test_optimizer_unfused_counts_per_parameter_ops():
     f = only(analyze(p), "optimizer_unfused")
     assert f["path"] == ["optimizer"] and f["evidence"]["ops_per_step"] == 100.0
     assert f["evidence"]["share"] == 0.25 and "foreach=True" in f["suggestion"]
+    assert f["evidence"]["optimizer"] == "" and f["gain_ns"] == 0  # no Python between them
+
+
+def test_optimizer_unfused_advises_fused_for_an_optimizer_that_has_it():
+    """Torch's AdamW step (its frame names the class the user built): a fused
+    pass costs about one of its operators per parameter, the rest goes."""
+    step = line("AdamW.step", "/venv/torch/optim/adam.py:214")
+    p = profile(
+        FORWARD,
+        (
+            "optimizer @cpu_time_ns=" + str(30 * MS),
+            (
+                step,
+                f"aten::add_ @cpu_time_ns={6 * MS},count=300",  # the step count and eps: 2 a parameter
+                f"aten::lerp_ @cpu_time_ns={3 * MS},count=150",
+                f"aten::addcdiv_ @cpu_time_ns={3 * MS},count=150",
+            ),
+        ),
+    )
+    f = only(analyze(p), "optimizer_unfused")
+    assert (
+        f["evidence"]["optimizer"] == "AdamW"
+        and "construct AdamW with fused=True" in f["suggestion"]
+    )
+    # 42 ms of host time a step in 3 steps; 600 calls of 12 ms, 50 parameters a step
+    assert f["gain_ns"] == (42 - 12 * 150 / 600) * MS / 3
+    assert "each of its 50 parameters" in f["gain_basis"]
+
+
+def test_optimizer_unfused_advises_foreach_for_a_subclass():
+    """A user's subclass of Adam may step without ``fused``: foreach it is."""
+    step = line("MyAdam.step", "/venv/torch/optim/adam.py:214")
+    ops = (step, f"aten::add_ @cpu_time_ns={10 * MS},count=150")
+    f = only(
+        analyze(profile(FORWARD, ("optimizer @cpu_time_ns=" + str(10 * MS), ops))),
+        "optimizer_unfused",
+    )
+    assert f["evidence"]["optimizer"] == "" and "foreach=True" in f["suggestion"]
+    assert f["gain_ns"] == 10 * MS // 3  # the Python around the operators
 
 
 def test_optimizer_unfused_is_torch_advice_not_given_to_jax():
