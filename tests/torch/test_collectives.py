@@ -177,7 +177,7 @@ def test_an_asynchronous_collective_completes_when_its_work_does_not_when_python
     callback runs at once where the work completed before it was attached,
     else when the step waits.)"""
     if capture_path != "native":
-        pytest.skip("the Python path clocks completion with a Python callback")
+        pytest.skip("not applicable: the Python path clocks completion with a Python callback")
     grads, spin_ns, calls = torch.ones(1000), 100_000_000, 3
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1.0)
