@@ -38,10 +38,11 @@ from dc_core.record.adapter import Adapter, WindowSkipped
 from dc_jax import host, trace
 from dc_jax.context import context_of, is_library
 from dc_jax.flax_hooks import ModuleRecorder
-from dc_jax.hlo import Instruction, ModuleIndex
+from dc_jax.hlo import Instruction
 from dc_jax.memory import MemoryWatch
 from dc_jax.names import unwrapped
 from dc_jax.nnx_hooks import NnxScopes
+from dc_jax.programs import ModuleIndex
 
 logger = logging.getLogger("deepcontext")
 
