@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -14,12 +15,14 @@ class OptimizerHooks:
     torch iterates its registry of global optimizer hooks while it calls
     them: a handle removed from inside such a call (a failure there turns the
     profiler off at once) breaks that iteration with an error in the user's
-    ``optimizer.step()``. So while one of these hooks runs, `remove` leaves
-    the handles in (the hooks check their own switch and do nothing) and
-    answers False; the session asks again at its next step boundary."""
+    ``optimizer.step()``. So while one of these hooks runs, on any thread
+    (torch's registry is process-wide), `remove` leaves the handles in (the
+    hooks check their own switch and do nothing) and answers False; the
+    session asks again at its next step boundary.
 
-    #: Calls of any such hook of ours under way (torch's registry is process-wide).
-    running = 0
+    Whether one runs is read from the threads' stacks, not counted: a
+    Ctrl-C between a counter's increment and the ``try`` that undoes it
+    left the count above zero, and the hooks in torch for good."""
 
     def __init__(self) -> None:
         self.handles: list[Any] = []
@@ -28,13 +31,13 @@ class OptimizerHooks:
         self, pre: Callable[..., Any] | None = None, post: Callable[..., Any] | None = None
     ) -> None:
         if pre is not None:
-            self.handles.append(optimizer_mod.register_optimizer_step_pre_hook(_counted(pre)))
+            self.handles.append(optimizer_mod.register_optimizer_step_pre_hook(_ours(pre)))
         if post is not None:
-            self.handles.append(optimizer_mod.register_optimizer_step_post_hook(_counted(post)))
+            self.handles.append(optimizer_mod.register_optimizer_step_post_hook(_ours(post)))
 
     def remove(self) -> bool:
         """Remove the handles unless a hook of ours is running; True when none is left."""
-        if OptimizerHooks.running:
+        if _running():
             return False
         handles, self.handles = self.handles, []
         for handle in handles:
@@ -42,12 +45,22 @@ class OptimizerHooks:
         return True
 
 
-def _counted(hook: Callable[..., Any]) -> Callable[..., Any]:
+def _ours(hook: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
-        OptimizerHooks.running += 1
-        try:
-            return hook(*args)
-        finally:
-            OptimizerHooks.running -= 1
+        return hook(*args)
 
     return run
+
+
+#: The code every hook of ours runs in, looked for on the threads' stacks.
+_RUN = _ours(lambda: None).__code__
+
+
+def _running() -> bool:
+    """Whether a hook of ours is being called, on any thread."""
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code is _RUN:
+                return True
+            frame = frame.f_back
+    return False
