@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from statistics import median_low
 from typing import Any
 
 from ..model.comm import zero_settings
@@ -31,8 +32,8 @@ def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
     ):
         return []
     node = max(phases, key=lambda p: w.incl[p])
-    fusable = _fusable_step(w, phases)
-    gain, basis = _unfused_gain(w, phases, ops, fusable)
+    fused = _fused_steps(w, phases)
+    gain, basis = _unfused_gain(w, phases, ops, fused)
     severity, caveat = w.judge("warning", gain)
     return [
         finding(
@@ -40,9 +41,9 @@ def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
             severity,
             f"the optimizer step takes {percent(share)} of a step with {per_step:.0f} per-parameter "
             "operators per step" + (f" ({caveat})" if caveat else ""),
-            f"construct {fusable} with fused=True (torch 2.4 or later on the CPU): one kernel updates every "
+            f"construct {fused[0]} with fused=True (torch 2.4 or later on the CPU): one kernel updates every "
             "parameter of a group in one pass"
-            if fusable
+            if fused
             else "construct the optimizer with foreach=True so all parameters are updated by a few multi-tensor "
             "kernels",
             w.tree,
@@ -51,7 +52,7 @@ def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
                 "share": round(share, 4),
                 "ops_per_step": round(per_step, 1),
                 "operators": sorted(names)[:10],
-                "optimizer": fusable or "",
+                "optimizer": fused[0] if fused else "",
                 "metric": w.metric,
                 "per_step_ns": w.spread(phases),
             },
@@ -65,22 +66,27 @@ def optimizer_unfused(w: Window) -> list[dict[str, Any]]:
 FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
 
 
-def _fusable_step(w: Window, phases: list[int]) -> str | None:
-    """The class of the torch optimizer stepping in ``phases`` where it has a
-    fused implementation: its step's frame (``adam.py:214 AdamW.step``, named
-    by the class the user built) says which. None for any other optimizer, a
-    subclass among them (its own step may not take ``fused``)."""
+def _fused_steps(w: Window, phases: list[int]) -> tuple[str, list[int]] | None:
+    """The classes of the torch optimizers stepping in ``phases`` and their
+    steps' nodes, where each has a fused implementation: a step's frame
+    (``adam.py:214 AdamW.step``, named by the class the user built) says
+    which. None where any other optimizer steps there, a subclass among them
+    (its own step may not take ``fused``)."""
+    classes, steps = set(), []
     for phase in phases:
         for n in w.tree.preorder(phase):
             f = w.tree.node_frame(n)
             cls, _, method = f.name.rpartition(".")
             if f.kind == "python" and method == "step" and "/torch/optim/" in f.file:
-                return cls if cls in FUSED_OPTIMIZERS else None
-    return None
+                if cls not in FUSED_OPTIMIZERS:
+                    return None
+                classes.add(cls)
+                steps.append(n)
+    return (" and ".join(sorted(classes)), steps) if steps else None
 
 
 def _unfused_gain(
-    w: Window, phases: list[int], ops: list[int], fusable: str | None
+    w: Window, phases: list[int], ops: list[int], fused: tuple[str, list[int]] | None
 ) -> tuple[float, str]:
     """What the advice saves per step, and how that was estimated."""
     host = w.mean_sum(phases, "cpu_time_ns")
@@ -90,18 +96,25 @@ def _unfused_gain(
             "the optimizer's host time beyond its device time (mean per step): an upper bound, "
             "what its per-parameter launches cost"
         )
-    op_ns = w.mean_sum(ops, "cpu_time_ns")
-    if fusable:
+    if fused:
         # A fused step makes one pass over each parameter in C++: Adam over 600
         # tensors of 4x4 went from 14-16 ms to 2.5 ms a step (a pass 4 us a
         # parameter, about one of the unfused step's operators, 2.6 us each).
-        # Its parameters: as many as the update's rarest operator runs per step.
-        calls = [w.tree.value(o, "count") for o in ops]
-        params = min(calls) / w.steps
-        return max(host - op_ns * min(calls) / sum(calls), 0.0), (
-            f"the optimizer's host time (mean per step) less one of its operators' mean time for each of its "
-            f"{params:.0f} parameters: what a fused pass over each costs"
-        )
+        # Its parameters: as many as its operators' median count per step
+        # (one a parameter, or two; one made once, for a new state, is none).
+        # The rest of the phase (gradient clipping, zero_grad) stays as it is.
+        steps = fused[1]
+        inside = {n for s in steps for n in w.tree.preorder(s)}
+        step_ops = [o for o in ops if o in inside]
+        calls = [w.tree.value(o, "count") for o in step_ops]
+        if calls:
+            params = median_low(calls) / w.steps
+            cost = w.mean_sum(step_ops, "cpu_time_ns") * median_low(calls) / sum(calls)
+            return max(w.mean_sum(steps, "cpu_time_ns") - cost, 0.0), (
+                f"the optimizer step's host time (mean per step) less one of its operators' mean time for "
+                f"each of its {params:.0f} parameters: what a fused pass over each costs"
+            )
+    op_ns = w.mean_sum(ops, "cpu_time_ns")
     # A multi-tensor step on the CPU still runs a kernel per tensor, in C++:
     # it saves the Python between the per-parameter calls, not all of it (the
     # multi-tensor Adam still reads each parameter's step count into Python).
