@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 
 import pytest
@@ -40,6 +41,23 @@ def _leftovers(collectors: list, threads_before: set) -> list[str]:
         if isinstance(t, WorkerThread) and t not in threads_before
     ]
     return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_files_in_basetemp(tmp_path_factory: pytest.TempPathFactory):
+    """Temporary files, ours and those of the processes the tests start
+    (torchrun's, gloo's file stores, JAX's traces), go under pytest's base
+    directory, which pytest prunes, not into the machine's ``/tmp``."""
+    place = str(tmp_path_factory.mktemp("tmp", numbered=False))
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = place
+    tempfile.tempdir = None  # read again from TMPDIR
+    yield place
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
 
 
 @pytest.fixture(autouse=True)

@@ -22,9 +22,12 @@ def spawn(worker: Callable[..., None], ranks: int, *args: Any) -> None:
     fd, store = tempfile.mkstemp(prefix="dc-ranks-store-")
     os.close(fd)
     os.unlink(store)  # the first rank makes it
-    mp.start_processes(
-        worker, args=(ranks, *args, f"file://{store}"), nprocs=ranks, start_method="spawn"
-    )
+    try:
+        mp.start_processes(
+            worker, args=(ranks, *args, f"file://{store}"), nprocs=ranks, start_method="spawn"
+        )
+    finally:
+        Path(store).unlink(missing_ok=True)  # gloo leaves it behind
 
 
 def launch(cwd: Path, *command: str, **env: str) -> subprocess.CompletedProcess:

@@ -7,7 +7,6 @@ last one's (`dc_jax.programs`)."""
 from __future__ import annotations
 
 import gc
-import tempfile
 
 import pytest
 
@@ -66,7 +65,7 @@ def test_a_live_programs_id_is_read_once_and_forgotten_when_it_is_gone(reads):
     assert len(ids) == 0  # the ids of programs JAX let go are let go
 
 
-def test_each_window_reads_the_ids_of_the_programs_it_compiles_only(reads):
+def test_each_window_reads_the_ids_of_the_programs_it_compiles_only(reads, tmp_path):
     """Three windows in one process over an eager scan, each a session of its
     own: each compiles the scan's forward and backward programs in each
     step, and reads those ids only, not the ones the windows before kept."""
@@ -78,9 +77,11 @@ def test_each_window_reads_the_ids_of_the_programs_it_compiles_only(reads):
 
     grad = jax.grad(loss)
     per_window = []
-    for _ in range(3):
+    for window in range(3):
         before = len(reads)
-        with dc_jax.profile(logdir=tempfile.mkdtemp(), steps=StepRange(start=1, count=3)) as prof:
+        with dc_jax.profile(
+            logdir=tmp_path / str(window), steps=StepRange(start=1, count=3)
+        ) as prof:
             w = jnp.ones((8, 8))
             for _ in range(5):
                 w = w - 1e-3 * grad(w)
