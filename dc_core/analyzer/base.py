@@ -95,8 +95,12 @@ def located(p: Profile) -> dict[str, Any]:
 
 #: Rules whose saving is not scaled by the step's running share: step_outlier
 #: leaves the host's share out itself; a wait for data is mostly the thread
-#: blocked (reading, on a worker's queue), which a loaded host does not stretch.
-_OWN_DISCOUNT = frozenset({"step_outlier", "dataloader_bottleneck", "io_bottleneck"})
+#: blocked (reading, on a worker's queue), which a loaded host does not stretch;
+#: an exposed collective is the thread blocked on its work, and hiding it takes
+#: the whole wait off the step, however long the load made the transfer.
+_OWN_DISCOUNT = frozenset(
+    {"step_outlier", "dataloader_bottleneck", "io_bottleneck", "exposed_communication"}
+)
 
 #: Steps a window needs before a timing rule may warn: each node's quietest of
 #: them is what the rules weigh, and one preempted step must not be all there is.

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from dc_core.analyzer import analyze
+from dc_core.analyzer.base import Window
+from dc_core.analyzer.thresholds import Thresholds
 from dc_core.model.comm import (
     END_OF_BACKWARD,
     FSDP1_ENV,
@@ -136,6 +142,26 @@ def test_a_module_waiting_for_its_all_gathers_is_found_with_the_saving_and_the_f
     assert "reshard_after_forward=False" in advice and "64.0 MiB more held" in advice
     # not the model's own operator: FSDP's autograd function is no hotspot
     assert all("RegisterPostBackwardFunction" not in f["message"] for f in analyze(p))
+
+
+def test_on_a_loaded_host_the_saving_is_the_whole_wait():
+    """The step's thread waited for a CPU 40% of the window: a compute
+    finding's saving loses that share, an exposed gather's keeps its whole
+    wait: the thread was blocked on the work, and hiding it takes all of it
+    off the step, however long the load made the transfer."""
+    p = fsdp_step(big_exposed=60 * MS)
+    loaded = dataclasses.replace(p, step_wait_ns=[t * 2 // 5 for t in p.step_times_ns])
+    f = only(analyze(loaded), "exposed_communication")
+    assert f["gain_ns"] == 2 * 60 * MS / STEPS and "waited for a CPU" not in f["gain_basis"]
+    window = Window(loaded, Thresholds())
+    assert window.running_share == pytest.approx(0.6)
+    compute = {"rule": "python_overhead", "gain_ns": 10 * MS, "gain_basis": "its Python"}
+    window.on_this_host([compute])
+    assert compute["gain_ns"] == 6 * MS
+    assert (
+        compute["gain_basis"]
+        == "its Python; less the 40.0% of the window the step waited for a CPU"
+    )
 
 
 def test_on_gloo_the_advice_says_prefetches_must_be_asynchronous():

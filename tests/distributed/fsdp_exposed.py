@@ -1,8 +1,10 @@
 """Run by test_fsdp.py: a planted exposed all-gather. FSDP2 on 2 CPU processes
-(gloo): block "0" is small and waits 60 ms in its forward, block "1" is huge
+(gloo): block "0" is small and waits 150 ms in its forward, block "1" is huge
 (2 x Linear(2048, 2048), 32 MiB of parameters) and resharded after forward,
-block "2" is small and waits 60 ms in its backward. The waits stand in for work
-that leaves the host free (a device computing): what a gather can hide behind.
+block "2" is small and waits 150 ms in its forward and in its backward. The
+waits stand in for work that leaves the host free (a device computing): what a
+gather can hide behind, even on a loaded host, where gloo's thread takes up to
+100 ms to move the block.
 
 The window profiles FSDP2's defaults, whose prefetches run synchronously on
 gloo, so the huge block's all-gather is waited for in forward and again in
@@ -30,7 +32,7 @@ from torch.distributed.fsdp import fully_shard
 import dc_torch
 from tests.distributed.spawn import spawn
 
-WAIT_S = 0.06
+WAIT_S = 0.15
 STEPS = 6
 TIMED = 16  # steps the job times itself after the window, alternating settings
 
@@ -44,8 +46,12 @@ class Wait(nn.Module):
 
 
 class WaitInBackward(torch.autograd.Function):
+    """Waits in backward as long as in forward: a backward of the usual
+    multiple of its forward, which no finding flags."""
+
     @staticmethod
     def forward(ctx, x):
+        time.sleep(WAIT_S)
         return x.view_as(x)
 
     @staticmethod
