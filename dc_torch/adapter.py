@@ -236,7 +236,7 @@ class TorchAdapter(Adapter):
             else self.capture,
         }
         for part in self._parts:
-            if isinstance(part, ShardingHooks):
+            if isinstance(part, (ShardingHooks, CollectiveHooks)):
                 env.update(part.environment())
         if cuda_present():
             env["cuda"] = str(torch.version.cuda or torch.version.hip or "")

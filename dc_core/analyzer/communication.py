@@ -29,6 +29,7 @@ from ..model.comm import (
     WAITS,
     ModuleComm,
     by_module,
+    ddp_settings,
     operation,
     zero_settings,
 )
@@ -155,15 +156,16 @@ def _ddp_finding(w: Window, row: ModuleComm, ended: float, step: float) -> dict[
     moved = sum(w.tree.value(c, "comm_bytes") for c in reduces) / max(steps, 1)
     fqn = row.module.name
     severity, caveat = w.judge("warning", ended)
+    plural = "s" if round(buckets) != 1 else ""
     message = (
         f"the step waits {ms(ended)} per step ({percent(ended / step)}) when backward ends for "
-        f"DDP's gradient all-reduce ({buckets:.0f} buckets, {size(moved)} a step), after "
+        f"DDP's gradient all-reduce ({buckets:.0f} bucket{plural}, {size(moved)} a step), after "
         f"`{fqn}`'s gradients, the last it reduces" + (f" ({caveat})" if caveat else "")
     )
     advice = [
         "the buckets still on the wire when backward ends are the last DDP launched, holding "
         f"the gradients of `{fqn}` and the modules before it: smaller buckets launch sooner and "
-        "leave less to wait for (`DistributedDataParallel(..., bucket_cap_mb=...)`, 25 by default)",
+        f"leave less to wait for ({_smaller_buckets(ddp_settings(w.profile.env), moved)})",
         "when accumulating gradients, skip the all-reduce on all but the last micro-batch "
         "(`with model.no_sync():`)",
         "a rank that reaches the all-reduce late makes the others wait here: compare the ranks "
@@ -172,8 +174,8 @@ def _ddp_finding(w: Window, row: ModuleComm, ended: float, step: float) -> dict[
     if w.cpu_only:
         advice.insert(
             1,
-            "gloo runs a bucket's all-reduce on one thread per rank: on CPU the "
-            "wire, not the launch, bounds it",
+            "gloo runs a bucket's all-reduce on a thread of its own beside the step's: on a "
+            "host with no core to spare, a bucket launched sooner slows the backward it overlaps",
         )
     return finding(
         "exposed_communication",
@@ -195,6 +197,26 @@ def _ddp_finding(w: Window, row: ModuleComm, ended: float, step: float) -> dict[
             "backward: an upper bound, the backward left to hide it behind must be there"
         ),
     )
+
+
+def _smaller_buckets(settings: dict[str, str], moved: float) -> str:
+    """The bucket cap to try: a quarter of the gradients a step reduces
+    (``moved`` bytes), at most half the cap the run had (its ``ddp`` entry's
+    ``bucket_cap_mb``), and never under 1 MiB."""
+    try:
+        cap = float(settings["bucket_cap_mb"])
+    except (KeyError, ValueError):
+        return "`DistributedDataParallel(..., bucket_cap_mb=...)`, 25 by default"
+    smaller = max(int(min(cap / 2, moved / MIB / 4)), 1)
+    if smaller >= cap:
+        return f"`bucket_cap_mb` is {cap:g} already, as small as pays"
+    buckets = settings.get("buckets")
+    went = (
+        f", its {size(moved)} of gradients in {buckets} bucket{'s' if buckets != '1' else ''}"
+        if buckets
+        else ""
+    )
+    return f"`DistributedDataParallel(..., bucket_cap_mb={smaller})`, now {cap:g}{went}"
 
 
 def _name(w: Window, node: int) -> str:

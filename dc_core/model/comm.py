@@ -112,6 +112,33 @@ def fsdp1_settings(env: dict[str, str]) -> dict[str, str]:
     return _read(env.get(FSDP1_ENV, ""))
 
 
+#: The environment entry of a profile of DDP training
+#: (``DistributedDataParallel``): the settings that decide when its buckets'
+#: all-reduces launch, by the names of its constructor's arguments, and the
+#: buckets its reducer made (`ddp_entry`, `ddp_settings`).
+DDP_ENV = "ddp"
+DDP_SETTINGS = (
+    "bucket_cap_mb",
+    "buckets",
+    "gradient_as_bucket_view",
+    "static_graph",
+    "find_unused_parameters",
+    "comm_hook",
+)
+
+
+def ddp_entry(settings: dict[str, object]) -> str:
+    """``bucket_cap_mb=25, buckets=4, …`` (the settings of `DDP_SETTINGS`
+    given, in that order)."""
+    return _listed(settings, DDP_SETTINGS)
+
+
+def ddp_settings(env: dict[str, str]) -> dict[str, str]:
+    """The entry `ddp_entry` wrote, read back (each setting, as a string);
+    empty when the profile has none."""
+    return _read(env.get(DDP_ENV, ""))
+
+
 def _listed(settings: dict[str, object], keys: tuple[str, ...]) -> str:
     return ", ".join(f"{k}={settings[k]}" for k in keys if k in settings)
 

@@ -11,11 +11,14 @@ from dc_core.analyzer import analyze
 from dc_core.analyzer.base import Window
 from dc_core.analyzer.thresholds import Thresholds
 from dc_core.model.comm import (
+    DDP_ENV,
     END_OF_BACKWARD,
     FSDP1_ENV,
     WAITED,
     ZERO_ENV,
     by_module,
+    ddp_entry,
+    ddp_settings,
     fsdp1_entry,
     fsdp1_settings,
     operation,
@@ -454,6 +457,48 @@ def test_ddps_wait_when_backward_ends_is_found_at_the_last_module_with_its_savin
     assert f["severity"] == "warning" and "bucket_cap_mb" in f["suggestion"]
     assert "no_sync()" in f["suggestion"], f["suggestion"]
     assert "waits 30.0 ms per step" in f["message"] and "after `0`'s gradients" in f["message"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "advised"),
+    [
+        # its 2 MiB of gradients a step in 1 bucket: a quarter of them
+        (
+            {"bucket_cap_mb": 100, "buckets": 1},
+            "bucket_cap_mb=1)`, now 100, its 2.0 MiB of gradients in 1 bucket",
+        ),
+        # at most half the cap it had
+        ({"bucket_cap_mb": 1.5}, "bucket_cap_mb=1)`, now 1.5"),
+        ({"bucket_cap_mb": 1, "buckets": 3}, "`bucket_cap_mb` is 1 already, as small as pays"),
+    ],
+)
+def test_ddps_advice_names_a_bucket_cap_from_the_settings_the_run_had(settings, advised):
+    p = ddp_step(wait=30 * MS)
+    p.env[DDP_ENV] = ddp_entry(settings)
+    f = only(analyze(p), "exposed_communication")
+    assert advised in f["suggestion"], f["suggestion"]
+
+
+def test_the_ddp_entry_reads_back_as_written():
+    entry = ddp_entry(
+        {
+            "comm_hook": "fp16_compress_hook",
+            "bucket_cap_mb": "25",
+            "buckets": 4,
+            "static_graph": False,
+        }
+    )
+    assert entry == "bucket_cap_mb=25, buckets=4, static_graph=False, comm_hook=fp16_compress_hook"
+    assert ddp_settings({DDP_ENV: entry}) == {
+        "bucket_cap_mb": "25",
+        "buckets": "4",
+        "static_graph": "False",
+        "comm_hook": "fp16_compress_hook",
+    }
+    assert ddp_settings({}) == {}
+    # without an entry (an older profile) the advice names the argument and its default
+    f = only(analyze(ddp_step(wait=30 * MS)), "exposed_communication")
+    assert "`DistributedDataParallel(..., bucket_cap_mb=...)`, 25 by default" in f["suggestion"]
 
 
 def test_a_short_wait_when_backward_ends_is_no_finding():

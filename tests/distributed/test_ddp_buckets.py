@@ -3,21 +3,27 @@ bucket's all-reduce under the module whose gradients completed it, as many as
 torch.profiler counts, with the bucket's bytes; the reducer's wait for its
 buckets when backward ends timed as exposed communication, under the module
 whose gradients came last. A rank sleeping in its forward makes the others
-wait there, and the analyzer says whom they wait for."""
+wait there, and the analyzer says whom they wait for. A planted exposed
+all-reduce (one bucket for every gradient) is found with a saving that the
+advised bucket cap confirms."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
+from dc_core.analyzer import analyze
 from dc_core.cli import main
-from dc_core.model.comm import END_OF_BACKWARD, by_module
+from dc_core.model.comm import END_OF_BACKWARD, by_module, ddp_settings
 from dc_core.store.logdir import load_profiles
+from tests.distributed.ddp_exposed import FIXED_CAP_MB  # its fix: the cap the advice names
 from tests.distributed.spawn import profiled
 
 SCRIPT = Path(__file__).with_name("ddp_buckets.py")
+EXPOSED = Path(__file__).with_name("ddp_exposed.py")
 STEPS, SLEEP_MS = 3, 100.0
 
 
@@ -84,6 +90,35 @@ def test_each_buckets_all_reduce_sits_under_the_module_that_completed_it(tmp_pat
         assert sorted(rows) == sorted(expected)
         assert all(row.calls == STEPS for row in rows.values())
         assert rows["0.0"].exposed_ns >= tree.value(wait, "exposed_comm_ns")
+        # the settings DDP ran with, and the buckets its reducer made
+        assert ddp_settings(p.env) == {
+            "bucket_cap_mb": "1",
+            "buckets": str(len(peer["buckets"])),
+            "gradient_as_bucket_view": "False",
+            "static_graph": "False",
+            "find_unused_parameters": "False",
+            **({"comm_hook": hook} if hook else {}),
+        }
+
+
+@pytest.mark.slow
+def test_a_planted_exposed_all_reduce_is_the_top_finding_and_smaller_buckets_save_it(tmp_path):
+    """ddp_exposed.py: every gradient in one 100 MiB bucket, launched only
+    when backward ends. The finding names the module whose gradient came
+    last, the saving and a smaller cap; steps with that cap, alternating
+    with steps without, save that much."""
+    for p in profiled(EXPOSED, tmp_path, 2):
+        top = analyze(p)[0]
+        assert top["rule"] == "exposed_communication", top
+        assert top["path"][-1] == "module.0 (Linear)"
+        evidence = top["evidence"]
+        assert evidence["buckets"] == 1
+        assert "all-reduce (1 bucket, 66.0 MiB a step)" in top["message"], top["message"]
+        assert evidence["all_reduce_bytes"] == 4 * (64 * 65 + 64 * 4097 + 4096 * 4097 + 4096 * 65)
+        assert f"bucket_cap_mb={FIXED_CAP_MB})`, now 100" in top["suggestion"], top["suggestion"]
+        steps = json.loads((tmp_path / f"steps-{p.rank}.json").read_text())
+        saved = statistics.median(steps["off"]) - statistics.median(steps["on"])
+        assert 0.6 * top["gain_ns"] <= saved <= 1.4 * top["gain_ns"], (saved, top["gain_ns"])
 
 
 @pytest.mark.slow

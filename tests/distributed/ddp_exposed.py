@@ -1,0 +1,109 @@
+"""Run by test_ddp_buckets.py: DDP's all-reduce planted exposed when backward
+ends. Plain PyTorch DDP on 2 CPU processes (gloo): a small Linear "0", a
+module "1" that waits WAIT_S in its forward and in its backward (standing in
+for work that leaves the host free: a device computing), then 4 x
+Linear(2048, 2048) (64 MiB of gradients) and a head. With ``bucket_cap_mb=100``
+every gradient shares one bucket, launched only once "0"'s gradient comes,
+after the wait: the whole all-reduce is waited for when backward ends.
+
+The window profiles that model. After it the job times steps itself,
+alternating it with a copy wrapped with ``bucket_cap_mb=FIXED_CAP_MB`` (the
+advice's value), whose big gradients' buckets launch before the wait and
+hide behind it, so that a loaded host weighs on both alike;
+``steps-<rank>.json`` holds those step times by setting.
+
+Usage: ddp_exposed.py ROOT_DIR
+"""
+
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import dc_torch
+from tests.distributed.spawn import spawn
+
+WAIT_S = 0.15
+STEPS = 11
+TIMED = 16  # steps the job times itself after the window, alternating settings
+PLANTED_CAP_MB, FIXED_CAP_MB = 100, 16
+
+
+class WaitBothWays(torch.autograd.Function):
+    """Waits in forward and as long in backward: a backward of the usual
+    multiple of its forward, which no finding flags."""
+
+    @staticmethod
+    def forward(ctx, x):
+        time.sleep(WAIT_S)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(WAIT_S)
+        return grad
+
+
+class Wait(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return WaitBothWays.apply(x)
+
+
+def worker(rank: int, world: int, root: str, init: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(64, 64),
+        Wait(),
+        nn.Linear(64, 4096),
+        nn.Linear(4096, 4096),
+        nn.Linear(4096, 64),
+    )
+    fixed_model = copy.deepcopy(model)
+    planted = DistributedDataParallel(model, bucket_cap_mb=PLANTED_CAP_MB)
+    fixed = DistributedDataParallel(fixed_model, bucket_cap_mb=FIXED_CAP_MB)
+    runs = {
+        "off": (planted, torch.optim.SGD(planted.parameters(), lr=1e-4)),
+        "on": (fixed, torch.optim.SGD(fixed.parameters(), lr=1e-4)),
+    }
+    x = torch.randn(4, 64)
+    train_step(*runs["on"], x)  # its buckets rebuilt in the order gradients come
+    with dc_torch.profile(
+        logdir=root,
+        run="exposed",
+        steps={"start": 1, "count": STEPS - 1},
+        rank=rank,
+        cpu_sampling_hz=0,
+        system_interval_ms=0,
+    ) as prof:
+        for _ in range(STEPS):
+            train_step(*runs["off"], x)
+            prof.step()
+    times = {"off": [], "on": []}
+    for i in range(TIMED):
+        setting = ("off", "on")[i % 2]
+        start = time.monotonic_ns()
+        train_step(*runs[setting], x)
+        times[setting].append(time.monotonic_ns() - start)
+    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
+    dist.destroy_process_group()
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
+    model(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+if __name__ == "__main__":
+    spawn(worker, 2, sys.argv[1])
+    print("done")
