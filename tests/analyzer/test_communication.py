@@ -187,11 +187,15 @@ def test_under_fsdp1_the_advice_is_the_wrappers_settings():
     assert "64.0 MiB more held per unit" in advice
     assert "`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`" in advice
     assert "fully_shard" not in advice and "set_modules_to" not in advice
-    # on CPU a prefetch hides nothing: only the settings that spare gathers
+    # on CPU a prefetch hides nothing: only the settings that spare gathers,
+    # and the saving is the backward's unshard, which SHARD_GRAD_OP spares
     p.env = {"torch": "2.13.0"}
-    advice = only(analyze(p), "exposed_communication")["suggestion"]
+    f = only(analyze(p), "exposed_communication")
+    advice = f["suggestion"]
     assert "fewer gathers are what saves" in advice and "SHARD_GRAD_OP" in advice
     assert "forward_prefetch" not in advice and "backward_prefetch" not in advice
+    assert f["gain_ns"] == 60 * MS / STEPS
+    assert f["gain_basis"].startswith("blocks.1's unshards in backward per step")
 
 
 def test_under_fsdp1_the_advice_follows_the_settings_the_run_had():
