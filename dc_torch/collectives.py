@@ -56,7 +56,8 @@ import torch
 
 from dc_core.collect.collector import FLAG_BACKWARD, INHERIT, INNERMOST
 from dc_core.collect.ownfiles import cut_own_frames
-from dc_core.model.comm import DDP_ENV, END_OF_BACKWARD, WAITED, ddp_entry
+from dc_core.model.comm import END_OF_BACKWARD, WAITED
+from dc_torch import ddp
 from dc_torch.completion import CompletionClock
 from dc_torch.hub import Interceptor
 from dc_torch.native import NO_METRIC
@@ -97,8 +98,6 @@ _ENGINE = torch.autograd.graph._engine_run_backward.__code__
 _C10D = torch.distributed.distributed_c10d.__file__ if torch.distributed.is_available() else ""
 #: What DDP's reducer hands a communication hook: a hook's frame holds one.
 _GradBucket = getattr(getattr(torch._C, "_distributed_c10d", None), "GradBucket", None)
-#: The module whose reducer issues the gradients' all-reduces from C++.
-_DDP = getattr(torch.nn.parallel, "DistributedDataParallel", None)
 #: The Python frames a communication hook may stand on above the engine's.
 HOOK_DEPTH = 16
 
@@ -208,17 +207,8 @@ class CollectiveHooks:
             self._completed(launch, None)
 
     def environment(self) -> dict[str, str]:
-        """The profile's ``ddp`` entry: the settings of the
-        ``DistributedDataParallel`` module called in the window (its bucket
-        cap, the buckets its reducer made, its communication hook); empty
-        without one."""
-        frames = self.hub.frames
-        for cache in (frames.module_names, frames.rooted_names):
-            for _root, modules in list(cache.values()):
-                for module in list(modules):
-                    if _DDP is not None and isinstance(module, _DDP):
-                        return {DDP_ENV: ddp_entry(_ddp_settings(module))}
-        return {}
+        """The profile's ``ddp`` entry (`dc_torch.ddp.environment`)."""
+        return ddp.environment(self.hub.frames)
 
     def _timed_wait(self, original: Callable) -> Callable:
         hub = self.hub
@@ -431,29 +421,6 @@ class CollectiveHooks:
             collector.add(node, self.metric_exposed, max(collector.exit_own(), 0))
         except Exception as exc:
             hub.fail(exc, "collective wait")
-
-
-def _ddp_settings(ddp: Any) -> dict[str, object]:
-    """``ddp``'s settings that decide when its all-reduces launch, by the
-    names of ``DistributedDataParallel``'s arguments
-    (`dc_core.model.comm.DDP_SETTINGS`), and how many buckets its reducer
-    reduced in its last step; those it lacks are left out."""
-    settings: dict[str, object] = {}
-    cap = getattr(ddp, "bucket_bytes_cap", None)
-    if isinstance(cap, int):
-        settings["bucket_cap_mb"] = f"{cap / (1 << 20):g}"
-    for name in ("gradient_as_bucket_view", "static_graph", "find_unused_parameters"):
-        if isinstance(getattr(ddp, name, None), bool):
-            settings[name] = getattr(ddp, name)
-    try:  # the reducer's own account (a private method: where it is missing, without it)
-        logged = ddp._get_ddp_logging_data()
-    except Exception:
-        return settings
-    if logged.get("num_buckets_reduced"):
-        settings["buckets"] = logged["num_buckets_reduced"]
-    if logged.get("comm_hook"):
-        settings["comm_hook"] = logged["comm_hook"]
-    return settings
 
 
 def _waited_at_once(caller: Any) -> bool:

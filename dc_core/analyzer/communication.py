@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.comm import (
-    ELEMENT_BYTES,
     END_OF_BACKWARD,
     WAITED,
     WAITS,
@@ -31,10 +30,9 @@ from ..model.comm import (
     by_module,
     ddp_settings,
     operation,
-    zero_settings,
 )
 from .base import Window, finding, ms, percent, size
-from .fsdp_advice import MIB, fsdp1_advice, fsdp2_advice
+from .sharding_advice import MIB, fsdp1_advice, fsdp2_advice, zero_advice
 
 #: What `ModuleComm.sharded_by` says of a unit of FSDP1 (``FullyShardedDataParallel``).
 FSDP1 = "FullyShardedDataParallel"
@@ -366,122 +364,5 @@ def _told(f: dict[str, Any], straggler: dict[str, Any], part: float) -> dict[str
     }
 
 
-def _zero_advice(
-    w: Window,
-    row: ModuleComm,
-    forward: float,
-    backward: float,
-    moved: float,
-    calls: float,
-    reduces: float,
-    waited: float = 0,
-) -> str:
-    """DeepSpeed ZeRO-3's settings that would hide the module's gathers, with
-    their values in the run (the profile's ``zero`` entry) where it has them."""
-    fqn = row.module.name
-    z = zero_settings(w.profile.env)
-
-    def now(key: str) -> str:
-        return f" (now {z[key]})" if key in z else ""
-
-    prefetched = _prefetched_for(w, row)
-    if prefetched:
-        # a coalesced gather of other modules' parameters, issued in this
-        # module's fetch: the settings for this module's own gathers do not apply
-        return (
-            f"`{fqn}`'s gathers are ZeRO-3 prefetches issued in its fetch for {prefetched} "
-            f"(`stage3_prefetch_bucket_size`{now('stage3_prefetch_bucket_size')}): those modules "
-            f"wait for them; a prefetch hides a gather only behind the work between its issue "
-            f"and its use, which the step does not have here"
-        )
-    per_call = moved / max(calls, 1)
-    elements = int(per_call / ELEMENT_BYTES.get(z.get("dtype", ""), 4))
-    out = []
-    if waited:
-        out.append(
-            f"`{fqn}`'s parameters were prefetched and the step still waits for them here: "
-            f"a larger `stage3_prefetch_bucket_size`{now('stage3_prefetch_bucket_size')} requests "
-            f"them further ahead, behind more work, as far as `stage3_max_live_parameters`"
-            f"{now('stage3_max_live_parameters')} allows"
-        )
-    if forward:
-        bucket = z.get("stage3_prefetch_bucket_size", "")
-        if bucket == "0":
-            out.append(
-                f"ZeRO-3 gathers `{fqn}`'s parameters only when it runs: prefetching is off "
-                f"(`stage3_prefetch_bucket_size` 0); {elements} elements or more "
-                f"gathers them during the modules before it"
-            )
-        elif bucket.isdigit() and int(bucket) < elements:
-            out.append(
-                f"a `stage3_prefetch_bucket_size` of {elements} elements or more (now {bucket}) "
-                f"gathers `{fqn}`'s parameters during the modules before it"
-            )
-        elif bucket.isdigit():  # a prefetch covers it: the work before it is too short
-            out.append(
-                f"the prefetch (`stage3_prefetch_bucket_size` {bucket}) covers `{fqn}`'s "
-                f"{elements} elements and the step still waits: the modules before it are too "
-                f"short to hide its gather"
-            )
-        else:
-            out.append(
-                f"prefetch `{fqn}`'s parameters during the modules before it "
-                f"(`stage3_prefetch_bucket_size` of {elements} elements or more)"
-            )
-    if backward:
-        out.append(
-            f"keep its parameters from forward to backward: a `stage3_max_reuse_distance`"
-            f"{now('stage3_max_reuse_distance')} of more than the elements used in between "
-            f"releases them no more"
-        )
-    if per_call and (backward or per_call < MIB or forward):
-        parent = next((f for f in reversed(row.path[:-1]) if f.kind == "module"), None)
-        small = per_call < MIB
-        out.append(
-            (
-                f"each gather moves {size(per_call)}: at that size its latency, not its "
-                "bytes, is the cost; "
-                if small
-                else ""
-            )
-            + f"with `stage3_param_persistence_threshold`{now('stage3_param_persistence_threshold')} "
-            f"above {elements} elements its parameters stay whole on every rank (no gathers, "
-            f"{size(per_call)} more per rank)"
-            + (
-                f", or `deepspeed.utils.set_z3_leaf_modules(model, [{parent.detail}])` "
-                f"gathers it with its parent in one fetch"
-                if small and parent is not None and parent.detail
-                else ""
-            )
-        )
-    if reduces >= 1e5:
-        if w.cpu_only:
-            out.append(
-                "on the CPU the gradients' reduce-scatter runs in the backward's thread: "
-                "nothing hides it here"
-            )
-        elif z.get("overlap_comm") == "False":
-            out.append(
-                "let the gradients' reduce-scatter run beside the backward (`overlap_comm: true`)"
-            )
-    return "; ".join(out)
-
-
-def _prefetched_for(w: Window, row: ModuleComm) -> str:
-    """What the row's all-gathers prefetch, where every one of them is a
-    ZeRO-3 prefetch (its frame's detail: ``N parameters of a, b …``); "" else."""
-    tree, wanted = w.tree, []
-    for node in row.collectives:
-        if "gather" not in _name(w, node):
-            continue
-        frame = tree.node_frame(tree.parent[node])
-        if frame.kind != "sharding" or not frame.name.endswith("_prefetch"):
-            return ""
-        what = frame.detail.partition(", issued in ")[0]
-        if what not in wanted:
-            wanted.append(what)
-    return "; ".join(wanted)
-
-
 #: Advice by the runtime that shards the module (`ModuleComm.sharded_by`); FSDP2's otherwise.
-ADVICE = {"ZeRO": _zero_advice, FSDP1: fsdp1_advice}
+ADVICE = {"ZeRO": zero_advice, FSDP1: fsdp1_advice}
