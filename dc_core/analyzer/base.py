@@ -102,6 +102,10 @@ _OWN_DISCOUNT = frozenset(
     {"step_outlier", "dataloader_bottleneck", "io_bottleneck", "exposed_communication"}
 )
 
+#: The profiler's own operators' namespace (a cold window resolving call
+#: paths is ``deepcontext::call_paths``): its time, never the user's to change.
+_OWN_OPERATORS = "deepcontext::"
+
 #: Steps a window needs before a timing rule may warn: each node's quietest of
 #: them is what the rules weigh, and one preempted step must not be all there is.
 MIN_JUDGED_STEPS = 3
@@ -406,7 +410,9 @@ class Window:
         A ``sharding`` frame's operators are a sharding runtime's (FSDP gathering
         and reducing a module's parameters), not the user's: left out, as is
         an operator that issues collectives without being one (FSDP's
-        gradient-reducing autograd function)."""
+        gradient-reducing autograd function). So is the profiler's own time
+        (``deepcontext::call_paths``, a cold window resolving call paths):
+        nothing the user can change."""
         tree, out = self.tree, []
         issuing = self._issuing
         stack = [0]
@@ -415,6 +421,8 @@ class Window:
             for kid in tree.children(node):
                 kind = self.kind(kid)
                 if kind == "operator":
+                    if tree.node_frame(kid).name.startswith(_OWN_OPERATORS):
+                        continue
                     if not issuing[kid] or is_collective(tree, kid):
                         out.append(kid)
                 elif kind != "sharding":

@@ -53,6 +53,24 @@ def test_hotspot_is_one_summary_of_where_the_step_goes():
     assert f["severity"] == "info" and f["gain_ns"] is None and "not a fix" in f["gain_basis"]
 
 
+def test_the_profilers_own_operator_is_no_finding():
+    # A cold window's call-path resolving is a node of the profiler's own under
+    # the phase (seen at 5% of an HF Trainer step): no hotspot names it, nor
+    # any other rule, however large.
+    p = profile(
+        (
+            "forward",
+            f"deepcontext::call_paths @cpu_time_ns={30 * MS},count=200",
+            (TRAIN, (line("mlp", "model.py:55"), f"aten::addmm @cpu_time_ns={40 * MS},count=30")),
+        ),
+    )
+    found = analyze(p)
+    f = only(found, "hotspot")
+    assert [o["operator"] for o in f["evidence"]["operators"]] == ["aten::addmm"]
+    assert [x["label"] for x in f["evidence"]["lines"]] == ["model.py:55 mlp"]
+    assert not any("deepcontext::" in x["message"] for x in found)
+
+
 def test_hotspot_line_shown_where_its_operators_run_with_their_phases():
     # An optimizer whose own frames are skipped bills its ops to the loop's line;
     # that line also sits above the whole backward pass, which must not decide
