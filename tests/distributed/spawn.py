@@ -7,6 +7,7 @@ and reads back the profile each wrote."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -19,15 +20,25 @@ import torch.multiprocessing as mp
 
 
 def spawn(worker: Callable[..., None], ranks: int, *args: Any) -> None:
+    """A rank that dies of a signal (an abort in C++) prints its threads'
+    Python stacks to the stderr the test shows."""
     fd, store = tempfile.mkstemp(prefix="dc-ranks-store-")
     os.close(fd)
     os.unlink(store)  # the first rank makes it
     try:
         mp.start_processes(
-            worker, args=(ranks, *args, f"file://{store}"), nprocs=ranks, start_method="spawn"
+            _rank,
+            args=(worker, ranks, *args, f"file://{store}"),
+            nprocs=ranks,
+            start_method="spawn",
         )
     finally:
         Path(store).unlink(missing_ok=True)  # gloo leaves it behind
+
+
+def _rank(rank: int, worker: Callable[..., None], *args: Any) -> None:
+    faulthandler.enable(all_threads=True)
+    worker(rank, *args)
 
 
 def launch(cwd: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
