@@ -8,11 +8,13 @@ gather can hide behind, even on a loaded host, where gloo's thread takes up to
 
 The window profiles FSDP2's defaults, whose prefetches run synchronously on
 gloo, so the huge block's all-gather is waited for in forward and again in
-backward. After it the job times steps itself, alternating that with
-prefetching on (the groups unshard asynchronously and block 0 prefetches
-block 1 in forward; FSDP's own backward prefetch, from block 2, does it in
-backward), so that a loaded host weighs on both alike; ``steps-<rank>.json``
-holds those step times by setting.
+backward. Before it and after it the job times steps itself, alternating
+that with prefetching on (the groups unshard asynchronously and block 0
+prefetches block 1 in forward; FSDP's own backward prefetch, from block 2,
+does it in backward): a loaded host weighs on both settings alike, and a
+load that changes over the run on the window and the timed steps alike.
+``steps-<rank>.json`` holds those step times by setting, each "off" step
+next to the "on" step after it.
 
 Usage: fsdp_exposed.py ROOT_DIR
 """
@@ -34,7 +36,9 @@ from tests.distributed.spawn import spawn
 
 WAIT_S = 0.15
 STEPS = 6
-TIMED = 16  # steps the job times itself after the window, alternating settings
+TIMED = (
+    16  # steps the job times itself, half before the window and half after, alternating settings
+)
 
 
 class Wait(nn.Module):
@@ -84,6 +88,10 @@ def worker(rank: int, world: int, root: str, init: str) -> None:
     fully_shard(model)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.randn(4, 64)
+    train_step(model, opt, x)  # FSDP's first step initializes it: timed by none
+    times = {"off": [], "on": []}
+    timed(model, opt, x, times)
+    prefetch(model, False)
     with dc_torch.profile(
         logdir=root,
         run="exposed",
@@ -95,15 +103,19 @@ def worker(rank: int, world: int, root: str, init: str) -> None:
         for _ in range(STEPS):
             train_step(model, opt, x)
             prof.step()
-    times = {"off": [], "on": []}
-    for i in range(TIMED):
+    timed(model, opt, x, times)
+    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
+    dist.destroy_process_group()
+
+
+def timed(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, times: dict) -> None:
+    """Half of the TIMED steps, alternating "off" and "on", into ``times``."""
+    for i in range(TIMED // 2):
         setting = ("off", "on")[i % 2]
         prefetch(model, setting == "on")
         start = time.monotonic_ns()
         train_step(model, opt, x)
         times[setting].append(time.monotonic_ns() - start)
-    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
-    dist.destroy_process_group()
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
