@@ -1,16 +1,19 @@
 """Run by test_ddp_buckets.py: DDP's all-reduce planted exposed when backward
 ends. Plain PyTorch DDP on 2 CPU processes (gloo): a small Linear "0", a
 module "1" that waits WAIT_S in its forward and in its backward (standing in
-for work that leaves the host free: a device computing), then 4 x
-Linear(2048, 2048) (64 MiB of gradients) and a head. With ``bucket_cap_mb=100``
+for work that leaves the host free: a device computing), then
+Linear(64, 4096), Linear(4096, 4096) and Linear(4096, 64) (66 MiB of
+gradients). With ``bucket_cap_mb=100``
 every gradient shares one bucket, launched only once "0"'s gradient comes,
 after the wait: the whole all-reduce is waited for when backward ends.
 
-The window profiles that model. After it the job times steps itself,
-alternating it with a copy wrapped with ``bucket_cap_mb=FIXED_CAP_MB`` (the
-advice's value), whose big gradients' buckets launch before the wait and
-hide behind it, so that a loaded host weighs on both alike;
-``steps-<rank>.json`` holds those step times by setting.
+The window profiles that model. Before it and after it the job times steps
+itself, alternating it with a copy wrapped with ``bucket_cap_mb=FIXED_CAP_MB``
+(the advice's value), whose big gradients' buckets launch before the wait
+and hide behind it: a loaded host weighs on both alike, and a load that
+changes over the run on the window and the timed steps alike.
+``steps-<rank>.json`` holds those step times by setting, each "off" step
+next to the "on" step after it.
 
 Usage: ddp_exposed.py ROOT_DIR
 """
@@ -33,7 +36,9 @@ from tests.distributed.spawn import spawn
 
 WAIT_S = 0.15
 STEPS = 11
-TIMED = 16  # steps the job times itself after the window, alternating settings
+TIMED = (
+    16  # steps the job times itself, half before the window and half after, alternating settings
+)
 PLANTED_CAP_MB, FIXED_CAP_MB = 100, 16
 
 
@@ -76,7 +81,10 @@ def worker(rank: int, world: int, root: str, init: str) -> None:
         "on": (fixed, torch.optim.SGD(fixed.parameters(), lr=1e-4)),
     }
     x = torch.randn(4, 64)
-    train_step(*runs["on"], x)  # its buckets rebuilt in the order gradients come
+    for run in runs.values():  # buckets rebuilt in the order gradients come: timed by none
+        train_step(*run, x)
+    times = {"off": [], "on": []}
+    timed(runs, x, times)
     with dc_torch.profile(
         logdir=root,
         run="exposed",
@@ -88,14 +96,18 @@ def worker(rank: int, world: int, root: str, init: str) -> None:
         for _ in range(STEPS):
             train_step(*runs["off"], x)
             prof.step()
-    times = {"off": [], "on": []}
-    for i in range(TIMED):
+    timed(runs, x, times)
+    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
+    dist.destroy_process_group()
+
+
+def timed(runs: dict, x: torch.Tensor, times: dict) -> None:
+    """Half of the TIMED steps, alternating "off" and "on", into ``times``."""
+    for i in range(TIMED // 2):
         setting = ("off", "on")[i % 2]
         start = time.monotonic_ns()
         train_step(*runs[setting], x)
         times[setting].append(time.monotonic_ns() - start)
-    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
-    dist.destroy_process_group()
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
