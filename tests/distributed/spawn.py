@@ -20,8 +20,9 @@ import torch.multiprocessing as mp
 
 
 def spawn(worker: Callable[..., None], ranks: int, *args: Any) -> None:
-    """A rank that dies of a signal (an abort in C++) prints its threads'
-    Python stacks to the stderr the test shows."""
+    """Runs ``worker(rank, ranks, *args, init)`` in ``ranks`` processes; one
+    that dies of a signal (an abort in C++) prints its threads' Python stacks
+    to the stderr the test shows."""
     fd, store = tempfile.mkstemp(prefix="dc-ranks-store-")
     os.close(fd)
     os.unlink(store)  # the first rank makes it
