@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from ..model.comm import is_collective, issuing
-from ..model.kinds import CONTEXT_KINDS
+from ..model.kinds import CONTEXT_KINDS, OWN_OPERATORS
 from ..model.opnames import op_name as bare_op_name
 from ..model.tree import Frame, Tree
 from ..store.profile import Profile
@@ -101,10 +101,6 @@ def located(p: Profile) -> dict[str, Any]:
 _OWN_DISCOUNT = frozenset(
     {"step_outlier", "dataloader_bottleneck", "io_bottleneck", "exposed_communication"}
 )
-
-#: The profiler's own operators' namespace (a cold window resolving call
-#: paths is ``deepcontext::call_paths``): its time, never the user's to change.
-_OWN_OPERATORS = "deepcontext::"
 
 #: Steps a window needs before a timing rule may warn: each node's quietest of
 #: them is what the rules weigh, and one preempted step must not be all there is.
@@ -421,7 +417,7 @@ class Window:
             for kid in tree.children(node):
                 kind = self.kind(kid)
                 if kind == "operator":
-                    if tree.node_frame(kid).name.startswith(_OWN_OPERATORS):
+                    if tree.node_frame(kid).name.startswith(OWN_OPERATORS):
                         continue
                     if not issuing[kid] or is_collective(tree, kid):
                         out.append(kid)

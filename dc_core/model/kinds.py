@@ -31,6 +31,11 @@ KINDS = (
 #: attributed: a line of Python, a module, a compiled region.
 CONTEXT_KINDS = ("python", "module", "compiled")
 
+#: The namespace of the profiler's own operators (``native/opcapture.cc``
+#: names a cold window's call-path resolving ``deepcontext::call_paths``):
+#: its time, never the user's to change.
+OWN_OPERATORS = "deepcontext::"
+
 #: Phase frame names, in the order reports list them.
 PHASES = (
     "forward",
