@@ -154,10 +154,14 @@ class CollectiveHooks:
         self._ended_task = -1  # the last pass whose end wait is timed (`_issued_in_pass`)
         # No device marker of its own: a collective's kernels stay with the
         # marked operator around it, as they always have.
-        self.scope = Interceptor(hub, "collective", capture=True, marks=False, after=self._launched)
+        # The work a backend runs on threads of its own (gloo's worker copying
+        # a gathered tensor into place) records under the collective.
+        self.scope = Interceptor(
+            hub, "collective", capture=True, marks=False, after=self._launched, serves=True
+        )
         # inside a sharding runtime's scope (dc_torch.sharding): right under it
         self.inside = Interceptor(
-            hub, "collective", user_depth=INHERIT, marks=False, after=self._launched
+            hub, "collective", user_depth=INHERIT, marks=False, after=self._launched, serves=True
         )
         # a wait in another sharding group's scope than its launch's: right there
         self.waiting = Interceptor(

@@ -116,7 +116,9 @@ class Interceptor:
     ``collector.enter``, ``marks`` opens the device tracer's marker so that
     Kineto places the call's kernels under the scope. ``after`` records what
     the call returned (FLOPs, bytes, autograd marks); its errors are the
-    profiler's too.
+    profiler's too. ``serves``: the call's work that its backend runs on
+    threads of its own (a gloo collective's) records under the call's node
+    (native capture only; `capture.cc`'s ``serving_call``).
 
     ``call(frames, func, args, kwargs, note=None, parent=INNERMOST)`` runs
     ``func(*args, **kwargs)`` in a scope at ``frames`` under ``parent`` (the
@@ -141,13 +143,20 @@ class Interceptor:
         user_depth: int = MEASURE,
         marks: bool = True,
         after: After | None = None,
+        serves: bool = False,
     ) -> None:
         self.hub = hub
-        self.call = _interceptor(hub, where, capture, user_depth, marks, after)
+        self.call = _interceptor(hub, where, capture, user_depth, marks, after, serves)
 
 
 def _interceptor(
-    hub: Hub, where: str, capture: bool, user_depth: int, marks: bool, after: After | None
+    hub: Hub,
+    where: str,
+    capture: bool,
+    user_depth: int,
+    marks: bool,
+    after: After | None,
+    serves: bool,
 ) -> Callable[..., Any]:
     collector, device, fail = hub.collector, hub.device, hub.fail
     enter, exit_scope, depth = collector.enter, collector.exit, collector.depth
@@ -161,6 +170,7 @@ def _interceptor(
         parent: int = INNERMOST,
     ) -> Any:
         region = None  # the native extension, while a region of it is open
+        serving = None  # the native extension's serving_call, for a serving site
         try:
             native = hub.window.capture == "native"
             node = -1
@@ -179,6 +189,8 @@ def _interceptor(
                 # Positional on purpose: pybind11 matching keywords cost ~100 ns a call here.
                 node = enter(frames, parent, capture, user_depth)
             marker = device.mark(node) if marks and device.on else None
+            if serves and native and node >= 0:
+                serving = hub.native.extension.serving_call
         except Exception as exc:
             fail(exc, where)
             node = None
@@ -191,7 +203,7 @@ def _interceptor(
         if node is None:
             return func(*args, **kwargs)
         try:
-            out = func(*args, **kwargs)
+            out = func(*args, **kwargs) if serving is None else serving(node, func, args, kwargs)
         except BaseException as exc:  # the user's, with the traceback it has without us
             cut_own_frames(exc)
             raise

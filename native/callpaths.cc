@@ -29,6 +29,26 @@ int64_t OpCapture::unscoped_node_locked() {
   return node;
 }
 
+int64_t OpCapture::unscoped_parent(OpThread& t) {
+  if (t.serving < 0) {
+    const int64_t root = unscoped_root_.load(std::memory_order_relaxed);
+    if (root >= 0) return root;
+  } else if (t.serving_parent >= 0) {
+    return t.serving_parent;
+  }
+  auto lock = store_.lock();
+  if (!capturing_.load(std::memory_order_relaxed)) return -1;
+  const int64_t root = unscoped_node_locked();
+  if (t.serving < 0) return root;
+  // A collective's work, run by its backend on this thread: its operators
+  // (gloo copying a gathered tensor into place) under the collective's
+  // context, in the unscoped phase, since they are not the step's thread's time.
+  t.serving_parent = store_.tree.valid_node(t.serving) && t.serving != root
+                         ? store_.tree.mirror(t.serving, root)
+                         : root;
+  return t.serving_parent;
+}
+
 int64_t OpCapture::context_node(OpThread& t, int64_t frame) {
   int64_t parent = 0, min_depth = 0;
   ThreadScopes* sc = t.scopes;
@@ -36,12 +56,8 @@ int64_t OpCapture::context_node(OpThread& t, int64_t frame) {
     parent = sc->stack.back().node;
     min_depth = sc->stack.back().user_depth;
   } else {
-    parent = unscoped_root_.load(std::memory_order_relaxed);
-    if (parent < 0) {
-      auto lock = store_.lock();
-      if (!capturing_.load(std::memory_order_relaxed)) return -1;
-      parent = unscoped_node_locked();
-    }
+    parent = unscoped_parent(t);
+    if (parent < 0) return -1;
   }
   // The cache key is the whole walk (with the scope's depth and the op): the
   // kept part below the scope is what the node depends on, and on a hit (the

@@ -45,6 +45,7 @@ void api_op_add(void* c, int64_t metric, int64_t value) {
   static_cast<OpCapture*>(c)->op_add(metric, value);
 }
 void api_abandon(void* c) { static_cast<OpCapture*>(c)->abandon(); }
+void api_serve(void* c, int64_t node) { static_cast<OpCapture*>(c)->serve(node); }
 void api_memory(void* c, uint64_t ptr, int64_t size, int32_t device_type, int32_t device_index,
                 uint64_t total_allocated, uint64_t total_reserved) {
   static_cast<OpCapture*>(c)->memory(static_cast<uintptr_t>(ptr), size, device_type, device_index,
@@ -71,6 +72,7 @@ dc_capture_api make_api(OpCapture* c) {
   api.abandon = api_abandon;
   api.memory = api_memory;
   api.memory_mark = api_memory_mark;
+  api.serve = api_serve;
   return api;
 }
 
@@ -174,6 +176,7 @@ OpThread& OpCapture::op_thread(bool python) {
     t.paths.clear();
     t.backs.clear();
     t.ts = nullptr;
+    t.serving = t.serving_parent = -1;
   }
   if (!python) return t;  // an exit: reads only its own slots
   PyThreadState* ts = own_thread_state();
@@ -375,6 +378,14 @@ void OpCapture::op_add(int64_t metric, int64_t value) {
   auto lock = store_.lock();
   if (capturing_.load(std::memory_order_relaxed) && store_.tree.valid_metric(metric))
     store_.tree.add(t.open[i].node, metric, value);
+}
+
+void OpCapture::serve(int64_t node) {
+  if (!capturing_.load(std::memory_order_relaxed)) return;
+  OpThread& t = op_thread(false);
+  if (t.serving == node) return;
+  t.serving = node;
+  t.serving_parent = -1;  // mirrored on the first operator in no scope
 }
 
 void OpCapture::memory(uintptr_t ptr, int64_t size, int32_t device_type, int32_t device_index,

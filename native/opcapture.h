@@ -76,6 +76,8 @@ class OpCapture {
   int64_t backward_enter(int64_t frame, int64_t seq, uint64_t forward_thread);
   void op_exit(int64_t metric, int64_t value);
   void op_add(int64_t metric, int64_t value);
+  // The calling thread works for `node` (-1: none); see capture_api.h's serve.
+  void serve(int64_t node);
   void memory(uintptr_t ptr, int64_t size, int32_t device_type, int32_t device_index,
               uint64_t total, uint64_t reserved);
   bool memory_mark(uintptr_t ptr, int category, bool only_temporary) {
@@ -106,6 +108,9 @@ class OpCapture {
 
   // callpaths.cc
   int64_t context_node(OpThread& t, int64_t frame);
+  // Where a thread in no scope records: the mirror of the node it serves
+  // below the unscoped phase, else that phase; -1 once the capture stopped.
+  int64_t unscoped_parent(OpThread& t);
   int64_t resolve_path(OpThread& t, int keep, int64_t parent, int64_t frame, bool engine);
   // The node of op `frame` right under `at`, cached per thread.
   int64_t anchored(OpThread& t, int64_t at, int64_t frame);

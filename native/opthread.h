@@ -46,6 +46,8 @@ struct OpThread {
   int suspended = 0;           // inside a region another hook records (a compiled graph)
   int64_t backward_root = -1;  // the capture's, as of this thread's last backward lookup
   int64_t resolved_ns = 0;     // what the last context lookup spent resolving a new path (0: a hit)
+  int64_t serving = -1;        // the node a backend's work on this thread is for (-1: none)
+  int64_t serving_parent = -1;  // its context's mirror below the unscoped phase, once made
   Open open[kMaxOpDepth];
   PairMap paths;             // (path hash ^ op frame, parent node) -> node
   PairMap backs;             // (forward node, autograd node frame) -> backward node

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define DC_CAPTURE_CAPSULE "dc_core._native.capture_api"
-#define DC_CAPTURE_ABI 6
+#define DC_CAPTURE_ABI 7
 
 /* op_enter flags.
  * DC_OP_REGION: a named region (an autograd.Function, a compiled region), not
@@ -68,6 +68,12 @@ typedef struct dc_capture_api {
    * (native/memory.h's MemCategory); with `only_temporary`, only if nothing
    * said otherwise yet. Returns whether `ptr` is tracked. */
   int32_t (*memory_mark)(void* collector, uint64_t ptr, int32_t category, int32_t only_temporary);
+  /* The calling thread works for node `node` from now on (-1: for none): a
+   * backend running a collective's work on a thread of its own, with the
+   * issuing thread's state. While that thread is in no scope of its own its
+   * operators record under a mirror of `node`'s context below the unscoped
+   * phase, not under the phase alone. */
+  void (*serve)(void* collector, int64_t node);
 } dc_capture_api;
 
 #ifdef __cplusplus

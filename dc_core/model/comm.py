@@ -12,7 +12,9 @@ the module's frames from the root down with the phases left out.
 A row's compute is the time under its module that is neither another row's
 module, nor the runtime's own work (a ``sharding`` frame; an operator that
 issues collectives, as FSDP's gradient-reducing autograd function does), nor
-a collective.
+a collective. The ``other`` phase is no row's: a backend's thread working for
+a collective (gloo copying a gathered tensor into place) records there under
+the collective's context, beside the step, not in the module's time.
 One implementation, read by the analyzer (``exposed_communication``), the
 terminal report and the tab, so the three agree to the nanosecond.
 """
@@ -39,6 +41,10 @@ WAITED = "waited for here, launched in another module's scope"
 #: the copies are its operators), no call. It sits where the pass ended,
 #: under the module whose gradients came last: the last bucket's.
 END_OF_BACKWARD = "waited for at the end of backward: DDP's gradient buckets"
+
+#: The phase of threads in no scope of the step's: a backend's thread working
+#: for a collective records there, under a mirror of the collective's context.
+BESIDE = "other"
 
 #: Details of the nodes that time a wait, not a collective's call.
 WAITS = (WAITED, END_OF_BACKWARD)
@@ -295,7 +301,8 @@ def by_module(tree: Tree, metric: str = "cpu_time_ns") -> list[ModuleComm]:
         row.bytes_by[what] = row.bytes_by.get(what, 0) + moved
 
     for node in range(1, n):
-        if tree.node_frame(node).kind == "module" and key[node] in rows:
+        frame = tree.node_frame(node)
+        if frame.kind == "module" and key[node] in rows and phase[node] != BESIDE:
             rows[key[node]].nodes.append(node)
     incl = tree.inclusive(metric)
     under = issuing(tree)

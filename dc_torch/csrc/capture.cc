@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -103,12 +104,40 @@ void guarded(const char* where, Body body) noexcept {
   }
 }
 
+// A collective's work, run by its backend on a thread of its own (gloo's
+// worker), runs with the state of the thread that issued it: this slot of
+// that state names the collective's node (pushed by serving_call around the
+// issuing call), so the worker's operators land under that collective.
+constexpr std::string_view kServingName = "deepcontext.serving";
+const c10::DebugInfoKind kServing(&kServingName);
+
+class Serving final : public c10::DebugInfoBase {
+ public:
+  Serving(int64_t node, uint64_t generation) : node(node), generation(generation) {}
+  const int64_t node;
+  const uint64_t generation;  // the window's: a work run after its window ends serves nothing
+};
+
+// Whether this window pushed a Serving slot: until then no operator looks.
+std::atomic<bool> g_serving{false};
+
+void serve(const dc_capture_api* api, NameCache& cache) {
+  const auto* s = static_cast<const Serving*>(c10::ThreadLocalDebugInfo::get(kServing));
+  const int64_t node =
+      s != nullptr && s->generation == g_generation.load(std::memory_order_relaxed) ? s->node : -1;
+  if (node != cache.serving) {
+    cache.serving = node;
+    api->serve(api->collector, node);
+  }
+}
+
 void enter(const at::RecordFunction& fn) {
   const dc_capture_api* api = g_api.load(std::memory_order_acquire);
   if (api == nullptr) return;
   NameCache& cache = names();
   const bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   NameCache::Known& k = cache.lookup(api, fn.name(), backward);
+  if (g_serving.load(std::memory_order_relaxed)) serve(api, cache);
   // The twin record of an op already open as itself is that op, once.
   int64_t frame =
       k.twin && !cache.open.empty() && cache.open.back().frame == k.frame ? kSkip : k.frame;
@@ -206,6 +235,7 @@ PyObject* start(PyObject*, PyObject* args) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, after_fork_child); });
   g_generation.fetch_add(1);
+  g_serving.store(false);
   g_failed.store(false);
   g_flops = flops;
   g_alloc = alloc;
@@ -269,6 +299,27 @@ PyObject* bare(PyObject*, PyObject* arg) {
     return nullptr;
   }
   Py_RETURN_NONE;
+}
+
+// serving_call(node, fn, args, kwargs): fn(*args, **kwargs) with this
+// thread's state naming `node` as the collective it issues (see Serving).
+PyObject* serving_call(PyObject*, PyObject* args) {
+  long long node = -1;
+  PyObject *fn = nullptr, *call_args = nullptr, *kwargs = nullptr;
+  if (!PyArg_ParseTuple(args, "LOO!O", &node, &fn, &PyTuple_Type, &call_args, &kwargs))
+    return nullptr;
+  if (kwargs == Py_None) kwargs = nullptr;
+  std::optional<c10::DebugInfoGuard> guard;
+  if (node >= 0 && g_api.load(std::memory_order_acquire) != nullptr) {
+    try {
+      guard.emplace(kServing,
+                    std::make_shared<Serving>(node, g_generation.load(std::memory_order_relaxed)));
+      g_serving.store(true, std::memory_order_relaxed);
+    } catch (const std::exception&) {
+      guard.reset();  // the call runs as without us
+    }
+  }
+  return PyObject_Call(fn, call_args, kwargs);
 }
 
 PyObject* failure(PyObject*, PyObject*) {
@@ -513,6 +564,9 @@ PyMethodDef methods[] = {
     {"mark_blocks", mark_blocks, METH_VARARGS,
      "mark_blocks(tensors, category) -> list[bool]: mark each tensor's block (if still a "
      "temporary); per tensor, whether its block is tracked."},
+    {"serving_call", serving_call, METH_VARARGS,
+     "serving_call(node, fn, args, kwargs): fn(*args, **kwargs), its backend's work on other "
+     "threads recorded under node `node` (a collective's)."},
     {"thread_id", thread_id, METH_NOARGS,
      "thread_id() -> int: this thread's id as RecordFunction reports it (forward sequence numbers "
      "are per thread)."},

@@ -112,6 +112,7 @@ class NameCache {
       used_ = 0;
       open.clear();  // records left open when the last window closed
       marks.clear();
+      serving = -1;
       generation_ = gen;
     }
     Recent& r = recent_[(reinterpret_cast<uintptr_t>(name) >> 3) & (kSlots - 1)];
@@ -162,6 +163,7 @@ class NameCache {
   };
   std::vector<Open> open;
   std::vector<std::pair<std::unique_ptr<at::RecordFunction>, std::string>> marks;
+  int64_t serving = -1;  // the node this thread last told the collector it works for
 
  private:
   static constexpr size_t kSlots = 2048;

@@ -37,12 +37,15 @@ def gather(ns: int, exposed: int, moved: int, backward: bool = False) -> str:
     )
 
 
-def fsdp_step(big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP::"):
+def fsdp_step(
+    big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP::", beside: tuple = ()
+):
     """Two FSDP blocks over 3 steps: ``blocks.1`` is big and its gathers are
     ``big_exposed`` exposed in forward and again in backward; its gradients'
     reduction runs inside FSDP's autograd function, placed under a submodule.
     ``runtime``: what its sharding frames' names begin with, the runtime's
-    (``ZeRO::``; FSDP1's records' ``FullyShardedDataParallel._``)."""
+    (``ZeRO::``; FSDP1's records' ``FullyShardedDataParallel._``). ``beside``:
+    phases after the step's (``other``)."""
     big, small = "module:blocks.1", "module:blocks.0"
     return profile(
         (
@@ -88,6 +91,7 @@ def fsdp_step(big_exposed: int, compute: int = 30 * MS, runtime: str = "FSDP::")
                 ),
             ),
         ),
+        *beside,
         steps=(1, 1 + STEPS),
         env={"torch": "2.13.0"},
     )
@@ -116,6 +120,37 @@ def test_each_modules_communication_compute_and_runtime_add_up():
     host = sum(p.tree.inclusive("cpu_time_ns")[n] for n in big.nodes)
     assert big.compute_ns + big.runtime_ns + big.exposed_ns == host
     assert [p.tree.node_frame(n).backward for n in big.nodes] == [False, False]
+    assert [p.tree.path_frames(n)[0].name for n in big.nodes] == ["forward", "backward"]
+
+
+def test_a_backends_work_beside_the_step_is_no_modules_time():
+    """gloo's worker copies a gathered tensor into place on a thread of its
+    own: its operators are in the ``other`` phase, under a mirror of the
+    gather's context. The module's row is what the step's thread spent."""
+    backend = (
+        "other",
+        (
+            TRAIN,
+            (
+                "module:blocks.1",
+                (
+                    "sharding:FSDP::pre_forward",
+                    (GATHER, f"aten::copy_ @cpu_time_ns={50 * MS},count=6"),
+                ),
+            ),
+        ),
+    )
+
+    def sums(p) -> dict:
+        return {
+            r.name: (r.compute_ns, r.runtime_ns, r.exposed_ns, r.comm_ns, r.bytes, r.calls)
+            for r in by_module(p.tree)
+        }
+
+    p = fsdp_step(big_exposed=60 * MS, beside=(backend,))
+    assert p.tree.inclusive("cpu_time_ns")[p.tree.find("other")] == 50 * MS
+    assert sums(p) == sums(fsdp_step(big_exposed=60 * MS))
+    (big,) = [r for r in by_module(p.tree) if r.name == "blocks.1"]
     assert [p.tree.path_frames(n)[0].name for n in big.nodes] == ["forward", "backward"]
 
 

@@ -73,3 +73,11 @@ def profiled(script: Path, root: Path, ranks: int, *args: str) -> list:
     profiles, errors = load_profiles(root)
     assert errors == [] and sorted(p.rank for p in profiles) == list(range(ranks))
     return sorted(profiles, key=lambda p: p.rank)
+
+
+def issued(tree: Any, test: Callable[..., bool] = lambda frame: True) -> list[int]:
+    """``tree.find_all(test)`` less the nodes in the ``other`` phase: there a
+    backend's thread records the work it does for a collective (gloo copying
+    a gathered tensor into place) under a mirror of the collective's context,
+    which is not where the collective was issued."""
+    return [n for n in tree.find_all(test) if n and tree.path_frames(n)[0].name != "other"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dc_core.analyzer import analyze
-from tests.distributed.spawn import profiled
+from tests.distributed.spawn import issued, profiled
 
 SCRIPT = Path(__file__).with_name("fsdp_blocks.py")
 EXPOSED = Path(__file__).with_name("fsdp_exposed.py")
@@ -52,7 +52,7 @@ def test_each_blocks_collectives_sit_under_that_block(tmp_path, ranks, capture):
         gathers, reduces = Counter(), Counter()
         moved = Counter()
         exposed = 0
-        for node in tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
+        for node in issued(tree, lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
             frame = tree.node_frame(node)
             block = block_of(tree, node)
             # every collective serves a block's parameters, inside FSDP's own work
@@ -84,7 +84,7 @@ def test_each_blocks_collectives_sit_under_that_block(tmp_path, ranks, capture):
         assert exposed == sum(tree.value(n, "exposed_comm_ns") for n in range(len(tree)))
         # FSDP's work: before a block's backward its parameters are gathered
         # again, under the block's forward context mirrored in backward
-        for node in tree.find_all(lambda f: f.kind == "sharding"):
+        for node in issued(tree, lambda f: f.kind == "sharding"):
             frame, path = tree.node_frame(node), tree.path_frames(node)
             assert path[0].name == ("backward" if frame.backward else "forward"), path
             assert frame.backward == ("backward" in frame.name), frame

@@ -15,7 +15,7 @@ import pytest
 
 from dc_core.analyzer import analyze
 from dc_core.model.comm import by_module, fsdp1_settings
-from tests.distributed.spawn import profiled
+from tests.distributed.spawn import issued, profiled
 
 SCRIPT = Path(__file__).with_name("fsdp1_blocks.py")
 EXPOSED = Path(__file__).with_name("fsdp1_exposed.py")
@@ -42,7 +42,7 @@ def test_each_units_collectives_sit_under_that_unit_in_fsdp1s_own_work(tmp_path,
         peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
         records, gathered = peer["records"], peer["gathered_bytes"]
         gathers, reduces, issuers = Counter(), Counter(), {}
-        for node in tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
+        for node in issued(tree, lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
             path, frame = tree.path_frames(node), tree.node_frame(node)
             units = [f.name for f in path if f.kind == "module" and f.name in UNITS]
             assert len(units) == 1, path  # the unit the parameters belong to
@@ -71,6 +71,8 @@ def test_each_units_collectives_sit_under_that_unit_in_fsdp1s_own_work(tmp_path,
             assert gathers[unit, "forward"] == gathers[unit, "backward"] == STEPS, unit
             assert reduces[unit] == STEPS, unit
         assert issuers == {"2": "issued in 3", "1": "issued in 2", "0": "issued in 1"}
+        if capture == "native":
+            assert backend_copies(tree) == {k: 2 * n for k, n in gathers.items()}
         assert fsdp1_settings(p.env) == PLAIN
         # as many as torch.profiler counts in the same steps
         assert sum(gathers.values()) == records[GATHER]
@@ -96,6 +98,25 @@ def test_each_units_collectives_sit_under_that_unit_in_fsdp1s_own_work(tmp_path,
         assert not any("c10d::" in f["message"] for f in imbalance), imbalance
 
 
+def backend_copies(tree) -> Counter:
+    """Copies by (unit, phase) that gloo's worker thread made for the units'
+    gathers: it copies each of the ranks' chunks of a gathered flat parameter
+    into place. It is no thread of the step's, so they are in the ``other``
+    phase, each under a mirror of its gather's context (the phase it was
+    issued in kept by the gather's frame); no other operator is there."""
+    copies = Counter()
+    for node in tree.find_all(lambda f: f.kind == "operator"):
+        path = tree.path_frames(node)
+        if path[0].name != "other":
+            continue
+        (gather,) = [f for f in path if f.name == GATHER]
+        (unit,) = [f.name for f in path if f.kind == "module" and f.name in UNITS]
+        if path[-1].name == "aten::copy_":
+            phase = "backward" if gather.backward else "forward"
+            copies[unit, phase] += tree.value(node, "count")
+    return copies
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["orig-bf16", "no-shard", "hybrid"])
 def test_fsdp1s_settings_are_recorded_and_its_variants_sit_under_their_units(tmp_path, variant):
@@ -111,7 +132,7 @@ def test_fsdp1s_settings_are_recorded_and_its_variants_sit_under_their_units(tmp
         peer = json.loads((tmp_path / f"peer-{p.rank}.json").read_text())
         records, gathered = peer["records"], peer["gathered_bytes"]
         found = Counter()
-        for node in tree.find_all(lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
+        for node in issued(tree, lambda f: f.kind == "operator" and f.name.startswith("c10d::")):
             path = tree.path_frames(node)
             (unit,) = [f.name for f in path if f.kind == "module" and f.name in UNITS]
             (work,) = [f for f in path if f.kind == "sharding"]

@@ -16,7 +16,7 @@ import pytest
 from dc_core.analyzer import analyze
 from dc_core.model.comm import WAITED, by_module, zero_settings
 from dc_core.store.logdir import load_profiles
-from tests.distributed.spawn import launch
+from tests.distributed.spawn import issued, launch
 
 SCRIPT = Path(__file__).with_name("zero_blocks.py")
 RUN_SCRIPT = Path(__file__).with_name("zero_run.py")
@@ -44,8 +44,8 @@ def run(root: Path, stage: int, prefetch: int) -> list:
 def collectives(tree) -> list[tuple[int, list]]:
     """(node, its path's frames) of every collective (not a wait timed away
     from its launch)."""
-    found = tree.find_all(
-        lambda f: f.kind == "operator" and f.name.startswith("c10d::") and f.detail != WAITED
+    found = issued(
+        tree, lambda f: f.kind == "operator" and f.name.startswith("c10d::") and f.detail != WAITED
     )
     return [(n, tree.path_frames(n)) for n in found]
 

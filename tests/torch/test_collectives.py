@@ -13,6 +13,7 @@ import torch.distributed as dist
 import dc_torch
 from dc_core.record.config import StepRange
 from tests.analyzer.planted import busy_wait
+from tests.distributed.spawn import issued
 from tests.torch.conftest import only_profile
 
 QUIET = {"cpu_sampling_hz": 0, "system_interval_ms": 0}
@@ -106,6 +107,46 @@ def test_a_collective_in_a_modules_forward_sits_under_that_module(tmp_path, one_
     assert line.kind == "python" and line.name.endswith("forward"), path
     assert tree.value(reduce, "count") == 2
     assert tree.value(reduce, "comm_bytes") == 2 * 4 * 8 * 4  # two steps of a 4x8 float tensor
+
+
+class _Gathering(torch.nn.Module):
+    """All-gathers its input into a list (gloo's worker copies it into place)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = [torch.empty_like(x)]
+        dist.all_gather(out, x)
+        return out[0]
+
+
+def test_the_backends_work_on_its_own_thread_sits_under_its_collective(
+    tmp_path, one_rank, capture_path
+):
+    """gloo runs a collective's work on a worker thread of its own, with the
+    issuing thread's state: a list all-gather's copies of each rank's chunk
+    into the outputs run there. They are no time of the step's thread, so they
+    land in the ``other`` phase, but under a mirror of the collective's
+    context, not the phase alone: the module, the line, the all-gather (one
+    copy per call and rank). The Python capture path sees no operator there."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), _Gathering())
+    with dc_torch.profile(logdir=str(tmp_path), steps=StepRange(start=0, count=3), **QUIET) as prof:
+        for _ in range(3):
+            model(torch.ones(4, 8))
+            prof.step()
+    tree = only_profile(tmp_path).tree
+    (gather,) = issued(tree, lambda f: f.name == "c10d::allgather_")
+    assert tree.value(gather, "count") == 3
+    ran = [n for n in tree.find_all(lambda f: f.kind == "operator") if tree.value(n, "count")]
+    beside = [n for n in ran if n not in issued(tree)]  # a mirror itself ran nothing
+    if capture_path != "native":
+        assert beside == []
+        return
+    (copy,) = [n for n in beside if tree.node_frame(n).name == "aten::copy_"]
+    assert tree.value(copy, "count") == 3  # one rank: one chunk a call
+    path = tree.path_frames(copy)
+    assert path[0].name == "other"
+    # the all-gather's own path, its phase aside
+    assert path[1:-1] == tree.path_frames(gather)[1:], path
+    assert all(tree.path_frames(n)[-2] == path[-2] for n in beside)  # all of it
 
 
 def test_a_users_backward_hook_that_all_reduces_is_no_ddp_bucket(tmp_path, one_rank):
