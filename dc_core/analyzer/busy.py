@@ -1,5 +1,7 @@
 """A straggler among ranks that communicate, by busy time: a rank's step less
-the time it waited for its collectives (root-inclusive ``exposed_comm_ns``).
+the time it waited for its collectives (root-inclusive ``exposed_comm_ns``)
+and the time its step's thread waited, runnable, for a CPU (`Window.stolen`:
+a loaded host's doing, not the rank's work).
 
 The ranks of a sharded or data-parallel job end each step together: a slow
 rank's extra work shows on the others as waits in their collectives, so step
@@ -46,7 +48,9 @@ def busy_straggler(
     must wait for it in their collectives (half its excess or more). The
     ranks carry communication metrics."""
     exposed = {r: w.tree.inclusive("exposed_comm_ns") for r, w in windows.items()}
-    busy = {r: max(w.cpu[0] - exposed[r][0], 0) / w.steps for r, w in windows.items()}
+    busy = {
+        r: max(w.cpu[0] - exposed[r][0] - sum(w.stolen), 0) / w.steps for r, w in windows.items()
+    }
     med = median(busy.values())
     step = median(w.host_total / w.steps for w in windows.values())
     least = t["load_imbalance.min_excess"] * step
@@ -111,7 +115,8 @@ def busy_straggler(
         "load_imbalance",
         "warning",
         f"rank {rank} is a straggler: {part}; it is busy {ms(busy[rank])} per step (its step less "
-        f"its waits for communication) against a median of {ms(med)} ({busy[rank] / med:.2f}x), "
+        f"its waits for communication and for a CPU) against a median of {ms(med)} "
+        f"({busy[rank] / med:.2f}x), "
         f"and the other ranks wait {ms(wait)} per step for it in their collectives "
         f"({percent(wait / step)} of the step)",
         (f"even out the work of `{fqn}` on rank {rank}" if fqn else f"even out rank {rank}'s work")
