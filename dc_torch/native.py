@@ -38,7 +38,10 @@ logger = logging.getLogger("deepcontext")
 
 _SOURCE = Path(__file__).parent / "csrc" / "capture.cc"
 #: Beside it, included by it.
-_HEADERS = tuple(Path(__file__).parent / "csrc" / name for name in ("names.h", "completion.h"))
+_HEADERS = tuple(
+    Path(__file__).parent / "csrc" / name
+    for name in ("names.h", "completion.h", "failopen.h", "memory_report.h")
+)
 _INCLUDE = Path(__file__).resolve().parent.parent / "dc_core" / "include"
 
 #: A metric id that takes nothing: ``NativeCapture.start`` leaves that metric
