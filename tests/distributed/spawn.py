@@ -80,4 +80,6 @@ def issued(tree: Any, test: Callable[..., bool] = lambda frame: True) -> list[in
     backend's thread records the work it does for a collective (gloo copying
     a gathered tensor into place) under a mirror of the collective's context,
     which is not where the collective was issued."""
-    return [n for n in tree.find_all(test) if n and tree.path_frames(n)[0].name != "other"]
+    from dc_core.model.comm import BESIDE
+
+    return [n for n in tree.find_all(test) if n and tree.path_frames(n)[0].name != BESIDE]
