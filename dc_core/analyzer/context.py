@@ -142,6 +142,11 @@ _BACKWARD_ADVICE = {
     "torch.exp(torch.cumsum(torch.log(x), dim)), or write a custom autograd.Function",
     "cumsum": "check whether a reversed cumsum or a matrix formulation avoids the slow backward",
 }
+_GEMM_ADVICE = (
+    "a GEMM's backward is two GEMMs of its forward's size, writing a gradient as large as its weight: time "
+    "beyond that goes to copies around them (an input made contiguous, a dtype cast); a comprehensive "
+    "window shows the operators under it"
+)
 _SLOW_BACKWARD = ("index", "index_put", "index_select", "gather", "scatter", "embedding", "take")
 for _name in _SLOW_BACKWARD:
     _BACKWARD_ADVICE[_name] = (
@@ -334,15 +339,31 @@ def _communicates(w: Window) -> list[bool]:
     return out
 
 
-def _expected_ratio(w: Window, forward: list[int], backward: list[int], name: str) -> float:
+def _multiple(w: Window, metric: str, forward: list[int], backward: list[int]) -> float | None:
+    """Backward over forward in ``metric`` (at least 1), or None where either side has none."""
+    if metric not in w.tree.excl:
+        return None
+    column = w.tree.inclusive(metric)
+    fwd, bwd = sum(column[o] for o in forward), sum(column[o] for o in backward)
+    return max(bwd / fwd, 1.0) if fwd > 0 and bwd > 0 else None
+
+
+def _expected_ratio(w: Window, forward: list[int], backward: list[int], name: str) -> float | None:
     """How much more a backward costs by nature: its FLOP ratio where both
-    directions have FLOPs, else its family's (`_NORMAL_RATIO`, `_OTHER_RATIO`)."""
-    flops = w.tree.inclusive("flops") if "flops" in w.tree.excl else None
-    if flops is not None:
-        fwd, bwd = sum(flops[o] for o in forward), sum(flops[o] for o in backward)
-        if fwd > 0 and bwd > 0:
-            return max(bwd / fwd, 1.0)
-    return _NORMAL_RATIO.get(name, _OTHER_RATIO)
+    directions have FLOPs, else its family's (`_NORMAL_RATIO`, `_OTHER_RATIO`).
+
+    A GEMM's backward also writes a gradient as large as its weight, whatever
+    the batch: with few rows a step that write, not its FLOPs, is its cost (on
+    a CPU a fresh 64 MiB gradient page-faults every step, 7x the forward of a
+    Linear(4096, 4096) over 4 rows). No fixed multiple holds for every batch,
+    so a GEMM is judged by the larger of its FLOP and written-bytes ratios, and
+    not at all (None) where the window lacks either (a lightweight window, the
+    Python capture path's ATen operators, a JAX trace)."""
+    flops = _multiple(w, "flops", forward, backward)
+    if name in _GEMMS:
+        written = _multiple(w, "alloc_bytes", forward, backward)
+        return None if flops is None or written is None else max(flops, written)
+    return flops if flops is not None else _NORMAL_RATIO.get(name, _OTHER_RATIO)
 
 
 def backward_imbalance(w: Window) -> list[dict[str, Any]]:
@@ -362,14 +383,15 @@ def backward_imbalance(w: Window) -> list[dict[str, Any]]:
         if bwd / max(w.quiet(0), 1) < min_share:
             continue
         main = max(forward, key=lambda o: (w.quiet(o), w.incl[o]))
-        name = w.tree.node_frame(main).name
-        expected = _expected_ratio(w, forward, backward, op_name(w.tree.node_frame(main)))
-        if bwd < ratio * expected * fwd:
+        name, family = w.tree.node_frame(main).name, op_name(w.tree.node_frame(main))
+        expected = _expected_ratio(w, forward, backward, family)
+        if expected is None or bwd < ratio * expected * fwd:
             continue
         heavy = max(backward, key=lambda o: (w.quiet(o), w.incl[o]))
         heavy_name = w.tree.node_frame(heavy).label()
         where = w.tree.node_frame(w.anchor(main)).label() if w.anchor(main) else name
-        advice = _BACKWARD_ADVICE.get(op_name(w.tree.node_frame(main)))
+        jax = w.profile.framework == "jax"
+        advice = _GEMM_ADVICE if family in _GEMMS else _BACKWARD_ADVICE.get(family)
         severity, caveat = w.judge("warning", bwd - expected * fwd)
         out.append(
             finding(
@@ -380,11 +402,7 @@ def backward_imbalance(w: Window) -> list[dict[str, Any]]:
                 + (f" ({caveat})" if caveat else ""),
                 advice
                 or f"check the backward formula of {name}: an equivalent forward, or "
-                + (
-                    "a jax.custom_vjp rule"
-                    if w.profile.framework == "jax"
-                    else "a custom autograd.Function"
-                )
+                + ("a jax.custom_vjp rule" if jax else "a custom autograd.Function")
                 + ", may have a much cheaper backward",
                 w.tree,
                 heavy,
@@ -405,9 +423,9 @@ def backward_imbalance(w: Window) -> list[dict[str, Any]]:
                 "operators: an upper bound, what a backward of the normal multiple would save"
                 + (
                     ""
-                    if "flops" in w.tree.excl
+                    if _multiple(w, "flops", forward, backward)
                     else f"; the window has no FLOPs (a lightweight window), so "
-                    f"{expected:g}x is {op_name(w.tree.node_frame(main))}'s family's multiple"
+                    f"{expected:g}x is {family}'s family's multiple"
                 ),
             )
         )

@@ -93,6 +93,25 @@ class SlowDataset(torch.utils.data.Dataset):
 
 
 @_on_one_thread
+def run_few_rows(logdir, mode: str, steps: int = 6):
+    """No problem planted: a Linear(4096, 4096) over 4 rows a step. Its
+    backward writes a fresh 64 MiB weight gradient each step, which costs
+    (page faults on a CPU) 6-8x the forward's read of the weight: the nature
+    of a GEMM over few rows, not a slow backward formula."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 4096), nn.Linear(4096, 4096), nn.Linear(4096, 64))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(4, 64)
+    with dc_torch.profile(logdir=str(logdir), mode=mode, steps=WINDOW) as prof:
+        for _ in range(steps):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+    return _profiles(prof)
+
+
+@_on_one_thread
 def run_slow_getitem(logdir, steps: int = 6):
     torch.manual_seed(0)
     model = nn.Linear(256, 1)

@@ -179,11 +179,16 @@ def test_backward_imbalance_quiet_when_the_operator_is_a_tiny_share():
     assert "backward_imbalance" not in rules(analyze(p))
 
 
-def test_backward_imbalance_judges_gemms_by_their_flops():
+def test_backward_imbalance_judges_gemms_by_their_flops_and_the_bytes_they_write():
     # a busy host stretched this linear's backward to 3.3x; its FLOPs are 2x, so it is normal
     layer = line("forward", "model.py:12")
 
-    def linear(backward_flops):
+    def linear(backward_flops, backward_bytes=400, forward_ms=70):
+        metrics = (
+            ""
+            if backward_flops is None
+            else f",flops={backward_flops},alloc_bytes={backward_bytes}"
+        )
         return profile(
             (
                 "forward",
@@ -191,7 +196,8 @@ def test_backward_imbalance_judges_gemms_by_their_flops():
                     TRAIN,
                     (
                         layer,
-                        f"operator:torch.nn.functional.linear @cpu_time_ns={70 * MS},flops=400",
+                        f"operator:torch.nn.functional.linear @cpu_time_ns={forward_ms * MS}"
+                        + ("" if backward_flops is None else ",flops=400,alloc_bytes=400"),
                     ),
                 ),
             ),
@@ -202,29 +208,30 @@ def test_backward_imbalance_judges_gemms_by_their_flops():
                     (
                         layer,
                         "operator:torch.nn.functional.linear [backward]"
-                        f" @cpu_time_ns={230 * MS},flops={backward_flops}",
+                        f" @cpu_time_ns={230 * MS}{metrics}",
                     ),
                 ),
             ),
         )
 
     assert "backward_imbalance" not in rules(analyze(linear(800)))
-    # the same times with equal FLOPs are an imbalance
-    assert only(analyze(linear(400)), "backward_imbalance")["evidence"]["expected_ratio"] == 1.0
+    # the same times with equal FLOPs and bytes are an imbalance, and not a formula's
+    f = only(analyze(linear(400)), "backward_imbalance")
+    assert f["evidence"]["expected_ratio"] == 1.0
+    assert "two GEMMs" in f["suggestion"] and "backward formula" not in f["suggestion"]
+    # a backward writing 512x the forward's bytes (a weight gradient, 4 rows a
+    # step: the ddp_exposed.py model) is the write's cost, however few its FLOPs
+    assert "backward_imbalance" not in rules(analyze(linear(800, 512 * 400, forward_ms=5)))
+    # 7.8x with neither measured (a lightweight window): no multiple to judge by
+    assert "backward_imbalance" not in rules(analyze(linear(None, forward_ms=30)))
 
 
 def test_backward_imbalance_on_a_jax_profile_speaks_jax():
-    # XLA op time (device time) of a JAX window; dot_general's backward FLOPs are 2x
+    # XLA op time (device time) of a JAX window; a sort's backward is a scatter, 2x is normal
     layer = line("forward", "model.py:12")
     p = profile(
-        ("forward", (TRAIN, (layer, f"operator:dot_general @device_time_ns={10 * MS},flops=100"))),
-        (
-            "backward",
-            (
-                TRAIN,
-                (layer, f"operator:dot_general [backward] @device_time_ns={90 * MS},flops=200"),
-            ),
-        ),
+        ("forward", (TRAIN, (layer, f"operator:sort @device_time_ns={10 * MS}"))),
+        ("backward", (TRAIN, (layer, f"operator:sort [backward] @device_time_ns={90 * MS}"))),
         framework="jax",
         env={"jax": "0.10.2", "backend": "cpu"},
     )

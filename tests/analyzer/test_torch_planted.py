@@ -51,6 +51,18 @@ def test_healthy_mlp_gets_no_warning(tmp_path):
     assert op_name(hot["evidence"]["operators"][0]["operator"].split(" ")[0]) == "linear"
 
 
+@pytest.mark.parametrize("mode", ["lightweight", "comprehensive"])
+def test_a_linear_over_few_rows_has_no_backward_imbalance(tmp_path, mode):
+    """Regression: a Linear(4096, 4096) over 4 rows took 6.5-7.8x its forward
+    in backward (its fresh 64 MiB weight gradient page-faults each step), and
+    its line was told to check the backward formula of aten::linear."""
+    p = _one(planted.run_few_rows(tmp_path, mode))
+    assert [f for f in p.findings if f["rule"] == "backward_imbalance"] == []
+    # analysed, not skipped: the linears are where the step goes
+    (hot,) = [f for f in p.findings if f["rule"] == "hotspot"]
+    assert op_name(hot["evidence"]["operators"][0]["operator"].split(" ")[0]) == "linear"
+
+
 def test_slow_getitem_is_the_dataloader_bottleneck(tmp_path):
     p = _one(planted.run_slow_getitem(tmp_path))
     f = only(p.findings, "dataloader_bottleneck")
