@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model.comm import RUNTIME_OPERATORS
 from ..model.opnames import is_collective
 from .base import Window, finding, ms, op_name, percent
 
@@ -298,7 +299,7 @@ _NORMAL_RATIO = {
 _OTHER_RATIO = 2.0  # an operator of no family here: its backward is a few of its forward's passes
 
 #: Communication and its machinery: a gradient all-reduce, FSDP's all-gather
-#: and reduce-scatter copies. Their time in backward is waiting for ranks, not
+#: and reduce-scatter copies, DDP's reducer's own work. Their time in backward is waiting for ranks, not
 #: a backward formula.
 _COMMUNICATION = (
     "all_reduce",
@@ -321,6 +322,7 @@ _COMMUNICATION = (
     "fsdp",
     "record_param_comms",
     "broadcast_",
+    *RUNTIME_OPERATORS,
 )
 
 

@@ -49,6 +49,12 @@ BESIDE = "other"
 #: Details of the nodes that time a wait, not a collective's call.
 WAITS = (WAITED, END_OF_BACKWARD)
 
+#: Operators that are a data-parallel runtime's own work, whatever module
+#: they run under: DDP's reducer copying gradients into its buckets
+#: (``reducer::copy_``), dividing them by the world size (``mul_out``) and
+#: copying the reduced buckets back (``ddp.reducer::copy_bucket_to_grad``).
+RUNTIME_OPERATORS = ("torch::distributed::reducer::", "torch.distributed.ddp.reducer::")
+
 #: What a collective does, from its operator's name (c10d's and the
 #: ``dist.*`` spellings alike), in the order rows list them.
 OPERATIONS = (
@@ -179,8 +185,8 @@ class ModuleComm:
         collectives: The collective nodes it is served by.
         compute_ns: Time of the module's own work (see the module docstring).
         runtime_ns: Time of the sharding runtime's work for it (``sharding``
-            frames, an operator that issues collectives, the collective
-            calls), less ``exposed_ns``: what it cost the step besides
+            frames, an operator that issues collectives, DDP's reducer's
+            operators, the collective calls), less ``exposed_ns``: what it cost the step besides
             waiting for communication. Compute, exposed communication and
             this add up to the module's time.
         comm_ns: The collectives' ``comm_time_ns``.
@@ -323,14 +329,16 @@ def _split(
     """``start``'s own time as (compute, runtime): its inclusive time less
     another row's module, less what is the runtime's (a sharding frame, an
     operator that issues collectives, as FSDP's gradient-reducing autograd
-    function does) or a collective's."""
+    function does, one of `RUNTIME_OPERATORS`) or a collective's."""
     compute, runtime, stack = incl[start], 0, list(tree.children(start))
     while stack:
         node = stack.pop()
         frame = tree.node_frame(node)
         if frame.kind == "module" and key[node] in rows:
             compute -= incl[node]
-        elif frame.kind == "sharding" or (frame.kind == "operator" and issuing[node]):
+        elif frame.kind == "sharding" or (
+            frame.kind == "operator" and (issuing[node] or frame.name.startswith(RUNTIME_OPERATORS))
+        ):
             compute -= incl[node]
             runtime += incl[node] - _collectives(tree, node, incl)
         else:

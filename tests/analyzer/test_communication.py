@@ -154,6 +154,35 @@ def test_a_backends_work_beside_the_step_is_no_modules_time():
     assert [p.tree.path_frames(n)[0].name for n in big.nodes] == ["forward", "backward"]
 
 
+def test_ddps_reducer_is_runtime_not_the_modules_compute():
+    """DDP's reducer copies each gradient into its bucket and divides the
+    bucket by the world size, under the module whose gradient it is: DDP's
+    work, like a sharding frame's, not the layer's backward."""
+    layer = "module:module.0"
+    p = profile(
+        ("forward", (TRAIN, (layer, f"aten::addmm @cpu_time_ns={10 * MS},count={STEPS}"))),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    layer,
+                    f"aten::addmm [backward] @cpu_time_ns={20 * MS},count={STEPS}",
+                    f"torch::distributed::reducer::copy_ @cpu_time_ns={2 * MS},count={STEPS}",
+                    f"torch::distributed::reducer::mul_out @cpu_time_ns={3 * MS},count={STEPS}",
+                    f"c10d::allreduce_ [backward] @cpu_time_ns={MS},count={STEPS},"
+                    f"comm_time_ns={4 * MS},exposed_comm_ns={MS},comm_bytes=4096",
+                ),
+            ),
+        ),
+        steps=(1, 1 + STEPS),
+    )
+    (row,) = by_module(p.tree)
+    assert (row.compute_ns, row.runtime_ns, row.exposed_ns) == (30 * MS, 5 * MS, MS)
+    host = sum(p.tree.inclusive("cpu_time_ns")[n] for n in row.nodes)
+    assert row.compute_ns + row.runtime_ns + row.exposed_ns == host
+
+
 def test_operations_by_name():
     assert operation("c10d::_allgather_base_") == "all-gather"
     assert operation("c10d::reduce_scatter_tensor_coalesced_") == "reduce-scatter"

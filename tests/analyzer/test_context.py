@@ -281,7 +281,7 @@ def test_backward_imbalance_weighs_the_quietest_step_not_one_preempted_step():
 
 def test_backward_imbalance_leaves_communication_out():
     # FSDP on two gloo ranks: the all-gather's copy-in and the reduce-scatter
-    # are communication; JAX's sharded step: the gradient psum
+    # are communication; DDP's reducer's own work; JAX's sharded step: the gradient psum
     layer = line("forward", "model.py:12")
     fsdp = profile(
         ("forward", (TRAIN, (layer, f"operator:fsdp::all_gather_copy_in @cpu_time_ns={MS}"))),
@@ -298,15 +298,32 @@ def test_backward_imbalance_leaves_communication_out():
         ),
     )
     assert "backward_imbalance" not in rules(analyze(fsdp))
-    jax = profile(
-        ("forward", (TRAIN, (layer, f"operator:dot_general @device_time_ns={10 * MS},flops=100"))),
+    # DDP's reducer: its copies into the buckets and its division by the world size
+    ddp = profile(
+        ("forward", (TRAIN, (layer, f"operator:aten::layer_norm @cpu_time_ns={10 * MS}"))),
         (
             "backward",
             (
                 TRAIN,
                 (
                     layer,
-                    f"operator:dot_general [backward] @device_time_ns={20 * MS},flops=200",
+                    f"operator:aten::layer_norm [backward] @cpu_time_ns={20 * MS}",
+                    f"operator:torch::distributed::reducer::copy_ @cpu_time_ns={40 * MS}",
+                    f"operator:torch::distributed::reducer::mul_out @cpu_time_ns={40 * MS}",
+                ),
+            ),
+        ),
+    )
+    assert "backward_imbalance" not in rules(analyze(ddp))
+    jax = profile(
+        ("forward", (TRAIN, (layer, f"operator:sort @device_time_ns={10 * MS}"))),
+        (
+            "backward",
+            (
+                TRAIN,
+                (
+                    layer,
+                    f"operator:sort [backward] @device_time_ns={20 * MS}",
                     f"operator:psum_invariant.35 [backward] @device_time_ns={60 * MS}",
                 ),
             ),

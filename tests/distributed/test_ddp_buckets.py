@@ -17,7 +17,7 @@ import pytest
 
 from dc_core.analyzer import analyze
 from dc_core.cli import main
-from dc_core.model.comm import END_OF_BACKWARD, by_module, ddp_settings
+from dc_core.model.comm import END_OF_BACKWARD, RUNTIME_OPERATORS, by_module, ddp_settings
 from dc_core.store.logdir import load_profiles
 from tests.distributed.ddp_exposed import FIXED_CAP_MB  # its fix: the cap the advice names
 from tests.distributed.spawn import profiled
@@ -90,6 +90,18 @@ def test_each_buckets_all_reduce_sits_under_the_module_that_completed_it(tmp_pat
         assert sorted(rows) == sorted(expected)
         assert all(row.calls == STEPS for row in rows.values())
         assert rows["0.0"].exposed_ns >= tree.value(wait, "exposed_comm_ns")
+        if capture == "native":  # the reducer's records are C++'s: torch.profiler's too
+            # the reducer's copies of each bucket's gradients and its division
+            # by the world size are its runtime, not the layer's compute
+            incl, reducer = (
+                tree.inclusive("cpu_time_ns"),
+                tree.find_all(lambda f: f.name.startswith(RUNTIME_OPERATORS)),
+            )
+            for name, row in rows.items():
+                own = [n for n in reducer if set(tree.path(n)) & set(row.nodes)]
+                assert own, name
+                host = sum(incl[n] for n in row.nodes)
+                assert row.compute_ns <= host - sum(incl[n] for n in own), name
         # the settings DDP ran with, and the buckets its reducer made
         assert ddp_settings(p.env) == {
             "bucket_cap_mb": "1",
