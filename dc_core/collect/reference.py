@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from dc_core.collect import sysmon
+from dc_core.collect.monitor import Monitor
 from dc_core.collect.scopes import MAX_LENT, Scope, Stack, ancestor, stretch_node, take_lent
 from dc_core.collect.step_bounds import StepBounds
 from dc_core.collect.worker import Worker
@@ -76,6 +77,7 @@ _OWN_FILES = frozenset(
         now_ns.__code__.co_filename,
         sysmon.ProcReader.sample.__code__.co_filename,
         Worker.start.__code__.co_filename,
+        Monitor.start.__code__.co_filename,
     }
 )
 
@@ -129,9 +131,8 @@ class Collector:
         # background threads and what they collect
         self._sampler: Worker | None = None
         self._sample_period_ns = 10_000_000
-        self._monitor: Worker | None = None
-        self._monitor_rows: list[dict] = []
-        self._drops = {"nodes": 0, "samples": 0, "monitor": 0}
+        self._monitor = Monitor(max_samples)
+        self._drops = {"nodes": 0, "samples": 0}
 
         self.intern(KIND_ROOT, "")
         self._new_node(-1, 0)
@@ -474,46 +475,18 @@ class Collector:
 
     # --- system monitor ------------------------------------------------
     def start_monitor(self, interval_ms: int) -> None:
-        if not interval_ms > 0:
-            raise ValueError(f"interval_ms must be > 0, got {interval_ms}")
-        if self._monitor is not None and self._monitor.running:
-            return
-        self.stop_monitor()
-        reader = self._monitor_reader = sysmon.ProcReader()
-        self._record(reader)  # like the native monitor: a reading at start ...
-        self._monitor = Worker(
-            "deepcontext-monitor", interval_ms / 1000.0, lambda: self._record(reader)
-        )
-        self._monitor.start()
-
-    def _record(self, reader: sysmon.ProcReader) -> None:
-        row = reader.sample()
-        with self._lock:
-            if len(self._monitor_rows) < self._max_samples:
-                self._monitor_rows.append(row)
-            else:
-                self._drops["monitor"] += 1
+        self._monitor.start(interval_ms)
 
     def stop_monitor(self) -> None:
-        monitor, self._monitor = self._monitor, None
-        if monitor is not None and monitor.running:
-            monitor.stop()
-            self._record(self._monitor_reader)  # ... and one when stopped
-        elif monitor is not None:
-            monitor.stop()
+        self._monitor.stop()
 
     def monitor_samples(self) -> dict[str, list]:
-        with self._lock:
-            rows = list(self._monitor_rows)
-        return {
-            column: [list(r[column]) if isinstance(r[column], list) else r[column] for r in rows]
-            for column in sysmon.COLUMNS
-        }
+        return self._monitor.samples()
 
     # --- output ---------------------------------------------------------
     def snapshot(self) -> dict:
         with self._lock:
-            drops = dict(self._drops)
+            drops = {**self._drops, "monitor": self._monitor.dropped}
             if self._sampler is not None:
                 drops["samples"] += self._sampler.missed
             out = {
@@ -546,5 +519,5 @@ class Collector:
             for scopes in list(self._stacks.values()):
                 scopes.clear()
                 scopes.lent.clear()
-            self._monitor_rows.clear()
             self._drops = dict.fromkeys(self._drops, 0)
+        self._monitor.clear()

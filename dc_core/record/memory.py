@@ -10,12 +10,16 @@ peak's node travels the same way, as a carried column (`PEAK_MARK`).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, MutableMapping, Sequence
+import functools
+import logging
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from ..model.kinds import MEMORY_CATEGORIES
 from ..model.tree import Tree
 from ..store.profile import DeviceMemory
+
+logger = logging.getLogger("deepcontext")
 
 #: Every metric memory tracking gives a node (for the main device).
 MEMORY_METRIC_NAMES = (
@@ -74,6 +78,42 @@ def fold_memory(snap: MutableMapping[str, Any], readout: Mapping[str, Any]) -> l
             metrics[PEAK_MARK + name] = mark
         facts.append({"device": name, **d})
     return facts
+
+
+def window_memory(
+    config: Any,
+    adapter: Any,
+    collector: Any,
+    snap: MutableMapping[str, Any],
+    fail: Callable[[BaseException, str], None],
+) -> tuple[list[dict[str, Any]], list[str], str]:
+    """Memory by context for a window's profile, when ``config`` asks for it:
+    the devices' facts (their columns joined to ``snap``), the metrics the
+    window could not give, and why (warned once per reason). A failed readout
+    is the profiler's (``fail``); the window is still written, without memory."""
+    if not getattr(config, "collect_memory", False):
+        return [], [], ""
+    collected, note = adapter.memory_state()
+    if collected:
+        try:
+            readout = adapter.memory_readout(collector)
+            missing = [name for name in readout.get("missing", ()) if name in MEMORY_METRIC_NAMES]
+            return fold_memory(snap, readout), missing, note
+        except Exception as exc:
+            fail(exc, "memory readout")
+            note = f"the memory readout failed: {type(exc).__name__}"
+    _warn_missing(note)
+    return [], list(MEMORY_METRIC_NAMES), note
+
+
+@functools.cache
+def _warn_missing(note: str) -> None:
+    logger.warning(
+        "deepcontext: memory was asked for and is not collected (%s); the windows are written "
+        "without %s",
+        note,
+        ", ".join(MEMORY_METRIC_NAMES),
+    )
 
 
 def device_memory(

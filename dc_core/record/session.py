@@ -41,7 +41,7 @@ from .adapter import Adapter, WindowSkipped
 from .config import ProfilerConfig, resolve
 from .environment import detect_host, detect_rank, environment
 from .interrupts import deferred_interrupts
-from .memory import MEMORY_METRIC_NAMES, PEAK_MARK, device_memory, fold_memory
+from .memory import PEAK_MARK, device_memory, window_memory
 from .phase_scopes import NO_PHASE, PhaseScope, RegionScope
 from .registry import active_sessions, open_sessions, watch_windows  # noqa: F401 (where integrations look)
 from .snapshot import profile_from_snapshot, shift_step_bounds
@@ -426,7 +426,9 @@ class Session:
             shift_step_bounds(snap, self.adapter.step_bound_shifts())
         except Exception as exc:  # the window is still written, its bounds as the steps marked them
             self.fail(exc, "step bounds")
-        memory, missing, note = self._memory(snap)
+        memory, missing, note = window_memory(
+            self.config, self.adapter, self.collector, snap, self.fail
+        )
         carried: dict[str, list[int]] = {PEAK_MARK + d["device"]: [] for d in memory}
         profile = profile_from_snapshot(
             snap,
@@ -476,26 +478,6 @@ class Session:
             self._writer = ProfileWriter(self._written, self._write_failed)
         self._writer.submit(encode(profile), path)
 
-    def _memory(self, snap: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], str]:
-        """Memory by context for the window's profile, when the config asks for it:
-        the devices' facts (their columns joined to ``snap``), the metrics the
-        window could not give, and why (warned once per reason)."""
-        if not getattr(self.config, "collect_memory", False):
-            return [], [], ""
-        collected, note = self.adapter.memory_state()
-        if collected:
-            try:
-                readout = self.adapter.memory_readout(self.collector)
-                missing = [
-                    name for name in readout.get("missing", ()) if name in MEMORY_METRIC_NAMES
-                ]
-                return fold_memory(snap, readout), missing, note
-            except Exception as exc:  # the window is still written, without memory
-                self.fail(exc, "memory readout")
-                note = f"the memory readout failed: {type(exc).__name__}"
-        _warn_memory_missing(note)
-        return [], list(MEMORY_METRIC_NAMES), note
-
     def _written(self, path: Path) -> None:
         self.written.append(path)
         logger.info("DeepContext wrote %s", path)
@@ -543,13 +525,3 @@ class Session:
             logger.debug("DeepContext could not save the partial window", exc_info=True)
         finally:
             self._track()
-
-
-@functools.cache
-def _warn_memory_missing(note: str) -> None:
-    logger.warning(
-        "deepcontext: memory was asked for and is not collected (%s); the windows are written "
-        "without %s",
-        note,
-        ", ".join(MEMORY_METRIC_NAMES),
-    )

@@ -185,9 +185,9 @@ def test_memory_off_by_default_leaves_no_memory_metrics(tmp_path):
 
 
 def test_the_python_path_names_the_metrics_it_lacks(tmp_path, caplog):
-    from dc_core.record import session
+    from dc_core.record import memory
 
-    session._warn_memory_missing.cache_clear()
+    memory._warn_missing.cache_clear()
     model = Planted()
     with dc_torch.profile(
         logdir=str(tmp_path),
