@@ -122,9 +122,16 @@ class _Launch(NamedTuple):
     clocked: int = -1  # its number on the `CompletionClock` (-1: not on it)
 
 
-def moved_bytes(args: tuple) -> int:
-    """Bytes a collective moves: its largest tensor argument (a list counts whole)."""
-    return max(map(_tensor_bytes, args), default=0)
+def moved_bytes(args: tuple, positions: tuple[int, ...]) -> int:
+    """Bytes a collective moves: its largest tensor argument (a list counts
+    whole), of those at ``positions`` (`tensor_positions`)."""
+    return max((_tensor_bytes(args[i]) for i in positions if i < len(args)), default=0)
+
+
+def tensor_positions(op: Any) -> tuple[int, ...]:
+    """Where an op's schema takes tensors or lists of them: the arguments
+    `moved_bytes` reads, not the process group or the reduce op."""
+    return tuple(i for i, arg in enumerate(op._schema.arguments) if "Tensor" in str(arg.type))
 
 
 def _tensor_bytes(arg: Any) -> int:
@@ -294,6 +301,12 @@ class CollectiveHooks:
     def _kernel(self, name: str, op: Any) -> Callable:
         hub, scope, inside = self.hub, self.scope, self.inside
         fids: dict[int, int] = {}
+        positions = tensor_positions(op)
+
+        # The overload's C++ entry: its Python __call__ first looks through
+        # every argument for a fake ScriptObject (a torch.compile trace's),
+        # which the C++ dispatcher that called this kernel cannot hand it.
+        raw = getattr(op, "_op", op)
 
         def below_autograd(*args: Any, **kwargs: Any) -> Any:
             # No __torch_function__ is looked for: a c10d op comes from C++,
@@ -301,7 +314,7 @@ class CollectiveHooks:
             # (the process group, the reduce op) for the attribute, a C++
             # exception each: 35 us of a bare redispatching kernel's 60 us.
             with torch._C._AutoDispatchBelowAutograd(), torch._C.DisableTorchFunction():
-                return op(*args, **kwargs)
+                return raw(*args, **kwargs)
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
             if not hub.active:
@@ -323,7 +336,7 @@ class CollectiveHooks:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
             # comm_time_ns starts where the scope's cpu_time_ns does
-            launch = (time.monotonic_ns(), group, f"c10d::{name}", at_once)
+            launch = (time.monotonic_ns(), group, f"c10d::{name}", at_once, positions)
             return site.call((fid,), below_autograd, args, kwargs, launch, parent)
 
         return kernel
@@ -332,8 +345,8 @@ class CollectiveHooks:
         self, node: int, frames: tuple, launch: tuple, args: tuple, kwargs: dict, out: Any
     ) -> None:
         collector = self.hub.collector
-        start, group, name, at_once = launch
-        collector.add(node, self.metric_bytes, moved_bytes(args))
+        start, group, name, at_once, positions = launch
+        collector.add(node, self.metric_bytes, moved_bytes(args, positions))
         collector.add(node, self.metric_exposed, time.monotonic_ns() - start)  # the call
         self._on_completion(out, node, start, group, name, at_once)
 

@@ -27,7 +27,8 @@ class CompletionClock:
     def __init__(self, extension: Any) -> None:
         self._completed_at = extension.completed_at
         self._recording = extension.record_function_enabled
-        self._arm = getattr(torch.ops, extension.completion_op()).time_completion
+        # the overload's C++ entry: the packet's Python call resolves it each time
+        self._arm = getattr(torch.ops, extension.completion_op()).time_completion.default._op
         self._next = 0
 
     def arm(self, work: Any) -> int:
