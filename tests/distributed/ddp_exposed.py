@@ -7,19 +7,17 @@ gradients). With ``bucket_cap_mb=100``
 every gradient shares one bucket, launched only once "0"'s gradient comes,
 after the wait: the whole all-reduce is waited for when backward ends.
 
-The window profiles that model. Before it and after it the job times steps
-itself, alternating it with a copy wrapped with ``bucket_cap_mb=FIXED_CAP_MB``
-(the advice's value), whose big gradients' buckets launch before the wait
-and hide behind it: a loaded host weighs on both alike, and a load that
-changes over the run on the window and the timed steps alike.
-``steps-<rank>.json`` holds those step times by setting, each "off" step
-next to the "on" step after it.
+Windows profile that model, between pairs of steps the job times itself
+(`tests.distributed.paired`): one of each pair with it, the other with a copy
+wrapped with ``bucket_cap_mb=FIXED_CAP_MB`` (the advice's value), whose big
+gradients' buckets launch before the wait and hide behind it.
+``steps-<rank>.json`` holds those step times by setting.
 
 Usage: ddp_exposed.py ROOT_DIR
 """
 
 import copy
-import json
+import functools
 import sys
 import time
 from pathlib import Path
@@ -31,14 +29,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-import dc_torch
+from tests.distributed.paired import windows_between_pairs
 from tests.distributed.spawn import spawn
 
 WAIT_S = 0.15
-STEPS = 11
-TIMED = (
-    16  # steps the job times itself, half before the window and half after, alternating settings
-)
 PLANTED_CAP_MB, FIXED_CAP_MB = 100, 16
 
 
@@ -83,31 +77,14 @@ def worker(rank: int, world: int, root: str, init: str) -> None:
     x = torch.randn(4, 64)
     for run in runs.values():  # buckets rebuilt in the order gradients come: timed by none
         train_step(*run, x)
-    times = {"off": [], "on": []}
-    timed(runs, x, times)
-    with dc_torch.profile(
-        logdir=root,
-        run="exposed",
-        steps={"start": 1, "count": STEPS - 1},
-        rank=rank,
+    windows_between_pairs(
+        root,
+        rank,
+        {setting: functools.partial(train_step, *run, x) for setting, run in runs.items()},
         cpu_sampling_hz=0,
         system_interval_ms=0,
-    ) as prof:
-        for _ in range(STEPS):
-            train_step(*runs["off"], x)
-            prof.step()
-    timed(runs, x, times)
-    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
+    )
     dist.destroy_process_group()
-
-
-def timed(runs: dict, x: torch.Tensor, times: dict) -> None:
-    """Half of the TIMED steps, alternating "off" and "on", into ``times``."""
-    for i in range(TIMED // 2):
-        setting = ("off", "on")[i % 2]
-        start = time.monotonic_ns()
-        train_step(*runs[setting], x)
-        times[setting].append(time.monotonic_ns() - start)
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:

@@ -54,10 +54,10 @@ def launch(cwd: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
     return done
 
 
-def profiled(script: Path, root: Path, ranks: int, *args: str) -> list:
+def profiled(script: Path, root: Path, ranks: int, *args: str, windows: int = 1) -> list:
     """Run ``script root *args`` (it spawns ``ranks`` ranks, each profiling
-    into ``root``); it must succeed and every rank write a readable profile.
-    The profiles, by rank."""
+    ``windows`` windows into ``root``); it must succeed and every rank write
+    readable profiles. The profiles, by rank (and steps)."""
     from dc_core.store.logdir import load_profiles
 
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -71,8 +71,10 @@ def profiled(script: Path, root: Path, ranks: int, *args: str) -> list:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     profiles, errors = load_profiles(root)
-    assert errors == [] and sorted(p.rank for p in profiles) == list(range(ranks))
-    return sorted(profiles, key=lambda p: p.rank)
+    assert errors == [] and sorted(p.rank for p in profiles) == sorted(
+        list(range(ranks)) * windows
+    ), [(p.rank, p.steps) for p in profiles]
+    return sorted(profiles, key=lambda p: (p.rank, p.steps))
 
 
 def issued(tree: Any, test: Callable[..., bool] = lambda frame: True) -> list[int]:
