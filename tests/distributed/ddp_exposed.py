@@ -1,7 +1,8 @@
 """Run by test_ddp_buckets.py: DDP's all-reduce planted exposed when backward
 ends. Plain PyTorch DDP on 2 CPU processes (gloo): a small Linear "0", a
-module "1" that waits WAIT_S in its forward and in its backward (standing in
-for work that leaves the host free: a device computing), then
+module "1" that waits FORWARD_S in its forward and BACKWARD_S in its
+backward (standing in for work that leaves the host free: a device
+computing), then
 Linear(64, 4096), Linear(4096, 4096) and Linear(4096, 64) (66 MiB of
 gradients). With ``bucket_cap_mb=100``
 every gradient shares one bucket, launched only once "0"'s gradient comes,
@@ -32,22 +33,24 @@ from torch.nn.parallel import DistributedDataParallel
 from tests.distributed.paired import windows_between_pairs
 from tests.distributed.spawn import spawn
 
-WAIT_S = 0.15
+# the backward's wait hides the fixed buckets' all-reduce; the forward's is
+# short so that the exposed wait stays well above the rule's share of a step
+FORWARD_S, BACKWARD_S = 0.05, 0.15
 PLANTED_CAP_MB, FIXED_CAP_MB = 100, 16
 
 
 class WaitBothWays(torch.autograd.Function):
-    """Waits in forward and as long in backward: a backward of the usual
-    multiple of its forward, which no finding flags."""
+    """Waits in forward and 3x as long in backward: within the usual multiple
+    of a backward, which no finding flags."""
 
     @staticmethod
     def forward(ctx, x):
-        time.sleep(WAIT_S)
+        time.sleep(FORWARD_S)
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        time.sleep(WAIT_S)
+        time.sleep(BACKWARD_S)
         return grad
 
 
