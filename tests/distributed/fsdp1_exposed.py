@@ -6,10 +6,10 @@ parameters); each block is a unit and the whole model the root, with
 gathered in its forward and again in its backward. On gloo FSDP gathers on
 the thread that asks, so the step waits for both.
 
-The window profiles that model. After it the job times steps itself,
-alternating it with a copy wrapped with ``ShardingStrategy.SHARD_GRAD_OP``
-(the advice: the parameters kept gathered from forward to backward, no
-backward gather), so that a loaded host weighs on both alike;
+Windows profile that model. Between them the job times pairs of steps
+itself (`tests.distributed.paired`): one of each pair with it, the other
+with a copy wrapped with ``ShardingStrategy.SHARD_GRAD_OP`` (the advice: the
+parameters kept gathered from forward to backward, no backward gather);
 ``steps-<rank>.json`` holds those steps' running times (less the thread's
 wait for a CPU) by setting.
 
@@ -17,9 +17,8 @@ Usage: fsdp1_exposed.py ROOT_DIR
 """
 
 import copy
-import json
+import functools
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -29,11 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
-import dc_torch
+from tests.distributed.paired import windows_between_pairs
 from tests.distributed.spawn import spawn
-
-STEPS = 11
-TIMED = 16  # steps the job times itself after the window, alternating settings
 
 
 def wrapped(model: nn.Sequential, strategy: ShardingStrategy) -> nn.Module:
@@ -61,33 +57,17 @@ def worker(rank: int, world: int, root: str, init: str) -> None:
         fsdp = wrapped(copy.deepcopy(model), strategy)
         runs[setting] = (fsdp, torch.optim.SGD(fsdp.parameters(), lr=1e-4))
     x = torch.randn(4, 64)
-    train_step(*runs["on"], x)
-    with dc_torch.profile(
-        logdir=root,
-        run="exposed",
-        steps={"start": 1, "count": STEPS - 1},
-        rank=rank,
+    for run in runs.values():  # the first step initializes each: timed by none
+        train_step(*run, x)
+    windows_between_pairs(
+        root,
+        rank,
+        {setting: functools.partial(train_step, *run, x) for setting, run in runs.items()},
+        running_time=True,  # a loaded host adds its wait for a CPU to each gather's wake-up
         cpu_sampling_hz=0,
         system_interval_ms=0,
-    ) as prof:
-        for _ in range(STEPS):
-            train_step(*runs["off"], x)
-            prof.step()
-    times = {"off": [], "on": []}
-    for i in range(TIMED):
-        setting = ("off", "on")[i % 2]
-        start, waited = time.monotonic_ns(), cpu_wait_ns()
-        train_step(*runs[setting], x)
-        # the step's running time: less its thread's wait for a CPU, which a
-        # loaded host adds to each of the gathers' wake-ups
-        times[setting].append(time.monotonic_ns() - start - (cpu_wait_ns() - waited))
-    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
+    )
     dist.destroy_process_group()
-
-
-def cpu_wait_ns() -> int:
-    """ns this thread has waited, runnable, for a CPU (schedstat's second field)."""
-    return int(Path("/proc/thread-self/schedstat").read_text().split()[1])
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:

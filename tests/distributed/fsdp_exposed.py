@@ -6,20 +6,18 @@ waits stand in for work that leaves the host free (a device computing): what a
 gather can hide behind, even on a loaded host, where gloo's thread takes up to
 100 ms to move the block.
 
-The window profiles FSDP2's defaults, whose prefetches run synchronously on
+Windows profile FSDP2's defaults, whose prefetches run synchronously on
 gloo, so the huge block's all-gather is waited for in forward and again in
-backward. Before it and after it the job times steps itself, alternating
-that with prefetching on (the groups unshard asynchronously and block 0
-prefetches block 1 in forward; FSDP's own backward prefetch, from block 2,
-does it in backward): a loaded host weighs on both settings alike, and a
-load that changes over the run on the window and the timed steps alike.
-``steps-<rank>.json`` holds those step times by setting, each "off" step
-next to the "on" step after it.
+backward. Between them the job times pairs of steps itself
+(`tests.distributed.paired`): one of each pair so, the other with
+prefetching on (the groups unshard asynchronously and block 0 prefetches
+block 1 in forward; FSDP's own backward prefetch, from block 2, does it in
+backward). ``steps-<rank>.json`` holds those step times by setting.
 
 Usage: fsdp_exposed.py ROOT_DIR
 """
 
-import json
+import functools
 import sys
 import time
 from pathlib import Path
@@ -31,14 +29,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-import dc_torch
+from tests.distributed.paired import windows_between_pairs
 from tests.distributed.spawn import spawn
 
 WAIT_S = 0.15
-STEPS = 6
-TIMED = (
-    16  # steps the job times itself, half before the window and half after, alternating settings
-)
 
 
 class Wait(nn.Module):
@@ -89,33 +83,22 @@ def worker(rank: int, world: int, root: str, init: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.randn(4, 64)
     train_step(model, opt, x)  # FSDP's first step initializes it: timed by none
-    times = {"off": [], "on": []}
-    timed(model, opt, x, times)
-    prefetch(model, False)
-    with dc_torch.profile(
-        logdir=root,
-        run="exposed",
-        steps={"start": 1, "count": STEPS - 1},
-        rank=rank,
+    windows_between_pairs(
+        root,
+        rank,
+        {
+            "off": functools.partial(step, model, opt, x, False),
+            "on": functools.partial(step, model, opt, x, True),
+        },
         cpu_sampling_hz=0,
         system_interval_ms=0,
-    ) as prof:
-        for _ in range(STEPS):
-            train_step(model, opt, x)
-            prof.step()
-    timed(model, opt, x, times)
-    Path(root, f"steps-{rank}.json").write_text(json.dumps(times))
+    )
     dist.destroy_process_group()
 
 
-def timed(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, times: dict) -> None:
-    """Half of the TIMED steps, alternating "off" and "on", into ``times``."""
-    for i in range(TIMED // 2):
-        setting = ("off", "on")[i % 2]
-        prefetch(model, setting == "on")
-        start = time.monotonic_ns()
-        train_step(model, opt, x)
-        times[setting].append(time.monotonic_ns() - start)
+def step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, prefetching: bool) -> None:
+    prefetch(model, prefetching)
+    train_step(model, opt, x)
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
