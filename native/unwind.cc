@@ -38,7 +38,11 @@ Request g_request;
 struct sigaction g_previous;
 std::once_flag g_install_once;
 bool g_installed = false;
-constexpr int kSignal = SIGPROF;
+// SIGURG, whose default action is to ignore it: code that resets every
+// signal it saved to what Python recorded (Lightning's trainer does so when
+// fit ends, SIG_DFL for this one) then drops a request instead of killing
+// the process, as SIGPROF's default did.
+constexpr int kSignal = SIGURG;
 
 void on_signal(int sig, siginfo_t* info, void* ctx) {
   int saved_errno = errno;
@@ -55,6 +59,22 @@ void on_signal(int sig, siginfo_t* info, void* ctx) {
     g_previous.sa_handler(sig);
   }
   errno = saved_errno;
+}
+
+// Whether a request may be sent: our handler is in place, or nobody's is
+// (SIG_DFL, SIG_IGN: someone reset it) and ours goes back. Another handler
+// put over ours is left alone, and gets none of our requests.
+bool handler_in_place() {
+  struct sigaction current;
+  if (sigaction(kSignal, nullptr, &current) != 0) return false;
+  if ((current.sa_flags & SA_SIGINFO) != 0) return current.sa_sigaction == on_signal;
+  if (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN) return false;
+  struct sigaction ours;
+  std::memset(&ours, 0, sizeof(ours));
+  ours.sa_sigaction = on_signal;
+  ours.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&ours.sa_mask);
+  return sigaction(kSignal, &ours, nullptr) == 0;
 }
 
 int64_t mono_ns() {
@@ -77,8 +97,8 @@ bool unwind_install() {
     // SA_RESTART: the target's interrupted system calls resume by themselves.
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    // The handler stays installed for the life of the process: a stray
-    // signal after an uninstall would kill the process by default.
+    // The handler stays installed for the life of the process: a request
+    // that times out may still be delivered after the sampler stopped.
     g_installed = sigaction(kSignal, &sa, &g_previous) == 0;
   });
   return g_installed;
@@ -87,7 +107,7 @@ bool unwind_install() {
 void unwind_after_fork() { g_request.state.store(IDLE); }
 
 int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns) {
-  if (!g_installed) return -1;
+  if (!g_installed || !handler_in_place()) return -1;
   g_request.n = 0;
   g_request.tid.store(tid, std::memory_order_release);
   g_request.state.store(REQUESTED, std::memory_order_release);

@@ -268,3 +268,25 @@ def test_gradient_clipping_is_part_of_the_update(tmp_path):
     tree = profile.tree
     norms = tree.find_all(lambda f: f.kind == "operator" and "_foreach_norm" in f.name)
     assert norms and {tree.path_frames(n)[0].name for n in norms} == {"optimizer"}
+
+
+def test_regression_a_second_fit_still_unwinds_native_stacks(tmp_path):
+    """Lightning sets every signal back to the handler Python recorded at
+    start-up when a fit ends, the native sampler's unwind signal too: with
+    SIGPROF, the next comprehensive window's sampler ended the process."""
+    for run in ("first", "second"):
+        callback = DeepContextCallback(
+            mode="comprehensive",
+            steps={"start": 1, "count": 4},
+            cpu_sampling_hz=1000,
+            system_interval_ms=0,
+        )
+        fit(tmp_path / run, callback)
+    (profile,), errors = load_profiles(tmp_path / "second" / "lightning_logs")
+    tree = profile.tree
+    native = [
+        n
+        for n in range(len(tree))
+        if tree.node_frame(n).kind == "native" and tree.value(n, "samples")
+    ]
+    assert errors == [] and native, sum(tree.value(n, "samples") for n in range(len(tree)))
