@@ -61,6 +61,17 @@ void on_signal(int sig, siginfo_t* info, void* ctx) {
   errno = saved_errno;
 }
 
+// Installs our handler, keeping what it replaces in `previous` (if given).
+bool install_ours(struct sigaction* previous) {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = on_signal;
+  // SA_RESTART: the target's interrupted system calls resume by themselves.
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  return sigaction(kSignal, &sa, previous) == 0;
+}
+
 // Whether a request may be sent: our handler is in place, or nobody's is
 // (SIG_DFL, SIG_IGN: someone reset it) and ours goes back. Another handler
 // put over ours is left alone, and gets none of our requests.
@@ -69,12 +80,7 @@ bool handler_in_place() {
   if (sigaction(kSignal, nullptr, &current) != 0) return false;
   if ((current.sa_flags & SA_SIGINFO) != 0) return current.sa_sigaction == on_signal;
   if (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN) return false;
-  struct sigaction ours;
-  std::memset(&ours, 0, sizeof(ours));
-  ours.sa_sigaction = on_signal;
-  ours.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&ours.sa_mask);
-  return sigaction(kSignal, &ours, nullptr) == 0;
+  return install_ours(nullptr);
 }
 
 int64_t mono_ns() {
@@ -91,15 +97,9 @@ bool unwind_install() {
     // that inside a signal handler could deadlock, so do it here first.
     void* warm[4];
     backtrace(warm, 4);
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = on_signal;
-    // SA_RESTART: the target's interrupted system calls resume by themselves.
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
     // The handler stays installed for the life of the process: a request
     // that times out may still be delivered after the sampler stopped.
-    g_installed = sigaction(kSignal, &sa, &g_previous) == 0;
+    g_installed = install_ours(&g_previous);
   });
   return g_installed;
 }

@@ -9,7 +9,7 @@ profiled setting runs in `ROUNDS` windows of `WINDOW` steps, each after
 `PAIRS` pairs of timed steps (each setting once, the profiled one first),
 and `PAIRS` more close the run: each window's estimate and the pairs around
 it see the same load. A test takes the median over the windows and over the
-pairs (`by_rank`).
+pairs (`planted_tops`, `steps_of`).
 """
 
 from __future__ import annotations
@@ -60,11 +60,17 @@ def cpu_wait_ns() -> int:
     return int(Path("/proc/thread-self/schedstat").read_text().split()[1])
 
 
-def by_rank(profiles: list) -> dict[int, list]:
-    """``profiles`` (`spawn.profiled`'s, ``windows=ROUNDS``) grouped by rank."""
-    out: dict[int, list] = {}
-    for p in profiles:
-        out.setdefault(p.rank, []).append(p)
+def planted_tops(script: Path, root: Path, ranks: int = 2) -> dict[int, list[dict]]:
+    """Run a planted script (`spawn.profiled`, `ROUNDS` windows a rank): per
+    rank, its windows' top findings, each the planted ``exposed_communication``."""
+    from dc_core.analyzer import analyze
+    from tests.distributed.spawn import profiled
+
+    out: dict[int, list[dict]] = {}
+    for p in profiled(script, root, ranks, windows=ROUNDS):
+        top = analyze(p)[0]
+        assert top["rule"] == "exposed_communication", top
+        out.setdefault(p.rank, []).append(top)
     return out
 
 

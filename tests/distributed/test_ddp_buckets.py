@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from dc_core.analyzer import analyze
 from dc_core.cli import main
 from dc_core.model.comm import END_OF_BACKWARD, RUNTIME_OPERATORS, by_module, ddp_settings
 from dc_core.store.logdir import load_profiles
 from tests.distributed.ddp_exposed import FIXED_CAP_MB  # its fix: the cap the advice names
-from tests.distributed.paired import ROUNDS, by_rank, steps_of
+from tests.distributed.paired import planted_tops, steps_of
 from tests.distributed.spawn import profiled
 
 SCRIPT = Path(__file__).with_name("ddp_buckets.py")
@@ -121,11 +120,8 @@ def test_a_planted_exposed_all_reduce_is_the_top_finding_and_smaller_buckets_sav
     last, the saving and a smaller cap; steps with that cap, each next to
     a step without, save that much (the pairs' median against the windows',
     all from one stretch of the host's load: `tests.distributed.paired`)."""
-    for rank, windows in by_rank(profiled(EXPOSED, tmp_path, 2, windows=ROUNDS)).items():
-        gains = []
-        for p in windows:
-            top = analyze(p)[0]
-            assert top["rule"] == "exposed_communication", top
+    for rank, tops in planted_tops(EXPOSED, tmp_path).items():
+        for top in tops:
             assert top["path"][-1] == "module.0 (Linear)"
             evidence = top["evidence"]
             assert evidence["buckets"] == 1
@@ -136,11 +132,10 @@ def test_a_planted_exposed_all_reduce_is_the_top_finding_and_smaller_buckets_sav
             assert f"bucket_cap_mb={FIXED_CAP_MB})`, now 100" in top["suggestion"], top[
                 "suggestion"
             ]
-            gains.append(top["gain_ns"])
         steps = steps_of(tmp_path, rank)
         saved = statistics.median(off - on for off, on in zip(steps["off"], steps["on"]))
-        gain = statistics.median(gains)
-        assert 0.6 * gain <= saved <= 1.4 * gain, (saved, gains)
+        gain = statistics.median(top["gain_ns"] for top in tops)
+        assert 0.6 * gain <= saved <= 1.4 * gain, (saved, [top["gain_ns"] for top in tops])
 
 
 @pytest.mark.slow

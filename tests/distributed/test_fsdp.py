@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dc_core.analyzer import analyze
-from tests.distributed.paired import ROUNDS, by_rank, steps_of
+from tests.distributed.paired import planted_tops, steps_of
 from tests.distributed.spawn import issued, profiled
 
 SCRIPT = Path(__file__).with_name("fsdp_blocks.py")
@@ -106,19 +106,15 @@ def test_a_planted_exposed_all_gather_is_the_top_finding_and_prefetch_saves_it(t
     each next to a step that does not, save that much (the pairs' median
     against the windows', all from one stretch of the host's load:
     `tests.distributed.paired`)."""
-    for rank, windows in by_rank(profiled(EXPOSED, tmp_path, 2, windows=ROUNDS)).items():
-        gains = []
-        for p in windows:
-            top = analyze(p)[0]
-            assert top["rule"] == "exposed_communication", top
+    for rank, tops in planted_tops(EXPOSED, tmp_path).items():
+        for top in tops:
             assert top["path"][-1] == "1 (FSDPSequential)"
             evidence = top["evidence"]
             assert evidence["forward_ns"] > 0 and evidence["backward_ns"] > 0
             assert evidence["all_gather_bytes"] == 2 * 2 * (2048 * 2048 + 2048) * 4  # twice a step
             assert "_set_unshard_async_op(True)" in top["suggestion"]
             assert "set_modules_to_forward_prefetch([1])" in top["suggestion"]
-            gains.append(top["gain_ns"])
         steps = steps_of(tmp_path, rank)
         saved = statistics.median(off - on for off, on in zip(steps["off"], steps["on"]))
-        gain = statistics.median(gains)
-        assert 0.6 * gain <= saved <= 1.4 * gain, (saved, gains)
+        gain = statistics.median(top["gain_ns"] for top in tops)
+        assert 0.6 * gain <= saved <= 1.4 * gain, (saved, [top["gain_ns"] for top in tops])
