@@ -20,10 +20,13 @@ it returns (``async_op=False``) completes where that wait ends: no callback
 at all. ``comm_bytes`` the
 tensors it moves (its largest argument: an all-gather's output, a
 reduce-scatter's input, an all-reduce's tensor). ``exposed_comm_ns`` is the
-part the issuing thread could not overlap with anything else: the call itself
-(a backend may run the collective there) and the time it waited in the work's
-``wait()`` (called by ``dist.*`` itself for a synchronous collective), billed
-to the collective that work came from. A work without a future is timed to
+part of that the issuing thread could not overlap with anything else: the call
+itself (a backend may run the collective there) and the time it waited in the
+work's ``wait()`` (called by ``dist.*`` itself for a synchronous collective),
+billed to the collective that work came from. Where the collective's
+completion is known, a call counts up to it (a call that returns after its
+collective completed spent the rest launching, not communicating) and a wait
+that began after it counts for nothing. A work without a future is timed to
 the end of its wait. A collective launched in one sharding scope and waited
 for in another's (a prefetch, waited for by the module it gathers for) has
 its wait timed as a scope of its own where the thread waits, a node of the
@@ -120,6 +123,18 @@ class _Launch(NamedTuple):
     group: Any  # the sharding group whose scope launched it, None outside one
     name: str  # its operator's name
     clocked: int = -1  # its number on the `CompletionClock` (-1: not on it)
+    called: int = 0  # ns its call returned
+
+
+def _exposed(done: int, call: tuple[int, int], wait: tuple[int, int]) -> tuple[int, int]:
+    """What a collective that completed at ``done`` (0: not known) exposed of
+    its ``call`` and of a ``wait`` for it (start, end ns each): the call up to
+    its completion (after it, the call was launching, not communicating),
+    the whole wait where it began before it (its wake-up included: overlap
+    would have saved that too), none of a wait that began after."""
+    if not done:
+        return call[1] - call[0], wait[1] - wait[0]
+    return max(min(call[1], done) - call[0], 0), wait[1] - wait[0] if wait[0] < done else 0
 
 
 def moved_bytes(args: tuple, positions: tuple[int, ...]) -> int:
@@ -245,33 +260,45 @@ class CollectiveHooks:
             finally:
                 try:
                     if hub.active:
-                        self._waited(work, time.monotonic_ns() - start)
+                        self._waited(work, start, time.monotonic_ns())
                 except Exception as exc:
                     hub.fail(exc, "collective wait")
 
         wait.__wrapped__ = original  # type: ignore[attr-defined]
         return wait
 
-    def _waited(self, work: Any, ns: int) -> None:
-        """The calling thread waited ``ns`` on ``work``: exposed communication of
-        the collective it came from (else of the scope the thread is in)."""
+    def _waited(self, work: Any, start: int, end: int) -> None:
+        """The calling thread waited on ``work`` from ``start`` to ``end``:
+        exposed communication of the collective it came from (else of the
+        scope the thread is in)."""
         collector = self.hub.collector
         launch = self.pending.pop(work, None)
         if launch is None:
-            collector.add(collector.top(), self.metric_exposed, ns)
+            collector.add(collector.top(), self.metric_exposed, end - start)
             return
-        collector.add(launch.node, self.metric_exposed, ns)
-        self._completed(launch, time.monotonic_ns())
+        self._completed(launch, end, (start, end))
 
-    def _completed(self, launch: _Launch, now: int | None) -> None:
-        """Bill ``launch``'s launch-to-completion to its collective: as its
-        clock says, else to ``now`` (the end of a wait for it); with neither,
-        or where its future's callback bills it, nothing."""
-        if launch.timed:
-            return
-        end = self.clock.completed_at(launch.clocked) if launch.clocked >= 0 else 0
-        if end or now is not None:
-            self.hub.collector.add(launch.node, self.metric, (end or now) - launch.start)
+    def _completed(
+        self, launch: _Launch, now: int | None, wait: tuple[int, int] = (0, 0), at: int = -1
+    ) -> None:
+        """Bill ``launch``: its launch-to-completion to its collective's
+        ``comm_time_ns`` (completion as its clock says, else ``now``, the end of
+        a wait for it; with neither, or where its future's callback bills it,
+        nothing), and what its call and ``wait`` (start, end ns) exposed of it
+        (`_exposed`) to ``exposed_comm_ns``: the wait's to node ``at`` (-1: the
+        collective's)."""
+        done, collector = 0, self.hub.collector
+        if not launch.timed:
+            clocked = self.clock.completed_at(launch.clocked) if launch.clocked >= 0 else 0
+            done = clocked or now or 0
+            if done:
+                collector.add(launch.node, self.metric, done - launch.start)
+        call, waited = _exposed(done, (launch.start, launch.called), wait)
+        if at < 0:
+            collector.add(launch.node, self.metric_exposed, call + waited)
+        else:
+            collector.add(launch.node, self.metric_exposed, call)
+            collector.add(at, self.metric_exposed, waited)
 
     def _elsewhere(self, work: Any) -> int | None:
         """The frame of a wait for ``work`` where the thread stands, when that is
@@ -295,8 +322,7 @@ class CollectiveHooks:
     ) -> None:
         start, launch = note
         now = time.monotonic_ns()
-        self.hub.collector.add(node, self.metric_exposed, now - start)
-        self._completed(launch, now)
+        self._completed(launch, now, (start, now), node)
 
     def _kernel(self, name: str, op: Any) -> Callable:
         hub, scope, inside = self.hub, self.scope, self.inside
@@ -346,17 +372,19 @@ class CollectiveHooks:
     ) -> None:
         collector = self.hub.collector
         start, group, name, at_once, positions = launch
+        called = time.monotonic_ns()
         collector.add(node, self.metric_bytes, moved_bytes(args, positions))
-        collector.add(node, self.metric_exposed, time.monotonic_ns() - start)  # the call
-        self._on_completion(out, node, start, group, name, at_once)
+        if not self._on_completion(out, node, start, called, group, name, at_once):
+            collector.add(node, self.metric_exposed, called - start)  # the call
 
     def _on_completion(
-        self, out: Any, node: int, start: int, group: Any, name: str, at_once: bool = False
-    ) -> None:
-        """Keep the work to bill its wait to the collective; time its completion
-        by its future, unless it is waited for ``at_once`` (then the wait's end
-        is its completion, and a callback on another thread would cost the
-        step more than the collective's own Python)."""
+        self, out: Any, node: int, start: int, called: int, group: Any, name: str, at_once: bool
+    ) -> bool:
+        """Keep the work to bill its call and wait to the collective; time its
+        completion by its future, unless it is waited for ``at_once`` (then the
+        wait's end is its completion, and a callback on another thread would
+        cost the step more than the collective's own Python). False where
+        there is no work to keep."""
         work = out[-1] if isinstance(out, tuple) and out else out
         if isinstance(work, torch.ScriptObject):  # the dispatcher hands back the boxed Work
             work = _Work.unbox(work)
@@ -369,9 +397,11 @@ class CollectiveHooks:
         if _Work is not None and isinstance(work, _Work):
             # the same object dist.* hands its caller while we hold it
             pending = self.pending
-            pending[work] = _Launch(node, start, timed, group, name, clocked)
+            pending[work] = _Launch(node, start, timed, group, name, clocked, called)
             if len(pending) > PENDING:
                 self._completed(pending.popitem(last=False)[1], None)
+            return True
+        return False
 
     def _time_completion(self, work: Any, node: int, start: int) -> bool:
         """Add launch-to-completion to ``comm_time_ns`` when the work's future

@@ -75,8 +75,9 @@ def test_each_blocks_collectives_sit_under_that_block(tmp_path, ranks, capture):
             assert moved[REDUCE, block] == reduces[block] * size
         # the wait the step saw, all of it billed to the blocks' collectives: the
         # job's own timing of the waits on its process group's works, and of its
-        # collective calls (a backend may run the collective there). Every wait
-        # is billed whole; of a call, the collective's operator is, not what
+        # collective calls (a backend may run the collective there). A wait
+        # that began before its collective completed is billed whole; of a
+        # call, the collective's operator up to that completion is, not what
         # runs around it in the job's timing (the bindings, the dispatcher, the
         # interception: 60-660 us a call here, 2-20% of the step's wait)
         spent = peer["spent_ns"]

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 import dc_torch
 from dc_core.record.config import StepRange
+from dc_torch.collectives import _exposed
 from tests.analyzer.planted import busy_wait
 from tests.distributed.spawn import issued
 from tests.torch.conftest import only_profile
@@ -238,6 +239,18 @@ def test_an_asynchronous_collective_completes_when_its_work_does_not_when_python
     # launch to completion: the call (in exposed time) and the collective, far from the spin
     comm = tree.value(reduce, "comm_time_ns")
     assert tree.value(reduce, "exposed_comm_ns") <= comm < calls * spin_ns / 2, comm
+
+
+def test_a_collective_exposes_its_call_up_to_its_completion_and_the_waits_begun_before_it():
+    """A call that returns after its collective completed was launching, not
+    communicating; a wait begun after it waited for nothing; one begun
+    before it counts whole, its wake-up included (ns: launch 100, call ends
+    150)."""
+    call = (100, 150)
+    assert _exposed(0, call, (300, 310)) == (50, 10)  # completion not known: all of both
+    assert _exposed(120, call, (300, 310)) == (20, 0)  # completed in the call, waited later
+    assert _exposed(400, call, (300, 410)) == (50, 110)  # waited for it: the wake-up counts
+    assert _exposed(400, call, (0, 0)) == (50, 0)  # never waited for (DDP's buckets)
 
 
 def test_a_work_without_a_future_is_timed_to_the_end_of_its_wait(tmp_path, one_rank):
