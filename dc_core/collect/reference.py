@@ -15,7 +15,8 @@ Three things differ by necessity, not by contract:
   path (the C++ collector has no Python frames of its own).
 * The sampler is a Python thread: it ticks only when it gets the GIL (a
   thread that keeps the GIL delays its ticks; the CPU time it ran is billed
-  at the next one), and it ignores ``native=True`` (no native frames).
+  at the next one, or where the thread opens or closes a scope before it),
+  and it ignores ``native=True`` (no native frames).
 """
 
 from __future__ import annotations
@@ -316,6 +317,7 @@ class Collector:
                 == scopes[-1].node
             )
             start = now_ns()
+            self._settle_here(scopes)  # the outer scope's CPU time (or nobody's)
             if scopes:
                 self._bill_between(scopes[-1], scopes, context, inside, start)
             scopes.append(
@@ -388,6 +390,7 @@ class Collector:
             scopes = self._stack()
             if not scopes:
                 return -1, -1
+            self._settle_here(scopes)  # its CPU time since the last tick
             scope = scopes.pop()
             # its last stretch, after its last call
             self._bill_between(scope, scopes, -1, False, end)
@@ -434,34 +437,26 @@ class Collector:
         # since the previous tick, at its innermost open scope; idle threads
         # (clock unmoved) and threads with no open scope get none. Unlike the
         # native one this thread needs the GIL, so it ticks only when the
-        # interpreter lets it; CPU time still accrues meanwhile.
+        # interpreter lets it; CPU time still accrues meanwhile, and a thread
+        # settles it itself where it opens or closes a scope (`_settle_here`).
         with self._lock:
             for scopes in list(self._stacks.values()):
-                n = self._cpu_periods(scopes)
-                if n:
-                    self._values[METRIC_SAMPLES][scopes[-1].node] += n
+                self._settle(scopes)
 
-    def _cpu_periods(self, scopes: Stack) -> int:
-        """Whole sampler periods of CPU time ``scopes``' thread ran since the
-        last tick, to bill at its innermost scope (0 with none open)."""
-        if scopes.cpu_clock is None:  # no per-thread clock: every tick counts as busy
-            return 1 if scopes else 0
-        try:
-            cpu = time.clock_gettime_ns(scopes.cpu_clock)
-        except OSError:  # the thread ended
-            return 0
-        last, scopes.cpu_ns = scopes.cpu_ns, cpu
-        if last is None:  # first reading in this sampler run
-            scopes.credit_ns = 0
-            return 0
-        if cpu <= last:  # idle: its remainder waits for a tick it runs in
-            return 0
-        if not scopes:  # nothing open: CPU time outside every scope is billed to nobody
-            scopes.credit_ns = 0
-            return 0
-        scopes.credit_ns += cpu - last
-        n, scopes.credit_ns = divmod(scopes.credit_ns, self._sample_period_ns)
-        return n
+    def _settle(self, scopes: Stack) -> None:
+        """Bill the CPU periods ``scopes``' thread ran since its last reading
+        to its innermost scope (held lock)."""
+        n = scopes.cpu_periods(self._sample_period_ns)
+        if n:
+            self._values[METRIC_SAMPLES][scopes[-1].node] += n
+
+    def _settle_here(self, scopes: Stack) -> None:
+        """`_settle`, from the thread itself where a scope opens or closes
+        while the sampler runs: ticks that wait for the GIL would otherwise
+        bill one scope's CPU time to the next, or to nobody. (Not without a
+        per-thread clock: there each tick counts a sample, and so would this.)"""
+        if self._sampler is not None and scopes.cpu_clock is not None:
+            self._settle(scopes)
 
     def stop_sampler(self) -> None:
         sampler, self._sampler = self._sampler, None

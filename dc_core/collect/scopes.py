@@ -57,6 +57,28 @@ class Stack(list):
         self.cpu_ns: int | None = None  # None: no reading yet in this sampler run
         self.credit_ns = 0
 
+    def cpu_periods(self, period_ns: int) -> int:
+        """Whole sampler periods of CPU time this thread ran since the last
+        reading, to bill at its innermost scope (0 with none open)."""
+        if self.cpu_clock is None:  # no per-thread clock: every tick counts as busy
+            return 1 if self else 0
+        try:
+            cpu = time.clock_gettime_ns(self.cpu_clock)
+        except OSError:  # the thread ended
+            return 0
+        last, self.cpu_ns = self.cpu_ns, cpu
+        if last is None:  # first reading in this sampler run
+            self.credit_ns = 0
+            return 0
+        if cpu <= last:  # idle: its remainder waits for a tick it runs in
+            return 0
+        if not self:  # nothing open: CPU time outside every scope is billed to nobody
+            self.credit_ns = 0
+            return 0
+        self.credit_ns += cpu - last
+        n, self.credit_ns = divmod(self.credit_ns, period_ns)
+        return n
+
 
 def take_lent(stack: Stack, start: int, end: int) -> int:
     """The part of [start, end] ``stack``'s thread lent away; spans that end by ``end`` are used up."""
