@@ -144,14 +144,26 @@ def dataloader_bottleneck(w: Window) -> list[dict[str, Any]]:
         "critical" if share >= w.t["dataloader_bottleneck.critical_share"] else "warning", time_ns
     )
     mean_ns = w.mean_sum(phases, "cpu_time_ns")
-    if severity != "info" and mean_ns <= w.loader_waited:
-        # the step waited for batches its workers were late with for want of a CPU
+    workers = _workers(w, mean_ns)
+    alone = workers["idle_host_wait_ns"] if workers else 0
+    if severity != "info" and _host_starved(w, mean_ns, workers):
+        # the step waited for batches its workers were late with for want of
+        # a CPU; with a core each they would keep it fed
         severity, caveat = (
             "info",
-            (
-                f"the data loader's worker processes waited {ms(w.loader_waited)} per step for a CPU, "
-                "as much as the step waited for their batches: the host's load may be all of it"
+            f"the data loader's worker processes waited {ms(w.loader_waited)} per step for a CPU, "
+            + (
+                f"and with a core each would keep the step waiting only {ms(alone)}: "
+                "the host's load may be the rest"
+                if alone
+                else "as much as the step waited for their batches: the host's load may be all of it"
             ),
+        )
+    elif severity != "info" and alone:  # workers too slow for the step on any host
+        n = workers["workers"]
+        caveat = (
+            f"its {n} worker process{'es run' if n != 1 else ' runs'} {ms(workers['cpu_ns'])} of CPU "
+            f"per step, the step {ms(workers['own_ns'])} of its own"
         )
     return [
         finding(
@@ -169,12 +181,49 @@ def dataloader_bottleneck(w: Window) -> list[dict[str, Any]]:
                 "per_step_ns": int(time_ns),
                 "hot_frame": w.tree.node_frame(hot).label(),
                 "spread": w.spread(phases, "cpu_time_ns"),
+                **({"workers": workers} if workers else {}),
             },
             gain_ns=mean_ns,
             gain_basis="the step's wait for its batch (mean per step): an upper bound, all of it hidden "
             "where workers prepare batches faster than the step uses them",
         )
     ]
+
+
+def _workers(w: Window, loading_ns: float) -> dict[str, Any] | None:
+    """What the data loader's worker processes cost a step, where the window
+    knows their CPU time: ``cpu_ns`` they ran per step, ``own_ns`` the step's
+    own mean time (less its loading), and ``idle_host_wait_ns`` the wait for
+    batches a host with a core for each worker would leave (their CPU per
+    step spread over them, less the step's own time). None where unknown.
+    The step's own time is its wall time, stretched where the host is
+    loaded: less its thread's wait for a CPU it would be too short (part of
+    that wait falls in the loading, a batch come and its thread runnable),
+    and on a device its thread waits for kernels, not a CPU."""
+    p = w.profile
+    if p.loader_cpu_ns < 0 or p.loader_workers <= 0 or not p.step_times_ns:
+        return None
+    own = max(round(sum(p.step_times_ns) / len(p.step_times_ns) - loading_ns), 0)
+    cpu = round(p.loader_cpu_ns / w.steps)
+    return {
+        "workers": p.loader_workers,
+        "cpu_ns": cpu,
+        "own_ns": own,
+        "idle_host_wait_ns": max(cpu // p.loader_workers - own, 0),
+    }
+
+
+def _host_starved(w: Window, loading_ns: float, workers: dict[str, Any] | None) -> bool:
+    """Whether the host's load may explain the step's wait for batches: the
+    workers waited for a CPU at least the part of it a host with a core for
+    each would not leave, and that part is no finding (all of the wait where
+    their CPU time is unknown)."""
+    if workers is None:
+        return loading_ns <= w.loader_waited
+    alone, own = workers["idle_host_wait_ns"], workers["own_ns"]
+    return loading_ns - alone <= w.loader_waited and alone < w.t[
+        "dataloader_bottleneck.min_share"
+    ] * (own + alone)
 
 
 def gpu_idle(w: Window) -> list[dict[str, Any]]:

@@ -75,13 +75,14 @@ def workers_wait_ns() -> int:
 LOADER_WORKER_NAME = b"pt_data_worker"
 
 
-def loader_workers_waits(proc: Path = _PROC) -> dict[int, int] | None:
+def loader_workers_times(proc: Path = _PROC) -> dict[int, tuple[int, int]] | None:
     """Per data loader worker process descended from this one (a process
-    named `LOADER_WORKER_NAME`), the ns its threads have waited, runnable, for
-    a CPU, summed. A worker that waits for a CPU delivers its batch late, and
-    the step waiting for that batch shows it as data loading. Other child
-    processes (compile workers, tools) are left out. None where ``/proc``
-    cannot be listed."""
+    named `LOADER_WORKER_NAME`), the ns its threads have run on a CPU and
+    the ns they have waited, runnable, for one, each summed. A worker that
+    waits for a CPU delivers its batch late, and the step waiting for that
+    batch shows it as data loading; the CPU it ran says how late it would be
+    with a core to itself. Other child processes (compile workers, tools)
+    are left out. None where ``/proc`` cannot be listed."""
     try:
         entries = [e for e in os.listdir(proc) if e.isdigit()]
     except OSError:
@@ -102,23 +103,29 @@ def loader_workers_waits(proc: Path = _PROC) -> dict[int, int] | None:
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - descended
         descended |= frontier
-    return {pid: w for pid in descended & workers if (w := _process_wait_ns(f"{proc}/{pid}")) >= 0}
+    return {
+        pid: times
+        for pid in descended & workers
+        if (times := _process_times(f"{proc}/{pid}")) is not None
+    }
 
 
-def _process_wait_ns(process: str) -> int:
-    """ns the process's threads have waited, runnable, for a CPU (-1: ended or unknown)."""
+def _process_times(process: str) -> tuple[int, int] | None:
+    """(ns the process's threads have run on a CPU, ns they have waited,
+    runnable, for one); None: ended or unknown."""
     try:
         tasks = os.listdir(f"{process}/task")
     except OSError:
-        return -1
-    total = 0
+        return None
+    ran = waited = 0
     for task in tasks:
         try:
             with open(f"{process}/task/{task}/schedstat", "rb") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):
+                on_cpu, runnable = f.read().split()[:2]
+            ran, waited = ran + int(on_cpu), waited + int(runnable)
+        except (OSError, ValueError):
             continue  # the thread ended meanwhile
-    return total
+    return ran, waited
 
 
 def read_cpu_times(proc: Path = _PROC) -> list[tuple[int, int]]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from dc_core.collect import collector as collector_mod
 from dc_core.collect.collector import ROOT_NODE, WHOLE_STACK
-from dc_core.collect.sysmon import loader_workers_waits, run_queue_wait_ns, workers_wait_ns
+from dc_core.collect.sysmon import loader_workers_times, run_queue_wait_ns, workers_wait_ns
 
 
 class StepClock:
@@ -41,9 +41,11 @@ class StepClock:
         # ns the process's worker threads waited for a CPU in the window (-1: unknown)
         self.others_wait = -1
         self._others_from = -1  # ... their total when the window opened
-        # ns the data loader's worker processes waited for a CPU in the window (-1: unknown)
-        self.loader_wait = -1
-        self._loader_from: dict[int, int] | None = None  # ... each one's when the window opened
+        # ns the data loader's worker processes ran on a CPU and waited for
+        # one in the window (-1: unknown), and how many there were at its end
+        self.loader_cpu, self.loader_wait, self.loader_workers = -1, -1, 0
+        # ... each one's (ran, waited) when the window opened
+        self._loader_from: dict[int, tuple[int, int]] | None = None
         # the step thread's run-queue wait when its step (or the loop after it) began
         self._wait_ns = -1
         self.thread = 0  # the thread that drives the steps
@@ -66,7 +68,8 @@ class StepClock:
         """A window opens: its steps are timed afresh."""
         self.times, self.waits = [], []
         self.others_wait, self._others_from = -1, workers_wait_ns()
-        self.loader_wait, self._loader_from = -1, loader_workers_waits()
+        self.loader_cpu, self.loader_wait, self.loader_workers = -1, -1, 0
+        self._loader_from = loader_workers_times()
         self.begins = array("q")
 
     def begin(self, c: Any, phase: int, step: int) -> None:
@@ -158,14 +161,15 @@ class StepClock:
         self._lent_from.clear()
         now = workers_wait_ns()
         self.others_wait = now - self._others_from if now >= 0 and self._others_from >= 0 else -1
-        # a worker started in the window waited all of its wait in it; one that
-        # ended in it is gone with its counters (its wait is left out)
-        before, after = self._loader_from, loader_workers_waits()
-        self.loader_wait = (
-            sum(max(w - before.get(pid, 0), 0) for pid, w in after.items())
-            if before is not None and after is not None
-            else -1
-        )
+        # a worker started in the window ran and waited all of its time in it;
+        # one that ended in it is gone with its counters (left out)
+        before, after = self._loader_from, loader_workers_times()
+        if before is not None and after is not None:
+            self.loader_cpu, self.loader_wait = (
+                sum(max(t[i] - before.get(pid, (0, 0))[i], 0) for pid, t in after.items())
+                for i in (0, 1)
+            )
+            self.loader_workers = len(after)
 
     def profile_fields(self) -> dict[str, Any]:
         """What the window's profile says of its steps: their times, their
@@ -177,6 +181,8 @@ class StepClock:
             "step_wait_ns": waits,
             "others_wait_ns": self.others_wait,
             "loader_wait_ns": self.loader_wait,
+            "loader_cpu_ns": self.loader_cpu,
+            "loader_workers": self.loader_workers,
         }
 
     def _add_wait(self) -> None:

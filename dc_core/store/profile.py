@@ -138,6 +138,9 @@ class Profile:
     others_wait_ns: int = -1
     # the window's data loader worker processes, runnable, waiting for a CPU (-1: unknown)
     loader_wait_ns: int = -1
+    # ... and running on one (-1: unknown); how many there were at the window's end
+    loader_cpu_ns: int = -1
+    loader_workers: int = 0
     #: Written without its findings: analysed where read (`analyzer.findings_of`).
     analysis_pending: bool = False
     #: The threshold overrides that pending analysis uses (``"<rule>.<field>"`` → value).
@@ -225,6 +228,8 @@ def encode(profile: Profile) -> bytes:
     msg.step_wait_ns.extend(profile.step_wait_ns)
     msg.others_wait_ns = profile.others_wait_ns + 1  # 0 on the wire: unknown
     msg.loader_wait_ns = profile.loader_wait_ns + 1
+    msg.loader_cpu_ns = profile.loader_cpu_ns + 1
+    msg.loader_workers = profile.loader_workers
     for s in profile.system:
         msg.system.add(name=s.name, unit=s.unit, device=s.device, t_ns=s.t_ns, values=s.values)
     msg.drops.update(profile.drops)
@@ -342,6 +347,8 @@ def decode(data: bytes, source: str | Path = "<bytes>") -> Profile:
         step_wait_ns=list(msg.step_wait_ns),
         others_wait_ns=msg.others_wait_ns - 1,
         loader_wait_ns=msg.loader_wait_ns - 1,
+        loader_cpu_ns=msg.loader_cpu_ns - 1,
+        loader_workers=msg.loader_workers,
         memory=[_device_memory(m, n) for m in msg.memory],
         memory_missing=list(msg.memory_missing),
         memory_note=msg.memory_note,

@@ -162,6 +162,48 @@ def test_a_wait_for_batches_the_workers_waited_as_long_for_a_cpu_is_a_note():
         assert f["severity"] == "warning" and "worker processes" not in f["message"]
 
 
+def test_workers_a_core_each_would_keep_up_with_are_the_hosts_and_slower_ones_a_warning():
+    """The same 13.3 ms a step of loading, behind 20 ms of the step's own,
+    where the window knows its workers' CPU time: one worker running 21 ms
+    a step would keep the step waiting 1 ms with a core to itself (under
+    the rule's 10%), so a wait for a CPU of 12.6 ms a step may be all the
+    rest; 30 ms a step would keep it waiting 10 ms on any host (a warning,
+    however long the worker waited for a CPU), unless two workers share it."""
+    loading = (
+        "dataloader",
+        ("python:_next_data|dataloader.py:700", f"python:get|queues.py:103 @cpu_time_ns={40 * MS}"),
+    )
+
+    def judged(cpu_ms: int, workers: int, waited_ms: float) -> dict:
+        fields = {"loader_cpu_ns": 3 * cpu_ms * MS, "loader_workers": workers}
+        p = profile(FORWARD, loading, loader_wait_ns=int(3 * waited_ms * MS), **fields)
+        return only(analyze(p), "dataloader_bottleneck")
+
+    note = judged(21, 1, 12.6)
+    assert note["severity"] == "info"
+    assert note["message"].endswith(
+        "(the data loader's worker processes waited 12.6 ms per step for a CPU, and with a core "
+        "each would keep the step waiting only 1.0 ms: the host's load may be the rest)"
+    )
+    workers = note["evidence"]["workers"]
+    assert workers == {
+        "workers": 1,
+        "cpu_ns": 21 * MS,
+        "own_ns": 20 * MS,
+        "idle_host_wait_ns": 1 * MS,
+    }
+    assert judged(21, 1, 12.0)["severity"] == "warning"  # the host explains less than the rest
+
+    slow = judged(30, 1, 14)
+    assert slow["severity"] == "warning"
+    assert slow["message"].endswith(
+        "(its 1 worker process runs 30.0 ms of CPU per step, the step 20.0 ms of its own)"
+    )
+    assert slow["evidence"]["workers"]["idle_host_wait_ns"] == 10 * MS
+    shared = judged(30, 2, 14)
+    assert shared["severity"] == "info" and shared["evidence"]["workers"]["idle_host_wait_ns"] == 0
+
+
 def test_dataloader_bottleneck_quiet_below_ten_percent():
     p = profile(
         FORWARD,

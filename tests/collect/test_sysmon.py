@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import os
 
-from dc_core.collect.sysmon import LOADER_WORKER_NAME, loader_workers_waits
+from dc_core.collect.sysmon import LOADER_WORKER_NAME, loader_workers_times
 
 
 def _process(proc, pid: int, name: str, parent: int, waits: list[int] | None) -> None:
-    """``/proc/<pid>`` with its name and parent, and one thread per wait (no
-    threads: a process that ended between the listing and the reading)."""
+    """``/proc/<pid>`` with its name and parent, and one thread per wait,
+    which ran ten times as long (no threads: a process that ended between
+    the listing and the reading)."""
     (proc / str(pid)).mkdir()
     (proc / str(pid) / "stat").write_text(f"{pid} ({name}) S {parent} {pid} 0 0 -1\n")
     for i, wait in enumerate(waits or []):
         task = proc / str(pid) / "task" / str(pid + i)
         task.mkdir(parents=True)
-        (task / "schedstat").write_text(f"123456 {wait} 7\n")
+        (task / "schedstat").write_text(f"{10 * wait} {wait} 7\n")
 
 
 def test_only_the_data_loaders_workers_below_this_process_count(tmp_path):
@@ -28,9 +29,9 @@ def test_only_the_data_loaders_workers_below_this_process_count(tmp_path):
     _process(tmp_path, 1006, worker, me, None)  # ended meanwhile
     _process(tmp_path, 2000, worker, 1, [800])  # another job's worker
     (tmp_path / "self").mkdir()  # not a process
-    assert loader_workers_waits(tmp_path) == {1001: 7000, 1004: 300}
+    assert loader_workers_times(tmp_path) == {1001: (70_000, 7000), 1004: (3000, 300)}
 
 
 def test_an_unreadable_proc_is_unknown_not_zero(tmp_path):
-    assert loader_workers_waits(tmp_path / "missing") is None
-    assert loader_workers_waits(tmp_path) == {}
+    assert loader_workers_times(tmp_path / "missing") is None
+    assert loader_workers_times(tmp_path) == {}

@@ -60,10 +60,16 @@ def test_round_trip_keeps_everything():
 @pytest.mark.parametrize("waited", [-1, 0, 7_000_000])
 def test_the_waits_for_a_cpu_round_trip_with_unknown_kept_apart_from_none(waited):
     original = dataclasses.replace(
-        make_profile(), others_wait_ns=waited, loader_wait_ns=waited, step_wait_ns=[1, 2, 3]
+        make_profile(),
+        others_wait_ns=waited,
+        loader_wait_ns=waited,
+        loader_cpu_ns=waited,
+        loader_workers=3,
+        step_wait_ns=[1, 2, 3],
     )
     back = decode(encode(original))
     assert (back.others_wait_ns, back.loader_wait_ns) == (waited, waited)
+    assert (back.loader_cpu_ns, back.loader_workers) == (waited, 3)
     assert back.step_wait_ns == [1, 2, 3]
 
 
