@@ -61,6 +61,14 @@ from dc_core.collect.collector import FLAG_BACKWARD, INHERIT, INNERMOST
 from dc_core.collect.ownfiles import cut_own_frames
 from dc_core.model.comm import END_OF_BACKWARD, WAITED
 from dc_torch import ddp
+from dc_torch.collective_calls import (
+    exposed,
+    issued_by_the_pass,
+    moved_bytes,
+    on_cpu,
+    tensor_positions,
+    waited_at_once,
+)
 from dc_torch.completion import CompletionClock
 from dc_torch.hub import Interceptor
 from dc_torch.native import NO_METRIC
@@ -93,16 +101,6 @@ _current_node = torch._C._current_autograd_node
 _task_id = torch._C._current_graph_task_id
 _queue_callback = torch.autograd.Variable._execution_engine.queue_callback
 _Work = getattr(getattr(torch._C, "_distributed_c10d", None), "Work", None)
-#: The Python frame below the C++ that autograd's engine runs: a collective
-#: called from this frame was issued by C++ during a pass (DDP's reducer).
-_ENGINE = torch.autograd.graph._engine_run_backward.__code__
-#: The module of ``dist.*``: a collective it calls with ``async_op=False`` is
-#: waited for by it at once.
-_C10D = torch.distributed.distributed_c10d.__file__ if torch.distributed.is_available() else ""
-#: What DDP's reducer hands a communication hook: a hook's frame holds one.
-_GradBucket = getattr(getattr(torch._C, "_distributed_c10d", None), "GradBucket", None)
-#: The Python frames a communication hook may stand on above the engine's.
-HOOK_DEPTH = 16
 
 
 def _initialized() -> bool:
@@ -124,38 +122,6 @@ class _Launch(NamedTuple):
     name: str  # its operator's name
     clocked: int = -1  # its number on the `CompletionClock` (-1: not on it)
     called: int = 0  # ns its call returned
-
-
-def _exposed(done: int, call: tuple[int, int], wait: tuple[int, int]) -> tuple[int, int]:
-    """What a collective that completed at ``done`` (0: not known) exposed of
-    its ``call`` and of a ``wait`` for it (start, end ns each): the call up to
-    its completion (after it, the call was launching, not communicating),
-    the whole wait where it began before it (its wake-up included: overlap
-    would have saved that too), none of a wait that began after."""
-    if not done:
-        return call[1] - call[0], wait[1] - wait[0]
-    return max(min(call[1], done) - call[0], 0), wait[1] - wait[0] if wait[0] < done else 0
-
-
-def moved_bytes(args: tuple, positions: tuple[int, ...]) -> int:
-    """Bytes a collective moves: its largest tensor argument (a list counts
-    whole), of those at ``positions`` (`tensor_positions`)."""
-    return max((_tensor_bytes(args[i]) for i in positions if i < len(args)), default=0)
-
-
-def tensor_positions(op: Any) -> tuple[int, ...]:
-    """Where an op's schema takes tensors or lists of them: the arguments
-    `moved_bytes` reads, not the process group or the reduce op."""
-    return tuple(i for i, arg in enumerate(op._schema.arguments) if "Tensor" in str(arg.type))
-
-
-def _tensor_bytes(arg: Any) -> int:
-    """A tensor's bytes, a (nested) list's sum of them, else 0."""
-    if isinstance(arg, torch.Tensor):
-        return arg.numel() * arg.element_size()
-    if isinstance(arg, (list, tuple)):
-        return sum(map(_tensor_bytes, arg))
-    return 0
 
 
 class CollectiveHooks:
@@ -285,7 +251,7 @@ class CollectiveHooks:
         ``comm_time_ns`` (completion as its clock says, else ``now``, the end of
         a wait for it; with neither, or where its future's callback bills it,
         nothing), and what its call and ``wait`` (start, end ns) exposed of it
-        (`_exposed`) to ``exposed_comm_ns``: the wait's to node ``at`` (-1: the
+        (`collective_calls.exposed`) to ``exposed_comm_ns``: the wait's to node ``at`` (-1: the
         collective's)."""
         done, collector = 0, self.hub.collector
         if not launch.timed:
@@ -293,7 +259,7 @@ class CollectiveHooks:
             done = clocked or now or 0
             if done:
                 collector.add(launch.node, self.metric, done - launch.start)
-        call, waited = _exposed(done, (launch.start, launch.called), wait)
+        call, waited = exposed(done, (launch.start, launch.called), wait)
         if at < 0:
             collector.add(launch.node, self.metric_exposed, call + waited)
         else:
@@ -355,9 +321,9 @@ class CollectiveHooks:
                 parent = INNERMOST
                 # (on an autograd device thread no Python frame is below)
                 caller = sys._getframe().f_back
-                if caller is not None and flags and not running and _issued_by_the_pass(caller):
+                if caller is not None and flags and not running and issued_by_the_pass(caller):
                     parent = self._issued_in_pass(f"c10d::{name}", args)
-                at_once = _waited_at_once(caller)
+                at_once = waited_at_once(caller)
             except Exception as exc:
                 hub.fail(exc, "collective")
                 return below_autograd(*args, **kwargs)
@@ -435,7 +401,7 @@ class CollectiveHooks:
         passes = hub.thread_state().passes  # the Python path's functions' scopes (autograd.py)
         if passes and passes[-1][0] == task and hub.collector.depth() > passes[-1][1]:
             parent = hub.collector.parent(hub.collector.top())
-        if task == self._ended_task or not _on_cpu(args):
+        if task == self._ended_task or not on_cpu(args):
             return parent
         self._ended_task = task
         fid = self.hub.frames.op(name, FLAG_BACKWARD, END_OF_BACKWARD)
@@ -468,45 +434,3 @@ class CollectiveHooks:
             collector.add(node, self.metric_exposed, max(collector.exit_own(), 0))
         except Exception as exc:
             hub.fail(exc, "collective wait")
-
-
-def _waited_at_once(caller: Any) -> bool:
-    """Whether ``caller``, the frame that called a collective, is a ``dist.*``
-    function called with ``async_op=False``: it waits for the work before it
-    returns."""
-    return (
-        caller is not None
-        and caller.f_code.co_filename == _C10D
-        and caller.f_locals.get("async_op", True) is False
-    )
-
-
-def _issued_by_the_pass(caller: Any) -> bool:
-    """Whether C++ code of a backward pass issued the collective that
-    ``caller`` calls: DDP's reducer itself (``caller`` is the engine's frame),
-    or a Python communication hook it ran (``register_comm_hook``: the
-    outermost frame above the engine's is the hook's, holding its bucket). A
-    Python backward hook of the user's that calls a collective is neither."""
-    if caller.f_code is _ENGINE:
-        return True
-    frame = caller
-    for _ in range(HOOK_DEPTH):
-        below = frame.f_back
-        if below is None:
-            return False
-        if below.f_code is _ENGINE:
-            return _GradBucket is not None and any(
-                isinstance(value, _GradBucket) for value in frame.f_locals.values()
-            )
-        frame = below
-    return False
-
-
-def _on_cpu(args: tuple) -> bool:
-    """Whether a collective's first tensor argument (a list's first) is on the CPU."""
-    for arg in args:
-        while isinstance(arg, (list, tuple)) and arg:
-            arg = arg[0]
-        if isinstance(arg, torch.Tensor):
-            return arg.device.type == "cpu"
-    return False

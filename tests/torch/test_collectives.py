@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import dc_torch
 from dc_core.record.config import StepRange
-from dc_torch.collectives import _exposed
+from dc_torch.collective_calls import exposed
 from tests.analyzer.planted import busy_wait
 from tests.distributed.spawn import issued
 from tests.torch.conftest import only_profile
@@ -247,10 +247,10 @@ def test_a_collective_exposes_its_call_up_to_its_completion_and_the_waits_begun_
     before it counts whole, its wake-up included (ns: launch 100, call ends
     150)."""
     call = (100, 150)
-    assert _exposed(0, call, (300, 310)) == (50, 10)  # completion not known: all of both
-    assert _exposed(120, call, (300, 310)) == (20, 0)  # completed in the call, waited later
-    assert _exposed(400, call, (300, 410)) == (50, 110)  # waited for it: the wake-up counts
-    assert _exposed(400, call, (0, 0)) == (50, 0)  # never waited for (DDP's buckets)
+    assert exposed(0, call, (300, 310)) == (50, 10)  # completion not known: all of both
+    assert exposed(120, call, (300, 310)) == (20, 0)  # completed in the call, waited later
+    assert exposed(400, call, (300, 410)) == (50, 110)  # waited for it: the wake-up counts
+    assert exposed(400, call, (0, 0)) == (50, 0)  # never waited for (DDP's buckets)
 
 
 def test_a_work_without_a_future_is_timed_to_the_end_of_its_wait(tmp_path, one_rank):
