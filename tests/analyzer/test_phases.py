@@ -204,6 +204,26 @@ def test_workers_a_core_each_would_keep_up_with_are_the_hosts_and_slower_ones_a_
     assert shared["severity"] == "info" and shared["evidence"]["workers"]["idle_host_wait_ns"] == 0
 
 
+def test_a_window_whose_edge_step_loaded_no_batch_weighs_the_loads_it_has():
+    """A trainer fetches a step's batch before the step begins: 2 loads of
+    20 ms in 3 steps, one step with none (its quietest step's wait is 0).
+    The loads' mean, 20 ms, against the steps' 20 ms each besides: 50%."""
+    loading = (
+        "dataloader @count=2",
+        ("python:_next_data|dataloader.py:700", f"python:get|queues.py:103 @cpu_time_ns={40 * MS}"),
+    )
+    p = profile(FORWARD, loading)
+    edge = [0 if n in (5, 6, 7) else v for n, v in enumerate(p.step_bounds["cpu_time_ns.min"])]
+    p.step_bounds["cpu_time_ns.min"] = edge
+    f = only(analyze(p), "dataloader_bottleneck")
+    assert f["severity"] == "critical" and f["evidence"]["share"] == 0.5, f
+    assert f["message"].startswith("data loading takes 50.0% of step time (20.0 ms per step)")
+    assert f["gain_ns"] == round(40 * MS / 3)  # the mean step's wait
+    full = profile(FORWARD, ("dataloader @count=3", *loading[1:]))  # every step loaded one
+    full.step_bounds["cpu_time_ns.min"] = edge
+    assert "dataloader_bottleneck" not in rules(analyze(full))  # its quietest step waited 0
+
+
 def test_dataloader_bottleneck_quiet_below_ten_percent():
     p = profile(
         FORWARD,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -9,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
+from dc_core.analyzer import findings_of
 from dc_core.record.config import ProfilerConfig
 from dc_core.store.logdir import load_profiles
 from dc_hf import DeepContextCallback, is_available
@@ -210,3 +213,60 @@ def test_regression_gradient_clipping_sat_under_forward(tmp_path):
     norms = tree.find_all(lambda f: f.kind == "operator" and "_foreach_norm" in f.name)
     assert norms and {tree.path_frames(n)[0].name for n in norms} == {"optimizer"}
     assert all(any(f.name == "clip_grad_norm_" for f in tree.path_frames(n)) for n in norms)
+
+
+class SlowTokens(Tokens):
+    """`Tokens` whose every sample costs ``cpu_s`` of CPU to make."""
+
+    def __init__(self, cpu_s: float) -> None:
+        super().__init__(512)
+        self.cpu_s = cpu_s
+
+    def __getitem__(self, i: int) -> dict:
+        end = time.thread_time() + self.cpu_s
+        while time.thread_time() < end:
+            pass
+        return super().__getitem__(i)
+
+
+@pytest.mark.slow
+def test_a_loader_worker_too_slow_for_the_trainers_step_is_a_warning_that_says_so(tmp_path):
+    """The Trainer fetches a step's batch before the step begins, so the
+    window's last step loads none: the finding weighs the loads it has. One
+    worker making a batch of 8 samples in 320 ms of CPU, behind a step of
+    tens of ms, keeps every step waiting on any host."""
+    callback = DeepContextCallback(steps={"start": 2, "count": 5}, system_interval_ms=0)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64)
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        report_to=[],
+        max_steps=8,
+        per_device_train_batch_size=8,
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=1,
+    )
+    Trainer(model=model, args=args, train_dataset=SlowTokens(0.040), callbacks=[callback]).train()
+    (profile,), errors = load_profiles(tmp_path)
+    assert errors == []
+    (loading,) = [
+        n for n in profile.tree.children(0) if profile.tree.node_frame(n).name == "dataloader"
+    ]
+    assert profile.tree.value(loading, "count") == len(profile.step_times_ns) - 1 == 4
+    (found,) = [f for f in findings_of(profile) if f["rule"] == "dataloader_bottleneck"]
+    # the loads it has: each waits for most of a batch's 320 ms
+    assert found["evidence"]["per_step_ns"] >= 100_000_000, found
+    workers = found["evidence"]["workers"]
+    assert workers["workers"] == 1 and workers["cpu_ns"] >= 160_000_000, workers
+    if "worker processes waited" in found["message"]:
+        # a host so loaded that the step's own time, stretched, rivals the
+        # worker's CPU (beside three busy loops): the host's, and it says so
+        assert profile.loader_wait_ns > 0 and found["severity"] == "info", found
+    else:
+        assert found["severity"] in ("warning", "critical"), found
+        assert "its 1 worker process runs " in found["message"], found
+        assert workers["idle_host_wait_ns"] > 0, workers
