@@ -205,10 +205,15 @@ def _load_per_step(w: Window, phases: list[int]) -> tuple[float, float]:
     if loads >= w.steps or loads < 2 or not w.profile.step_times_ns:
         time_ns = w.quiet_sum(phases, "cpu_time_ns")
         return time_ns, time_ns / max(w.quiet(0, "cpu_time_ns"), 1)
-    total = w.mean_sum(phases, "cpu_time_ns") * w.steps
+    mean_ns = w.mean_sum(phases, "cpu_time_ns")
+    load = mean_ns * w.steps / loads
+    return load, load / max(load + _own_per_step(w, mean_ns), 1)
+
+
+def _own_per_step(w: Window, loading_ns: float) -> int:
+    """The step's mean time besides its mean ``loading_ns`` (step times known)."""
     times = w.profile.step_times_ns
-    own = max(sum(times) - total, 0) / len(times)
-    return total / loads, total / loads / max(total / loads + own, 1)
+    return max(round(sum(times) / len(times) - loading_ns), 0)
 
 
 def _workers(w: Window, loading_ns: float) -> dict[str, Any] | None:
@@ -224,7 +229,7 @@ def _workers(w: Window, loading_ns: float) -> dict[str, Any] | None:
     p = w.profile
     if p.loader_cpu_ns < 0 or p.loader_workers <= 0 or not p.step_times_ns:
         return None
-    own = max(round(sum(p.step_times_ns) / len(p.step_times_ns) - loading_ns), 0)
+    own = _own_per_step(w, loading_ns)
     cpu = round(p.loader_cpu_ns / w.steps)
     return {
         "workers": p.loader_workers,

@@ -29,7 +29,7 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def train(tmp_path, callback, **args):
+def train(tmp_path, callback, dataset=None, **args):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(
         GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64)
@@ -47,7 +47,7 @@ def train(tmp_path, callback, **args):
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**{**settings, **args}),
-        train_dataset=Tokens(),
+        train_dataset=Tokens() if dataset is None else dataset,
         eval_dataset=Tokens(8),
         callbacks=[callback],
     )
@@ -236,21 +236,14 @@ def test_a_loader_worker_too_slow_for_the_trainers_step_is_a_warning_that_says_s
     worker making a batch of 8 samples in 320 ms of CPU, behind a step of
     tens of ms, keeps every step waiting on any host."""
     callback = DeepContextCallback(steps={"start": 2, "count": 5}, system_interval_ms=0)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(
-        GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64)
-    )
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        report_to=[],
+    train(
+        tmp_path,
+        callback,
+        SlowTokens(0.040),
         max_steps=8,
         per_device_train_batch_size=8,
-        save_strategy="no",
-        disable_tqdm=True,
         dataloader_num_workers=1,
     )
-    Trainer(model=model, args=args, train_dataset=SlowTokens(0.040), callbacks=[callback]).train()
     (profile,), errors = load_profiles(tmp_path)
     assert errors == []
     (loading,) = [
