@@ -4,6 +4,7 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -28,6 +29,7 @@ namespace {
 enum State : int { IDLE, REQUESTED, WRITING, DONE };
 
 struct Request {
+  // Also a futex word: the sampler sleeps on it, the handler wakes it.
   std::atomic<int> state{IDLE};
   std::atomic<pid_t> tid{0};
   int n = 0;
@@ -35,6 +37,19 @@ struct Request {
 };
 
 Request g_request;
+
+// The request's state word as a futex (a raw system call: async-signal-safe).
+long futex(int op, int value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<int*>(&g_request.state), op, value, timeout, nullptr,
+                 0);
+}
+
+int64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
 struct sigaction g_previous;
 std::once_flag g_install_once;
 bool g_installed = false;
@@ -52,6 +67,7 @@ void on_signal(int sig, siginfo_t* info, void* ctx) {
       g_request.state.compare_exchange_strong(expected, WRITING)) {
     g_request.n = backtrace(g_request.pcs, kMaxNativeFrames);
     g_request.state.store(DONE, std::memory_order_release);
+    futex(FUTEX_WAKE_PRIVATE, 1, nullptr);
   } else if (g_previous.sa_flags & SA_SIGINFO) {
     // Not ours (e.g. an itimer profiler in the same process): pass it on.
     if (g_previous.sa_sigaction != nullptr) g_previous.sa_sigaction(sig, info, ctx);
@@ -83,12 +99,6 @@ bool handler_in_place() {
   return install_ours(nullptr);
 }
 
-int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
 }  // namespace
 
 bool unwind_install() {
@@ -115,16 +125,21 @@ int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns) {
     g_request.state.store(IDLE);
     return -1;
   }
-  int64_t deadline = mono_ns() + timeout_ns;
-  while (g_request.state.load(std::memory_order_acquire) != DONE) {
-    if (mono_ns() > deadline) {
+  // Sleep, not spin: on a host with few cores a spinning (or yielding)
+  // sampler takes the core the target needs to run its handler, and comes
+  // back a scheduler slice late (4 ms on a 250 Hz kernel) once it yields it.
+  const int64_t deadline = mono_ns() + timeout_ns;
+  for (int state; (state = g_request.state.load(std::memory_order_acquire)) != DONE;) {
+    const int64_t left = deadline - mono_ns();
+    if (left <= 0 && state == REQUESTED) {
       int expected = REQUESTED;
       if (g_request.state.compare_exchange_strong(expected, IDLE)) return -1;
-      // The handler is already writing: it finishes in microseconds.
-      while (g_request.state.load(std::memory_order_acquire) != DONE) sched_yield();
-      break;
+      continue;  // the handler began meanwhile: it finishes in microseconds
     }
-    sched_yield();
+    // A handler already writing is waited for without a bound.
+    timespec wait{0, 0};
+    if (state == REQUESTED) wait = timespec{left / 1000000000, left % 1000000000};
+    futex(FUTEX_WAIT_PRIVATE, state, state == REQUESTED ? &wait : nullptr);
   }
   int n = g_request.n < max ? g_request.n : max;
   std::memcpy(static_cast<void*>(out), static_cast<const void*>(g_request.pcs),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -75,3 +76,35 @@ def test_a_handler_of_someone_elses_gets_none_of_our_signals(c):
         signal.signal(SIGNAL, previous)
     # samples still count, at the thread's node, without native stacks
     assert total >= 40 and below == 0 and calls == [], (total, below, calls)
+
+
+def cpu_ns(tid: int) -> int:
+    """A thread of this process's CPU time so far."""
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def test_the_sampler_sleeps_while_a_thread_it_signalled_cannot_answer(c):
+    """A target that cannot run the handler (here: the signal blocked) makes
+    every request wait out its 2 ms bound. The sampler sleeps through it: a
+    sampler that spun or yielded there took the core the target needed on a
+    small host, and came back a scheduler slice (4 ms) late."""
+    phase = c.enter([c.intern(_native.KIND_PHASE, "forward")], 0, False, 0)
+    before = set(os.listdir("/proc/self/task"))
+    signal.pthread_sigmask(signal.SIG_BLOCK, [SIGNAL])
+    try:
+        c.start_sampler(400, native=True)  # a 2.5 ms period: most of it spent waiting
+        (sampler,) = {int(t) for t in set(os.listdir("/proc/self/task")) - before}
+        cpu0, wall0 = cpu_ns(sampler), time.monotonic_ns()
+        compress_until_sampled(c, phase, 200, DATA, deadline_s=30)
+        cpu, wall = cpu_ns(sampler) - cpu0, time.monotonic_ns() - wall0
+        c.stop_sampler()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [SIGNAL])
+    c.exit()
+    below = unwound(c, phase)
+    total = below + decode(c)[1]["metrics"]["samples"][phase]
+    # every sample kept, none unwound; the sampler ran for a small part of
+    # the time it waited (spinning, its CPU time was most of the wall time)
+    assert total >= 200 and below == 0, (total, below)
+    assert cpu < 0.2 * wall, (cpu, wall)

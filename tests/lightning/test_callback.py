@@ -277,11 +277,12 @@ def test_regression_a_second_fit_still_unwinds_native_stacks(tmp_path):
     for run in ("first", "second"):
         callback = DeepContextCallback(
             mode="comprehensive",
-            steps={"start": 1, "count": 4},
+            steps={"start": 1, "count": 12},
             cpu_sampling_hz=1000,
             system_interval_ms=0,
         )
-        fit(tmp_path / run, callback)
+        # a window long enough that some ticks land in native code whatever the host's load
+        fit(tmp_path / run, callback, max_steps=14)
     (profile,), errors = load_profiles(tmp_path / "second" / "lightning_logs")
     tree = profile.tree
     native = [
