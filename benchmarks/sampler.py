@@ -10,17 +10,23 @@ unprofiled and the range of per-round p50 ratios (the machine's noise); then
 the sampler's own share: each sampled window over the window without it.
 Target (issue 10): p50 and p90 inside a window within 10% of unprofiled.
 
+Then the cost of naming a native frame in comprehensive mode: the sampler's
+symbol index against dladdr (which it used before, and still asks where the
+index cannot tell), µs per address over the same addresses of
+libtorch_cpu's code.
+
 Then the cost of one tick, from the sampler thread's own CPU time
 (``/proc/self/task/<tid>/schedstat``) over a second at 1000 Hz, with N threads
 bound to the collector, idle in a scope (one CPU-clock read each) and with the
 main thread busy in one (a tree update per tick).
 
-    python benchmarks/sampler.py [--steps 25] [--rounds 4]
+    python benchmarks/sampler.py [--steps 25] [--rounds 4] [--lookups-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import tempfile
@@ -146,6 +152,32 @@ def tick_cost(threads: int, busy: bool, hz: float = 1000.0, seconds: float = 1.0
     return (cpu1 - cpu0) / max(ticks, 1.0)
 
 
+def lookup_cost(addresses: int = 400) -> tuple[float, float, float]:
+    """(ms to index libtorch_cpu, then µs per address for the index and for
+    dladdr) over ``addresses`` addresses spread over its code."""
+    libc = ctypes.CDLL(None)
+    libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    info = ctypes.create_string_buffer(64)
+    lo, hi = next(
+        (int(a, 16), int(b, 16))
+        for line in open("/proc/self/maps")
+        for (a, b), perms, path in [(line.split()[0].split("-"), line.split()[1], line.split()[-1])]
+        if "libtorch_cpu" in path and "x" in perms
+    )
+    step = (hi - lo) // addresses
+    spread = [lo + i * step - 5 for i in range(1, addresses + 1)]
+    start = time.perf_counter()
+    _native.symbol_at(lo)  # reads the library's symbols
+    t0 = time.perf_counter()
+    for a in spread:
+        _native.symbol_at(a)
+    t1 = time.perf_counter()
+    for a in spread:
+        libc.dladdr(a, info)
+    t2 = time.perf_counter()
+    return (t0 - start) * 1e3, (t1 - t0) / addresses * 1e6, (t2 - t1) / addresses * 1e6
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -154,8 +186,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rounds", type=int, default=4, help="interleaved rounds over the configurations"
     )
+    parser.add_argument("--lookups-only", action="store_true", help="only the symbol lookups")
     args = parser.parse_args(argv)
-    step_times(args.steps, args.rounds)
+    if not args.lookups_only:
+        step_times(args.steps, args.rounds)
+    built, ours, theirs = lookup_cost()
+    print(
+        f"native frame names in libtorch_cpu: index read in {built:.1f} ms once, then µs per "
+        f"address: index {ours:.2f}, dladdr {theirs:.1f} (×{theirs / ours:.0f})"
+    )
+    if args.lookups_only:
+        return
     print("sampler tick, sampler-thread CPU per tick (wake-up included), 1000 Hz:")
     for threads in (1, 16, 64):
         idle_ns, busy_ns = tick_cost(threads, False), tick_cost(threads, True)

@@ -187,6 +187,28 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "demangle", [](const std::string& name) { return dc::demangle(name.c_str()); },
       py::arg("name"), "The collector's C++ demangler (names from ELF symbol tables).");
+  m.def(
+      "symbol_at",
+      [](uintptr_t addr) -> py::object {
+        // Called with the GIL held: one index, read by one thread at a time.
+        static dc::SymbolIndex index;
+        dc::SymbolIndex::Hit hit;
+        switch (index.lookup(addr, &hit)) {
+          case dc::SymbolIndex::FOUND:
+            return py::make_tuple(*hit.file, hit.base, py::bytes(hit.name), hit.start);
+          case dc::SymbolIndex::NO_NAME:
+            return py::make_tuple(*hit.file, hit.base, py::none(), py::none());
+          case dc::SymbolIndex::UNKNOWN:
+            return py::none();
+          case dc::SymbolIndex::ASK:
+            break;
+        }
+        return py::str("ask");
+      },
+      py::arg("address"),
+      "What the sampler's symbol index answers for an address, as dladdr's Dl_info: "
+      "(file, base, mangled name or None, symbol address or None); None outside every "
+      "loaded object; 'ask' where the index defers to dladdr.");
 
   // Threads must be stopped while the interpreter is still whole: atexit
   // callbacks run before finalization, Py_AtExit ones after it.

@@ -172,14 +172,29 @@ Symbolizer::Symbolizer(FrameTable* frames) : frames_(frames) {
 Symbolizer::Sym& Symbolizer::lookup(uintptr_t addr) {
   auto it = cache_.find(addr);
   if (it != cache_.end()) return it->second;
-  Dl_info info;
-  std::memset(&info, 0, sizeof(info));
   std::string file, name;
   uintptr_t offset = 0;
-  if (dladdr(reinterpret_cast<void*>(addr), &info) != 0) {
-    if (info.dli_fname != nullptr) file = info.dli_fname;
-    if (info.dli_sname != nullptr) name = demangle(info.dli_sname);
-    offset = addr - reinterpret_cast<uintptr_t>(info.dli_fbase);
+  SymbolIndex::Hit hit;
+  switch (index_.lookup(addr, &hit)) {
+    case SymbolIndex::FOUND:
+      name = demangle(hit.name);
+      [[fallthrough]];
+    case SymbolIndex::NO_NAME:
+      file = *hit.file;
+      offset = addr - hit.base;
+      break;
+    case SymbolIndex::UNKNOWN:
+      break;
+    case SymbolIndex::ASK: {
+      Dl_info info;
+      std::memset(&info, 0, sizeof(info));
+      if (dladdr(reinterpret_cast<void*>(addr), &info) != 0) {
+        if (info.dli_fname != nullptr) file = info.dli_fname;
+        if (info.dli_sname != nullptr) name = demangle(info.dli_sname);
+        offset = addr - reinterpret_cast<uintptr_t>(info.dli_fbase);
+      }
+      break;
+    }
   }
   Sym sym{NORMAL, false, std::string(), std::string(), 0, -1};
   if (name == "__restore_rt")

@@ -3,11 +3,11 @@
 // The sampler thread cannot unwind another thread's stack directly, so it
 // sends the target a signal whose handler records backtrace() into one
 // preallocated request slot, then waits for it a bounded time. Symbolisation
-// (dladdr + __cxa_demangle, cached by address) happens back on the sampler
-// thread, never in the handler. dladdr sees only exported symbols; an address
-// it cannot name becomes an *unresolved* frame (library + offset) that
-// dc_core/symbols.py names from the library's full ELF symbol table when the
-// window's snapshot is read, off the hot path.
+// (symindex.h, as dladdr would name them, + __cxa_demangle, cached by address)
+// happens back on the sampler thread, never in the handler. Exported symbols
+// only: an address none of them covers becomes an *unresolved* frame
+// (library + offset) that dc_core/symbols.py names from the library's full
+// ELF symbol table when the window's snapshot is read, off the hot path.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "frames.h"
+#include "symindex.h"
 
 namespace dc {
 
@@ -43,10 +44,10 @@ void unwind_after_fork();
 int unwind_thread(pid_t tid, void** out, int max, int64_t timeout_ns);
 
 // Turns raw backtraces into KIND_NATIVE frame ids, in two halves: `path`
-// looks addresses up (dladdr takes up to a millisecond in a library with
-// hundreds of thousands of symbols) and touches only the symbolizer's own
-// cache, so the sampler runs it without the collector's lock; `intern` then
-// turns the path into frame ids of that collector's frame table under it.
+// looks addresses up (in a SymbolIndex, dladdr where it cannot tell) and
+// touches only the symbolizer's own index and cache, so the sampler runs it
+// without the collector's lock; `intern` then turns the path into frame ids
+// of that collector's frame table under it.
 //
 // Frame identities (kind native, detail ""):
 //   named      name = demangled symbol, file = object path, line = 0
@@ -89,6 +90,7 @@ class Symbolizer {
 
   FrameTable* frames_;
   std::string libpython_, executable_, own_;
+  SymbolIndex index_;
   std::unordered_map<uintptr_t, Sym> cache_;
 };
 

@@ -1,7 +1,8 @@
 """Names for the native frames the collector could not name, from ELF data.
 
-On the sampler thread the collector names native frames with ``dladdr``, which
-sees only exported (``.dynsym``) symbols. An address it cannot name is recorded
+On the sampler thread the collector names native frames as ``dladdr`` would
+(from a sorted index of each library's exported symbols, ``native/symindex.h``),
+which sees only exported (``.dynsym``) symbols. An address it cannot name is recorded
 as an *unresolved* frame: kind ``native``, name ``"<library>+0x<offset>"``,
 file = the library's path, line = the offset (> 0) from the library's mapping
 start (see ``native/unwind.h``). When a window's snapshot is read, `resolve`
