@@ -36,7 +36,9 @@ PyObject* fast_enter(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   long long user_depth = given[3] ? PyLong_AsLongLong(given[3]) : -1;
   if (user_depth == -1 && PyErr_Occurred()) return nullptr;
   if (parent >= 0 && !check_node(*c, parent)) return nullptr;
-  static std::vector<int64_t> ids;  // GIL-protected scratch
+  // The call's own: enter() may run a finalizer that enters a scope too
+  // (pystack.h), and a buffer shared between the two would be overwritten.
+  std::vector<int64_t> ids;
   if (!read_frames(given[0], *c, &ids)) return nullptr;
   return PyLong_FromLongLong(c->enter(ids.data(), ids.size(), parent, capture != 0, user_depth));
 }

@@ -73,30 +73,35 @@ PyStack::Resolved PyStack::resolve_code(PyCodeObject* code, int lasti) {
   return Resolved{frame, c.skip};
 }
 
-int64_t PyStack::capture(PyFrameObject* top, int64_t min_depth, std::vector<int64_t>* out) {
-  walk_.clear();
-  for (PyFrameObject* f = top; f != nullptr;) {
-    walk_.push_back(f);
+FrameWalk::FrameWalk(PyFrameObject* top) {
+  for (PyFrameObject* f = top; f != nullptr; ++n_) {
+    if (n_ < kInline)
+      inline_[n_] = f;
+    else
+      more_.push_back(f);
     PyFrameObject* back = PyFrame_GetBack(f);
     // A frame on a live stack is owned by its interpreter frame, so the
-    // pointer stays valid after dropping the new reference (nothing below
-    // runs Python code or the GC).
+    // pointer stays valid after dropping the new reference, whatever code
+    // the GC runs meanwhile: that code runs above these frames, not in them.
     Py_XDECREF(back);
     f = back;
   }
-  const int64_t n = static_cast<int64_t>(walk_.size());
-  // walk_[i] has depth n - i; frames deeper than min_depth are i < wanted.
+}
+
+int64_t PyStack::capture(const FrameWalk& walk, int64_t min_depth, std::vector<int64_t>* out) {
+  const int64_t n = static_cast<int64_t>(walk.size());
+  // walk[i] has depth n - i; frames deeper than min_depth are i < wanted.
   int64_t wanted = n - (min_depth < 0 ? 0 : min_depth);
   if (wanted < 0 || out == nullptr) wanted = 0;
   resolved_.clear();
   int64_t user_depth = 0;
   for (int64_t i = 0; i < wanted; ++i) {
-    resolved_.push_back(resolve(walk_[static_cast<size_t>(i)]));
+    resolved_.push_back(resolve(walk[static_cast<size_t>(i)]));
     if (user_depth == 0 && !resolved_.back().skip) user_depth = n - i;
   }
   // The innermost non-skipped frame may lie above the scope's own frames.
   for (int64_t i = wanted; user_depth == 0 && i < n; ++i) {
-    if (!resolve(walk_[static_cast<size_t>(i)]).skip) user_depth = n - i;
+    if (!resolve(walk[static_cast<size_t>(i)]).skip) user_depth = n - i;
   }
   if (out != nullptr) {
     for (int64_t i = wanted - 1; i >= 0; --i) {

@@ -18,6 +18,31 @@
 
 namespace dc {
 
+// The frames of a stack, innermost first, walked with the public API before
+// the store's lock is taken: PyFrame_GetBack may make a frame object, and that
+// allocation may run the GC, whose finalizers run any code. One that records
+// something would take the lock its own thread holds; one that releases the
+// GIL lets in another thread, which waits on that lock while holding the GIL.
+// Kept on the caller's stack up to 128 frames, so walks that nest (a
+// finalizer's inside another's) share nothing.
+class FrameWalk {
+ public:
+  explicit FrameWalk(PyFrameObject* top);  // borrowed, may be null
+  FrameWalk(const FrameWalk&) = delete;
+  FrameWalk& operator=(const FrameWalk&) = delete;
+
+  size_t size() const { return n_; }
+  PyFrameObject* operator[](size_t i) const {
+    return i < kInline ? inline_[i] : more_[i - kInline];
+  }
+
+ private:
+  static constexpr size_t kInline = 128;
+  PyFrameObject* inline_[kInline];
+  std::vector<PyFrameObject*> more_;
+  size_t n_ = 0;
+};
+
 class PyStack {
  public:
   PyStack(StringTable* strings, FrameTable* frames);
@@ -27,12 +52,12 @@ class PyStack {
 
   void add_skip_prefix(const std::string& prefix);
 
-  // Walks the stack from `top` (borrowed, may be null) to the outermost frame.
-  // Appends to `out`, outermost first, the ids of the non-skipped frames whose
-  // depth (outermost = 1) is greater than `min_depth`. Returns the stack's
-  // user depth: the depth of its innermost non-skipped frame, 0 if none.
-  // `out` may be null when only the user depth is wanted.
-  int64_t capture(PyFrameObject* top, int64_t min_depth, std::vector<int64_t>* out);
+  // Appends to `out`, outermost first, the ids of the non-skipped frames of
+  // `walk` whose depth (outermost = 1) is greater than `min_depth`. Returns
+  // the stack's user depth: the depth of its innermost non-skipped frame, 0
+  // if none. `out` may be null when only the user depth is wanted. Runs no
+  // Python code and allocates no Python object (store's lock, GIL held).
+  int64_t capture(const FrameWalk& walk, int64_t min_depth, std::vector<int64_t>* out);
 
   struct Resolved {
     int64_t frame;
@@ -60,7 +85,6 @@ class PyStack {
   PairMap code_ids_;  // (code, 0) -> index into codes_
   PairMap lines_;     // (code, lasti) -> code index << 32 | frame id
   // Reused between captures so a capture allocates nothing in steady state.
-  std::vector<PyFrameObject*> walk_;
   std::vector<Resolved> resolved_;
 };
 

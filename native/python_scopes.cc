@@ -13,14 +13,20 @@ constexpr size_t kMaxLent = 64;    // spans a thread may have lent and not yet g
 }  // namespace
 
 void PythonScopes::python_frames(std::vector<int64_t>* out) {
+  const FrameWalk walk(PyEval_GetFrame());  // before the lock (pystack.h)
   auto lock = store_.lock();
   ThreadScopes* ts = scopes_.current();
   int64_t min_depth = ts->stack.empty() ? 0 : ts->stack.back().user_depth;
-  store_.pystack.capture(PyEval_GetFrame(), min_depth, out);
+  store_.pystack.capture(walk, min_depth, out);
 }
 
 int64_t PythonScopes::enter(const int64_t* frames, size_t n, int64_t parent, bool capture,
                             int64_t user_depth) {
+  // Without capture the walk is still needed unless the caller gave the user
+  // depth: it is what later captures inside this scope are cut at. Walked
+  // before the lock is taken (pystack.h).
+  const bool walks = capture || (user_depth < 0 && user_depth != kInheritUserDepth);
+  const FrameWalk walk(walks ? PyEval_GetFrame() : nullptr);
   auto lock = store_.lock();
   ThreadScopes* ts = scopes_.current();
   const bool nested = !ts->stack.empty();
@@ -31,12 +37,9 @@ int64_t PythonScopes::enter(const int64_t* frames, size_t n, int64_t parent, boo
   int64_t base = parent >= 0 ? parent : (inside >= 0 ? inside : capture_.unscoped_node_locked());
   int64_t min_depth = nested ? ts->stack.back().user_depth : 0;
   if (user_depth == kInheritUserDepth) user_depth = min_depth;
-  // Without capture the walk is still needed unless the caller gave the user
-  // depth: it is what later captures inside this scope are cut at.
   scratch_.clear();
-  if (capture || user_depth < 0) {
-    int64_t measured =
-        store_.pystack.capture(PyEval_GetFrame(), min_depth, capture ? &scratch_ : nullptr);
+  if (walks) {
+    int64_t measured = store_.pystack.capture(walk, min_depth, capture ? &scratch_ : nullptr);
     if (user_depth < 0) user_depth = measured;
   }
   // In the backward phase, outside any operator and with no frames of its

@@ -188,6 +188,63 @@ def test_exit_without_stopping_threads_does_not_hang(native):
     assert done.stdout.strip() == "exiting"
 
 
+GC_IN_THE_WALK = """
+import gc, sys
+from dc_core import _native
+
+c = _native.Collector()
+scope = [c.intern(_native.KIND_PHASE, "forward")]
+inner = [c.intern(_native.KIND_OPERATOR, "aten::recorded_by_a_finalizer")]
+inside = []
+
+
+class Garbage:
+    def __del__(self):
+        caller = sys._getframe(1)
+        inside.append(caller.f_code.co_name == "deep" and caller.f_locals["k"] == 0)
+        c.enter(inner, capture=True)  # a finalizer that records something
+        c.exit()
+
+
+def deep(k):
+    # fresh frames, without frame objects: enter()'s walk makes them
+    return deep(k - 1) if k else c.enter(scope, capture=True)
+
+
+for _ in range(20):
+    gc.collect()
+    g = Garbage()
+    g.me = g  # a cycle: only the GC frees it
+    del g
+    gc.set_threshold(1)  # the next object made runs it
+    deep(30)
+    gc.set_threshold(700)
+    c.exit()
+s = c.snapshot()
+names = [s["strings"][s["frames"]["name"][f]] for f in s["frame"]]
+print(sum(inside), sum(n for n, name in zip(s["metrics"]["count"], names) if "finalizer" in name))
+"""
+
+
+def test_a_finalizer_the_gc_runs_inside_a_scopes_frame_walk_records_and_returns():
+    """enter() walks the Python stack with PyFrame_GetBack, which makes frame
+    objects; making one may run the GC, and its finalizers any code. Walked
+    under the store's lock, a finalizer that recorded something waited on
+    that lock forever (a finalizer that released the GIL let another thread
+    in, which then waited on it holding the GIL: the suite hung so once)."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, "-c", GC_IN_THE_WALK],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    # every finalizer ran inside deep(0)'s call, and recorded its operator
+    assert done.stdout.split() == ["20", "20"], done.stdout
+
+
 def test_threads_stopped_from_several_threads_at_once_all_return(c):
     """A window's end on one thread and the atexit hook on another stop the
     same sampler and monitor at once (`deepcontext run`, a process ending
