@@ -10,18 +10,9 @@ import zlib
 
 import pytest
 
-from tests.collect.test_symbols import build
+from tests.collect.test_symbols import DlInfo, build
 
 _native = pytest.importorskip("dc_core._native")
-
-
-class DlInfo(ctypes.Structure):
-    _fields_ = [
-        ("fname", ctypes.c_char_p),
-        ("fbase", ctypes.c_void_p),
-        ("sname", ctypes.c_char_p),
-        ("saddr", ctypes.c_void_p),
-    ]
 
 
 class Phdr(ctypes.Structure):
